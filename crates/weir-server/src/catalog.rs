@@ -1,0 +1,176 @@
+//! The catalog: tables and plain views, saved in every manifest.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::sql::sqlparser::ast::ObjectName;
+use serde::{Deserialize, Serialize};
+use weir_state::{TableId, TableSpec};
+
+use crate::error::{SqlState, WeirError, WeirResult};
+
+/// The only schema Weir has; names may be qualified with it.
+pub const SCHEMA: &str = "public";
+/// The database name clients see (`current_database()`, `\l`).
+pub const DATABASE: &str = "weir";
+
+/// Every table and view, by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    /// The id the next created table gets.
+    pub next_table_id: TableId,
+    /// Tables by name.
+    pub tables: BTreeMap<String, TableDef>,
+    /// Plain views by name.
+    pub views: BTreeMap<String, ViewDef>,
+}
+
+/// A table's definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Stable id; state files are filed under it.
+    pub id: TableId,
+    /// The table's name.
+    pub name: String,
+    /// Columns in order.
+    pub columns: Vec<ColumnDef>,
+    /// Indices of the primary key columns; empty for a table keyed by a
+    /// hidden row id.
+    pub primary_key: Vec<usize>,
+}
+
+/// A column's definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    /// Column name.
+    pub name: String,
+    /// Arrow type of the stored values.
+    pub data_type: DataType,
+    /// Whether NULL is allowed.
+    pub nullable: bool,
+    /// The `DEFAULT` expression as SQL text.
+    pub default: Option<String>,
+}
+
+/// A plain view: its query is planned again each time it is read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewDef {
+    /// The view's name.
+    pub name: String,
+    /// The defining query as SQL text.
+    pub query: String,
+    /// Column names given in `CREATE VIEW v (a, b)`, if any.
+    pub columns: Vec<String>,
+}
+
+impl TableDef {
+    /// The Arrow schema users see.
+    pub fn schema(&self) -> SchemaRef {
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The state table shape for this definition.
+    pub fn spec(&self) -> TableSpec {
+        if self.primary_key.is_empty() {
+            TableSpec::with_row_id(self.schema())
+        } else {
+            TableSpec::with_primary_key(self.schema(), self.primary_key.clone())
+        }
+    }
+
+    /// Index of a column by name.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+}
+
+/// What a name refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// A table.
+    Table,
+    /// A plain view.
+    View,
+}
+
+impl Catalog {
+    /// What `name` is, if anything.
+    pub fn kind_of(&self, name: &str) -> Option<ObjectKind> {
+        if self.tables.contains_key(name) {
+            Some(ObjectKind::Table)
+        } else if self.views.contains_key(name) {
+            Some(ObjectKind::View)
+        } else {
+            None
+        }
+    }
+
+    /// The table called `name`, or a 42P01 / 42809 error.
+    pub fn table(&self, name: &str) -> WeirResult<&TableDef> {
+        match self.tables.get(name) {
+            Some(t) => Ok(t),
+            None if self.views.contains_key(name) => Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is a view, not a table"),
+            )),
+            None => Err(undefined_relation(name)),
+        }
+    }
+
+    /// Names of every table and view.
+    pub fn relation_names(&self) -> Vec<String> {
+        self.tables
+            .keys()
+            .chain(self.views.keys())
+            .cloned()
+            .collect()
+    }
+}
+
+/// The 42P01 error PostgreSQL gives for a missing relation.
+pub fn undefined_relation(name: &str) -> WeirError {
+    WeirError::new(
+        SqlState::UNDEFINED_TABLE,
+        format!("relation \"{name}\" does not exist"),
+    )
+}
+
+/// The relation name an `ObjectName` refers to: PostgreSQL folds unquoted
+/// identifiers to lower case, and the only schema is `public`.
+pub fn relation_name(name: &ObjectName) -> WeirResult<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|part| {
+            let ident = part
+                .as_ident()
+                .ok_or_else(|| WeirError::unsupported(format!("unsupported name {name}")))?;
+            Ok(normalize_ident(ident))
+        })
+        .collect::<WeirResult<_>>()?;
+    match parts.as_slice() {
+        [table] => Ok(table.clone()),
+        [schema, table] if schema == SCHEMA => Ok(table.clone()),
+        [db, schema, table] if db == DATABASE && schema == SCHEMA => Ok(table.clone()),
+        [.., schema, _] => Err(WeirError::new(
+            SqlState("3F000"),
+            format!("schema \"{schema}\" does not exist"),
+        )),
+        [] => Err(WeirError::new(SqlState::SYNTAX_ERROR, "empty name")),
+    }
+}
+
+/// An identifier as PostgreSQL resolves it: quoted ones keep their case.
+pub fn normalize_ident(ident: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}

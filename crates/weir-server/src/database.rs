@@ -1,0 +1,362 @@
+//! The database: the working state that DML changes, the committed snapshot
+//! that queries read, and the epoch coordinator that turns one into the
+//! other.
+//!
+//! ```text
+//!  DML ──lock──▶ WorkingState (open epoch E) ──cut──▶ EpochDelta(E) ──▶ StateStore::commit
+//!                                                                        │ manifest written
+//!  SELECT ◀── committed: Arc<DbSnapshot> (epoch E) ◀── publish ──────────┘
+//! ```
+//!
+//! A statement that changed something waits until its epoch is committed,
+//! so every acknowledged write is durable and visible to every later query.
+//! Statements that wait together share an epoch (group commit).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Mutex, MutexGuard, Notify};
+use tracing::{debug, info, warn};
+use weir_state::{EpochDelta, StateStore, StateTable, TableChange, TableId, TableSnapshot};
+
+use crate::catalog::{Catalog, TableDef};
+use crate::error::{SqlState, WeirError, WeirResult};
+
+/// Settings of the epoch machinery.
+#[derive(Debug, Clone)]
+pub struct EpochConfig {
+    /// How often an epoch is committed when nobody is waiting.
+    pub checkpoint_interval: Duration,
+    /// The least time between the starts of two commits; bounds the
+    /// objects written per second however many statements wait.
+    pub min_commit_gap: Duration,
+    /// How long a statement waits for its epoch to commit before failing.
+    pub commit_timeout: Duration,
+}
+
+impl Default for EpochConfig {
+    fn default() -> Self {
+        EpochConfig {
+            checkpoint_interval: Duration::from_secs(1),
+            min_commit_gap: Duration::from_millis(2),
+            commit_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Every table and the catalog as of one committed epoch.
+#[derive(Debug, Clone)]
+pub struct DbSnapshot {
+    /// The epoch.
+    pub epoch: u64,
+    /// The catalog at that epoch.
+    pub catalog: Arc<Catalog>,
+    /// Table contents by id.
+    pub tables: HashMap<TableId, TableSnapshot>,
+}
+
+/// The state DML and DDL change, one statement at a time.
+#[derive(Debug)]
+pub struct WorkingState {
+    /// The catalog including changes not yet committed.
+    pub catalog: Catalog,
+    /// Tables by id.
+    pub tables: HashMap<TableId, StateTable>,
+    /// The epoch that changes made now belong to.
+    pub epoch: u64,
+    catalog_changed: bool,
+}
+
+impl WorkingState {
+    /// A snapshot of the working state (DML plans read it).
+    pub fn snapshot(&self) -> DbSnapshot {
+        DbSnapshot {
+            epoch: self.epoch,
+            catalog: Arc::new(self.catalog.clone()),
+            tables: self
+                .tables
+                .iter()
+                .map(|(&id, t)| (id, t.snapshot()))
+                .collect(),
+        }
+    }
+
+    /// The state table of a catalog table.
+    pub fn table_mut(&mut self, id: TableId) -> WeirResult<&mut StateTable> {
+        self.tables
+            .get_mut(&id)
+            .ok_or_else(|| WeirError::internal(format!("no state for table id {id}")))
+    }
+
+    /// Adds a table to the catalog; returns its id.
+    pub fn create_table(&mut self, mut def: TableDef) -> WeirResult<TableId> {
+        let id = self.catalog.next_table_id;
+        self.catalog.next_table_id += 1;
+        def.id = id;
+        self.tables.insert(id, StateTable::new(def.spec())?);
+        self.catalog.tables.insert(def.name.clone(), def);
+        self.catalog_changed = true;
+        Ok(id)
+    }
+
+    /// Removes a table and its rows.
+    pub fn drop_table(&mut self, name: &str) {
+        if let Some(def) = self.catalog.tables.remove(name) {
+            self.tables.remove(&def.id);
+            self.catalog_changed = true;
+        }
+    }
+
+    /// Marks the catalog changed (views).
+    pub fn catalog_changed(&mut self) {
+        self.catalog_changed = true;
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
+    }
+
+    /// Closes the open epoch: takes every table's delta and the snapshot
+    /// readers will see once the epoch is committed.
+    fn cut(&mut self) -> WeirResult<(EpochDelta, DbSnapshot)> {
+        let epoch = self.epoch;
+        let mut changes = BTreeMap::new();
+        let mut snapshots = HashMap::new();
+        for (&id, table) in self.tables.iter_mut() {
+            let snapshot = table.snapshot();
+            changes.insert(
+                id,
+                TableChange {
+                    delta: table.take_delta()?,
+                    next_row_id: table.next_row_id(),
+                    snapshot: snapshot.clone(),
+                },
+            );
+            snapshots.insert(id, snapshot);
+        }
+        let catalog = serde_json::to_value(&self.catalog).map_err(WeirError::internal)?;
+        self.epoch += 1;
+        self.catalog_changed = false;
+        let delta = EpochDelta {
+            epoch,
+            catalog,
+            tables: changes,
+        };
+        let snapshot = DbSnapshot {
+            epoch,
+            catalog: Arc::new(self.catalog.clone()),
+            tables: snapshots,
+        };
+        Ok((delta, snapshot))
+    }
+}
+
+/// Counters of the commit path, for `SHOW` and benchmarks.
+#[derive(Debug, Default)]
+pub struct CommitCounters {
+    /// Epochs committed since start.
+    pub epochs: AtomicU64,
+    /// Objects written since start.
+    pub objects: AtomicU64,
+    /// Bytes written since start.
+    pub bytes: AtomicU64,
+}
+
+/// Tables, epochs and durability.
+#[derive(Debug)]
+pub struct Database {
+    working: Mutex<WorkingState>,
+    committed: RwLock<Arc<DbSnapshot>>,
+    committed_epoch: watch::Sender<u64>,
+    commit_requested: Notify,
+    store: Mutex<StateStore>,
+    last_commit_error: std::sync::Mutex<Option<String>>,
+    config: EpochConfig,
+    /// What the commit path has done.
+    pub counters: CommitCounters,
+}
+
+impl Database {
+    /// Opens the database from the newest committed manifest in `store`
+    /// (or empty for a fresh store).
+    pub async fn open(mut store: StateStore, config: EpochConfig) -> WeirResult<Arc<Self>> {
+        let started = Instant::now();
+        let manifest = store.recover().await?;
+        let (catalog, epoch, tables) = match manifest {
+            None => (Catalog::default(), 0, HashMap::new()),
+            Some(manifest) => {
+                let catalog: Catalog =
+                    serde_json::from_value(manifest.catalog.clone()).map_err(|e| {
+                        WeirError::new(SqlState::IO_ERROR, format!("unreadable catalog: {e}"))
+                    })?;
+                let mut tables = HashMap::new();
+                for def in catalog.tables.values() {
+                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                    tables.insert(def.id, store.load_table(def.spec(), &files).await?);
+                }
+                (catalog, manifest.epoch, tables)
+            }
+        };
+        let working = WorkingState {
+            catalog,
+            tables,
+            epoch: epoch + 1,
+            catalog_changed: false,
+        };
+        let mut committed = working.snapshot();
+        committed.epoch = epoch;
+        info!(
+            epoch,
+            tables = working.tables.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered state"
+        );
+        Ok(Arc::new(Database {
+            working: Mutex::new(working),
+            committed: RwLock::new(Arc::new(committed)),
+            committed_epoch: watch::Sender::new(epoch),
+            commit_requested: Notify::new(),
+            store: Mutex::new(store),
+            last_commit_error: std::sync::Mutex::new(None),
+            config,
+            counters: CommitCounters::default(),
+        }))
+    }
+
+    /// The newest committed snapshot.
+    pub fn committed(&self) -> Arc<DbSnapshot> {
+        self.committed.read().expect("snapshot lock").clone()
+    }
+
+    /// Exclusive access to the working state. DML and DDL hold it while
+    /// they compute and apply their changes, never while they wait.
+    pub async fn working(&self) -> MutexGuard<'_, WorkingState> {
+        self.working.lock().await
+    }
+
+    /// Waits until `epoch` is committed, asking the coordinator to commit
+    /// at once.
+    pub async fn wait_committed(&self, epoch: u64) -> WeirResult<()> {
+        let mut committed = self.committed_epoch.subscribe();
+        if *committed.borrow() >= epoch {
+            return Ok(());
+        }
+        self.commit_requested.notify_one();
+        let wait = committed.wait_for(|&e| e >= epoch);
+        let outcome = tokio::time::timeout(self.config.commit_timeout, wait)
+            .await
+            .map(|r| r.map(|_| ()));
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(WeirError::new(
+                SqlState("57P01"),
+                "the server is shutting down; the change was not committed",
+            )),
+            Err(_) => {
+                let cause = self
+                    .last_commit_error
+                    .lock()
+                    .expect("error lock")
+                    .clone()
+                    .unwrap_or_else(|| "no error reported".into());
+                Err(WeirError::new(
+                    SqlState::IO_ERROR,
+                    format!(
+                        "epoch {epoch} was not committed within {:?}; the state store is failing: {cause}",
+                        self.config.commit_timeout
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Returns once every change made before the call is committed.
+    pub async fn flush(&self) -> WeirResult<()> {
+        let epoch = {
+            let working = self.working.lock().await;
+            if working.is_dirty() {
+                working.epoch
+            } else {
+                working.epoch - 1
+            }
+        };
+        self.wait_committed(epoch).await
+    }
+
+    /// The last committed epoch.
+    pub fn committed_epoch(&self) -> u64 {
+        *self.committed_epoch.borrow()
+    }
+
+    /// Runs the epoch coordinator until `shutdown` turns true, then commits
+    /// what is pending one last time.
+    pub async fn run_coordinator(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(self.config.checkpoint_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = self.commit_requested.notified() => {}
+                _ = shutdown.changed() => break,
+            }
+            let started = Instant::now();
+            self.commit_pending().await;
+            let elapsed = started.elapsed();
+            if elapsed < self.config.min_commit_gap {
+                tokio::time::sleep(self.config.min_commit_gap - elapsed).await;
+            }
+        }
+        self.commit_pending().await;
+    }
+
+    /// Commits the open epoch if it holds changes, retrying with backoff
+    /// until the store takes it.
+    async fn commit_pending(&self) {
+        let cut = {
+            let mut working = self.working.lock().await;
+            if !working.is_dirty() {
+                return;
+            }
+            working.cut()
+        };
+        let (delta, snapshot) = match cut {
+            Ok(cut) => cut,
+            Err(e) => {
+                warn!(error = %e, "could not cut epoch");
+                return;
+            }
+        };
+        let mut backoff = Duration::from_millis(10);
+        let stats = loop {
+            let result = self.store.lock().await.commit(&delta).await;
+            match result {
+                Ok((_, stats)) => break stats,
+                Err(e) => {
+                    warn!(epoch = delta.epoch, error = %e, "commit failed; retrying");
+                    *self.last_commit_error.lock().expect("error lock") = Some(e.to_string());
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        *self.last_commit_error.lock().expect("error lock") = None;
+        let epoch = snapshot.epoch;
+        *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
+        self.counters.epochs.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .objects
+            .fetch_add(stats.objects as u64, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(stats.bytes, Ordering::Relaxed);
+        self.committed_epoch.send_replace(epoch);
+        debug!(
+            epoch,
+            objects = stats.objects,
+            bytes = stats.bytes,
+            "committed epoch"
+        );
+    }
+}

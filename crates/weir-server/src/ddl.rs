@@ -1,0 +1,305 @@
+//! CREATE TABLE, CREATE VIEW, DROP.
+
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::Constraint;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::sql::sqlparser::ast::{
+    visit_relations, ColumnOption, CreateTable, CreateView, ObjectName, ObjectType, Statement,
+    TableConstraint,
+};
+
+use crate::catalog::{relation_name, Catalog, ColumnDef, ObjectKind, TableDef, ViewDef};
+use crate::dml;
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Session};
+
+/// `CREATE TABLE` (with or without `AS SELECT`).
+pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirResult<Output> {
+    check_table_options(create)?;
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    let name = relation_name(&create.name)?;
+    if working.catalog.kind_of(&name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!("relation \"{name}\" already exists, skipping"));
+            return Ok(Output::command("CREATE TABLE"));
+        }
+        return Err(duplicate_relation(&name));
+    }
+    session.pinned.pin(Arc::new(working.snapshot()));
+    let plan = session
+        .plan(Statement::CreateTable(create.clone()), &None)
+        .await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
+        return Err(WeirError::unsupported(format!(
+            "CREATE TABLE form: {create}"
+        )));
+    };
+    let mut primary_key = Vec::new();
+    for constraint in memory.constraints.iter() {
+        match constraint {
+            Constraint::PrimaryKey(columns) => primary_key = columns.clone(),
+            Constraint::Unique(_) => {
+                return Err(WeirError::unsupported(
+                    "UNIQUE constraints other than the primary key are not supported yet",
+                ))
+            }
+        }
+    }
+    let schema = memory.input.schema();
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let default = create.columns.get(i).and_then(|c| {
+            c.options.iter().find_map(|o| match &o.option {
+                ColumnOption::Default(expr) => Some(expr.to_string()),
+                _ => None,
+            })
+        });
+        columns.push(ColumnDef {
+            name: field.name().clone(),
+            data_type: storage_type(field.data_type()),
+            nullable: field.is_nullable() && !primary_key.contains(&i),
+            default,
+        });
+    }
+    let def = TableDef {
+        id: 0,
+        name: name.clone(),
+        columns,
+        primary_key,
+    };
+    let id = working.create_table(def)?;
+    let mut tag = Output::command("CREATE TABLE");
+    if create.query.is_some() {
+        let def = working.catalog.tables[&name].clone();
+        let input = Arc::unwrap_or_clone(memory.input);
+        let (_, batches) = session.collect(input).await?;
+        let rows = dml::conform(&def, &batches)?;
+        let count = rows.num_rows();
+        let table = working.table_mut(id)?;
+        dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+        tag = Output::Command {
+            tag: "SELECT",
+            rows: Some(count),
+        };
+    }
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(tag)
+}
+
+/// Types are stored as DataFusion plans them, except that a time zone is
+/// always UTC: Weir stores instants, as PostgreSQL does for timestamptz.
+fn storage_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
+        other => other.clone(),
+    }
+}
+
+fn check_table_options(create: &CreateTable) -> WeirResult<()> {
+    if create.temporary {
+        return Err(WeirError::unsupported("temporary tables are not supported"));
+    }
+    for column in &create.columns {
+        for option in &column.options {
+            match &option.option {
+                ColumnOption::Null
+                | ColumnOption::NotNull
+                | ColumnOption::Default(_)
+                | ColumnOption::PrimaryKey(_) => {}
+                other => {
+                    return Err(WeirError::unsupported(format!(
+                        "column constraint {other} is not supported yet"
+                    )))
+                }
+            }
+        }
+    }
+    for constraint in &create.constraints {
+        if !matches!(constraint, TableConstraint::PrimaryKey(_)) {
+            return Err(WeirError::unsupported(format!(
+                "table constraint {constraint} is not supported yet"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn duplicate_relation(name: &str) -> WeirError {
+    WeirError::new(
+        SqlState::DUPLICATE_TABLE,
+        format!("relation \"{name}\" already exists"),
+    )
+}
+
+/// `CREATE [OR REPLACE] VIEW`.
+pub async fn create_view(session: &mut Session, create: &CreateView) -> WeirResult<Output> {
+    if create.materialized {
+        return Err(WeirError::unsupported(
+            "materialized views are not supported yet",
+        ));
+    }
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    let name = relation_name(&create.name)?;
+    match working.catalog.kind_of(&name) {
+        Some(ObjectKind::Table) => return Err(duplicate_relation(&name)),
+        Some(ObjectKind::View) if create.if_not_exists => {
+            session.notice(format!("relation \"{name}\" already exists, skipping"));
+            return Ok(Output::command("CREATE VIEW"));
+        }
+        Some(ObjectKind::View) if !create.or_replace => return Err(duplicate_relation(&name)),
+        _ => {}
+    }
+    let query = create.query.to_string();
+    if references(&query).contains(&name) {
+        return Err(WeirError::new(
+            SqlState("42P17"),
+            format!("infinite recursion detected in view \"{name}\""),
+        ));
+    }
+    // Plan once now, so a view that cannot be planned is refused here.
+    session.pinned.pin(Arc::new(working.snapshot()));
+    let plan = session
+        .plan(Statement::Query(create.query.clone()), &None)
+        .await?;
+    let width = plan.schema().fields().len();
+    let columns: Vec<String> = create
+        .columns
+        .iter()
+        .map(|c| c.name.value.clone())
+        .collect();
+    if columns.len() > width {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "CREATE VIEW specifies more column names than columns",
+        ));
+    }
+    working.catalog.views.insert(
+        name.clone(),
+        ViewDef {
+            name,
+            query,
+            columns,
+        },
+    );
+    working.catalog_changed();
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(Output::command("CREATE VIEW"))
+}
+
+/// Names of the relations a query text refers to.
+fn references(query: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    if let Ok(statements) = weir_sql::parse(query) {
+        for statement in statements {
+            if let weir_sql::WeirStatement::Sql(statement) = statement {
+                let _ = visit_relations(&statement, |relation: &ObjectName| {
+                    if let Ok(name) = relation_name(relation) {
+                        names.insert(name);
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            }
+        }
+    }
+    names
+}
+
+/// Views that refer to `name`.
+fn dependents(catalog: &Catalog, name: &str) -> Vec<String> {
+    catalog
+        .views
+        .values()
+        .filter(|v| v.name != name && references(&v.query).contains(name))
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+/// `DROP TABLE` / `DROP VIEW` `[IF EXISTS] names [CASCADE]`.
+pub async fn drop_relations(
+    session: &mut Session,
+    object_type: ObjectType,
+    names: &[ObjectName],
+    if_exists: bool,
+    cascade: bool,
+) -> WeirResult<Output> {
+    let (wanted, tag, noun) = match object_type {
+        ObjectType::Table => (ObjectKind::Table, "DROP TABLE", "table"),
+        ObjectType::View => (ObjectKind::View, "DROP VIEW", "view"),
+        other => {
+            return Err(WeirError::unsupported(format!(
+                "DROP {other} is not supported"
+            )))
+        }
+    };
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    // Work out everything to drop on a copy first, so that an error leaves
+    // the working state untouched.
+    let mut catalog = working.catalog.clone();
+    let mut dropped_tables = Vec::new();
+    for object in names {
+        let name = relation_name(object)?;
+        match catalog.kind_of(&name) {
+            None => {
+                if if_exists {
+                    session.notice(format!("{noun} \"{name}\" does not exist, skipping"));
+                    continue;
+                }
+                return Err(WeirError::new(
+                    SqlState::UNDEFINED_TABLE,
+                    format!("{noun} \"{name}\" does not exist"),
+                ));
+            }
+            Some(kind) if kind != wanted => {
+                return Err(WeirError::new(
+                    SqlState::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a {noun}"),
+                ))
+            }
+            Some(_) => {}
+        }
+        let mut pending = vec![name.clone()];
+        while let Some(next) = pending.pop() {
+            let users = dependents(&catalog, &next);
+            if !users.is_empty() && !cascade {
+                let detail: Vec<String> = users
+                    .iter()
+                    .map(|u| format!("view {u} depends on {next}"))
+                    .collect();
+                return Err(WeirError::new(
+                    SqlState("2BP01"),
+                    format!("cannot drop {noun} {name} because other objects depend on it"),
+                )
+                .with_detail(detail.join("\n")));
+            }
+            for user in users {
+                session.notice(format!("drop cascades to view {user}"));
+                catalog.views.remove(&user);
+                pending.push(user);
+            }
+        }
+        if catalog.tables.remove(&name).is_some() {
+            dropped_tables.push(name.clone());
+        }
+        catalog.views.remove(&name);
+    }
+    working.catalog.views = catalog.views;
+    for name in dropped_tables {
+        working.drop_table(&name);
+    }
+    working.catalog_changed();
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(Output::command(tag))
+}

@@ -1,0 +1,299 @@
+//! Errors as users see them: each has a PostgreSQL SQLSTATE.
+//!
+//! Every failure that reaches a client goes through [`WeirError`]; the one
+//! place that decides a DataFusion error's SQLSTATE is
+//! [`WeirError::from_datafusion`].
+
+use std::fmt;
+
+use datafusion::error::DataFusionError;
+use pgwire::error::{ErrorInfo, PgWireError};
+
+/// A PostgreSQL error condition (SQLSTATE code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlState(pub &'static str);
+
+#[allow(missing_docs)]
+impl SqlState {
+    pub const SYNTAX_ERROR: SqlState = SqlState("42601");
+    pub const UNDEFINED_TABLE: SqlState = SqlState("42P01");
+    pub const UNDEFINED_COLUMN: SqlState = SqlState("42703");
+    pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
+    pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
+    pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
+    pub const DUPLICATE_COLUMN: SqlState = SqlState("42701");
+    pub const AMBIGUOUS_COLUMN: SqlState = SqlState("42702");
+    pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");
+    pub const INVALID_TABLE_DEFINITION: SqlState = SqlState("42P16");
+    pub const DATATYPE_MISMATCH: SqlState = SqlState("42804");
+    pub const GROUPING_ERROR: SqlState = SqlState("42803");
+    pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
+    pub const NUMERIC_OUT_OF_RANGE: SqlState = SqlState("22003");
+    pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
+    pub const INVALID_DATETIME_FORMAT: SqlState = SqlState("22007");
+    pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
+    pub const BAD_COPY_FORMAT: SqlState = SqlState("22P04");
+    pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState("54000");
+    pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
+    pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
+    pub const CARDINALITY_VIOLATION: SqlState = SqlState("21000");
+    pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
+    pub const UNDEFINED_PARAMETER: SqlState = SqlState("42P02");
+    pub const PROTOCOL_VIOLATION: SqlState = SqlState("08P01");
+    pub const QUERY_CANCELED: SqlState = SqlState("57014");
+    pub const IO_ERROR: SqlState = SqlState("58030");
+    pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
+}
+
+/// An error reported to the client as an `ErrorResponse`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeirError {
+    /// The SQLSTATE.
+    pub code: SqlState,
+    /// The primary message, as PostgreSQL words it where we can.
+    pub message: String,
+    /// Optional `DETAIL` line.
+    pub detail: Option<String>,
+}
+
+/// Result alias for the server.
+pub type WeirResult<T, E = WeirError> = std::result::Result<T, E>;
+
+impl WeirError {
+    /// An error with a code and message.
+    pub fn new(code: SqlState, message: impl Into<String>) -> Self {
+        WeirError {
+            code,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// Adds a `DETAIL` line.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// A construct Weir does not support (0A000).
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(SqlState::FEATURE_NOT_SUPPORTED, message)
+    }
+
+    /// A bug in Weir (XX000); the message says so.
+    pub fn internal(message: impl fmt::Display) -> Self {
+        Self::new(
+            SqlState::INTERNAL_ERROR,
+            format!("internal error (a bug in Weir): {message}"),
+        )
+    }
+
+    /// Classifies a DataFusion error by its root cause.
+    pub fn from_datafusion(error: DataFusionError) -> Self {
+        let root = error.find_root();
+        let message = root_message(root);
+        let code = match root {
+            DataFusionError::SQL(..) => SqlState::SYNTAX_ERROR,
+            DataFusionError::NotImplemented(_) => SqlState::FEATURE_NOT_SUPPORTED,
+            DataFusionError::SchemaError(e, _) => schema_error_code(&e.to_string()),
+            DataFusionError::ArrowError(e, _) => arrow_error_code(&e.to_string()),
+            DataFusionError::ResourcesExhausted(_) => SqlState::PROGRAM_LIMIT_EXCEEDED,
+            DataFusionError::Internal(_) => SqlState::INTERNAL_ERROR,
+            _ => message_code(&message),
+        };
+        WeirError::new(code, message)
+    }
+}
+
+/// The message of a DataFusion error without DataFusion's kind prefixes.
+fn root_message(root: &DataFusionError) -> String {
+    let text = match root {
+        DataFusionError::ArrowError(e, _) => e.to_string(),
+        DataFusionError::SchemaError(e, _) => e.to_string(),
+        DataFusionError::Plan(m)
+        | DataFusionError::Execution(m)
+        | DataFusionError::NotImplemented(m)
+        | DataFusionError::Configuration(m)
+        | DataFusionError::ResourcesExhausted(m) => m.clone(),
+        DataFusionError::SQL(e, _) => e.to_string(),
+        other => other.to_string(),
+    };
+    let mut text = text.trim().to_owned();
+    for prefix in [
+        "Error during planning: ",
+        "Execution error: ",
+        "Arrow error: ",
+        "Schema error: ",
+        "Compute error: ",
+        "Cast error: ",
+        "Invalid argument error: ",
+        "sql parser error: ",
+        "This feature is not implemented: ",
+        "Optimizer rule 'simplify_expressions' failed\ncaused by\n",
+    ] {
+        if let Some(rest) = text.strip_prefix(prefix) {
+            text = rest.to_owned();
+        }
+    }
+    text
+}
+
+fn schema_error_code(message: &str) -> SqlState {
+    if message.contains("No field named") || message.contains("not found") {
+        SqlState::UNDEFINED_COLUMN
+    } else if message.contains("Ambiguous reference") {
+        SqlState::AMBIGUOUS_COLUMN
+    } else if message.contains("duplicate qualified field")
+        || message.contains("duplicate unqualified field")
+    {
+        SqlState::DUPLICATE_COLUMN
+    } else {
+        SqlState::SYNTAX_ERROR
+    }
+}
+
+fn arrow_error_code(message: &str) -> SqlState {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("divide by zero") || lower.contains("division by zero") {
+        SqlState::DIVISION_BY_ZERO
+    } else if lower.contains("overflow") || lower.contains("out of range") {
+        SqlState::NUMERIC_OUT_OF_RANGE
+    } else if lower.contains("can't cast value") || lower.contains("too large to store") {
+        SqlState::NUMERIC_OUT_OF_RANGE
+    } else if lower.contains("cannot cast string") || lower.contains("cannot parse") {
+        SqlState::INVALID_TEXT_REPRESENTATION
+    } else if lower.contains("error parsing timestamp") || lower.contains("parser error") {
+        SqlState::INVALID_DATETIME_FORMAT
+    } else {
+        message_code(message)
+    }
+}
+
+/// Codes for plan and execution errors, recognised by their wording.
+fn message_code(message: &str) -> SqlState {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("divide by zero") || lower.contains("division by zero") {
+        SqlState::DIVISION_BY_ZERO
+    } else if lower.contains("table '") && lower.contains("' not found") {
+        SqlState::UNDEFINED_TABLE
+    } else if lower.contains("no field named") {
+        SqlState::UNDEFINED_COLUMN
+    } else if lower.contains("invalid function") || lower.contains("no function matches") {
+        SqlState::UNDEFINED_FUNCTION
+    } else if lower.contains("cannot infer common")
+        || lower.contains("cannot coerce")
+        || lower.contains("there isn't a common type")
+        || lower.contains("failed to coerce")
+        || lower.contains("cannot be cast")
+        || lower.contains("unsupported cast")
+        || lower.contains("does not support")
+            && (lower.contains("type") || lower.contains("operator"))
+    {
+        SqlState::DATATYPE_MISMATCH
+    } else if lower.contains("overflow") {
+        SqlState::NUMERIC_OUT_OF_RANGE
+    } else if lower.contains("cannot cast string") || lower.contains("invalid input syntax") {
+        SqlState::INVALID_TEXT_REPRESENTATION
+    } else if lower.contains("must appear in the group by")
+        || lower.contains("projection references non-aggregate")
+    {
+        SqlState::GROUPING_ERROR
+    } else if lower.contains("not implemented") || lower.contains("unsupported") {
+        SqlState::FEATURE_NOT_SUPPORTED
+    } else {
+        SqlState::SYNTAX_ERROR
+    }
+}
+
+impl fmt::Display for WeirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code.0)
+    }
+}
+
+impl std::error::Error for WeirError {}
+
+impl From<DataFusionError> for WeirError {
+    fn from(e: DataFusionError) -> Self {
+        WeirError::from_datafusion(e)
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for WeirError {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        WeirError::from_datafusion(DataFusionError::ArrowError(Box::new(e), None))
+    }
+}
+
+impl From<weir_sql::ParseError> for WeirError {
+    fn from(e: weir_sql::ParseError) -> Self {
+        WeirError::new(SqlState::SYNTAX_ERROR, e.0)
+    }
+}
+
+impl From<weir_state::StateError> for WeirError {
+    fn from(e: weir_state::StateError) -> Self {
+        match e {
+            weir_state::StateError::Arrow(a) => a.into(),
+            other => WeirError::new(SqlState::IO_ERROR, other.to_string()),
+        }
+    }
+}
+
+impl From<WeirError> for PgWireError {
+    fn from(e: WeirError) -> Self {
+        let mut info = ErrorInfo::new("ERROR".to_owned(), e.code.0.to_owned(), e.message);
+        info.detail = e.detail;
+        PgWireError::UserError(Box::new(info))
+    }
+}
+
+impl From<PgWireError> for WeirError {
+    fn from(e: PgWireError) -> Self {
+        match e {
+            PgWireError::UserError(info) => WeirError {
+                code: SqlState(leak_code(&info.code)),
+                message: info.message,
+                detail: info.detail,
+            },
+            other => WeirError::new(SqlState::PROTOCOL_VIOLATION, other.to_string()),
+        }
+    }
+}
+
+/// SQLSTATEs from pgwire come as strings; map the ones it produces to our
+/// constants without allocating per error.
+fn leak_code(code: &str) -> &'static str {
+    match code {
+        "22023" => "22023",
+        "22P02" => "22P02",
+        "08P01" => "08P01",
+        "42P02" => "42P02",
+        "0A000" => "0A000",
+        "57014" => "57014",
+        _ => "XX000",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn code_of(sql: &str) -> &'static str {
+        let ctx = SessionContext::new();
+        let result = async { ctx.sql(sql).await?.collect().await }.await;
+        WeirError::from(result.expect_err("query should fail"))
+            .code
+            .0
+    }
+
+    #[tokio::test]
+    async fn datafusion_errors_get_postgres_codes() {
+        assert_eq!(code_of("SELECT * FROM missing").await, "42P01");
+        assert_eq!(code_of("SELECT nope FROM (SELECT 1 AS a)").await, "42703");
+        assert_eq!(code_of("SELECT 1 / 0").await, "22012");
+        assert_eq!(code_of("SELECT CAST('abc' AS INT)").await, "22P02");
+        assert_eq!(code_of("SELECT no_such_fn(1)").await, "42883");
+    }
+}

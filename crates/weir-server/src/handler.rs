@@ -1,0 +1,646 @@
+//! The PostgreSQL wire protocol (pgwire) side of a connection: startup and
+//! authentication, simple and extended queries, COPY, and cancel.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{stream, Sink, SinkExt};
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireServerHandlers,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::types::format::FormatOptions;
+use tokio::sync::Mutex;
+use weir_sql::WeirStatement;
+
+use crate::copy::{self, CopyIn};
+use crate::database::Database;
+use crate::dml;
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Params, Session, PG_VERSION};
+use crate::statement;
+
+/// How clients authenticate.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Anyone may connect as anyone.
+    Trust,
+    /// SCRAM-SHA-256 with one user and password.
+    Password {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+}
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The database.
+    pub db: Arc<Database>,
+    /// Cancel-key registry.
+    pub connections: Arc<ConnectionManager>,
+    /// Authentication.
+    pub auth: Auth,
+}
+
+/// The handlers of one connection.
+pub struct ConnectionHandlers {
+    shared: Arc<Shared>,
+    conn: Arc<Connection>,
+}
+
+impl ConnectionHandlers {
+    /// Handlers for a new connection.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let conn = Arc::new(Connection {
+            shared: shared.clone(),
+            session: Arc::new(Mutex::new(None)),
+            copy: std::sync::Mutex::new(None),
+        });
+        ConnectionHandlers { shared, conn }
+    }
+}
+
+fn server_parameters() -> DefaultServerParameterProvider {
+    let mut params = DefaultServerParameterProvider::default();
+    params.server_version = PG_VERSION.to_owned();
+    params.time_zone = "UTC".to_owned();
+    params.date_style = "ISO, MDY".to_owned();
+    params
+}
+
+impl PgWireServerHandlers for ConnectionHandlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.conn.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.conn.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(match &self.shared.auth {
+            Auth::Trust => Startup::Trust(TrustStartup {
+                connections: self.shared.connections.clone(),
+            }),
+            Auth::Password { user, password } => {
+                let source = Arc::new(PasswordSource {
+                    user: user.clone(),
+                    password: password.clone(),
+                });
+                Startup::Scram(Box::new(
+                    SASLAuthStartupHandler::new(Arc::new(server_parameters()))
+                        .with_scram(ScramAuth::new(source))
+                        .with_connection_manager(self.shared.connections.clone()),
+                ))
+            }
+        })
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.conn.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.shared.connections.clone()))
+    }
+}
+
+/// Startup without a password.
+struct TrustStartup {
+    connections: Arc<ConnectionManager>,
+}
+
+enum Startup {
+    Trust(TrustStartup),
+    Scram(Box<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            Startup::Scram(handler) => handler.on_startup(client, message).await,
+            Startup::Trust(trust) => {
+                if let PgWireFrontendMessage::Startup(ref startup) = message {
+                    protocol_negotiation(client, startup).await?;
+                    save_startup_parameters_to_metadata(client, startup);
+                    let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
+                    client.set_pid_and_secret_key(pid, secret.clone());
+                    let (handle, guard) = trust.connections.register(pid, secret);
+                    client
+                        .session_extensions()
+                        .insert::<Arc<ConnectionHandle>>(handle);
+                    client.session_extensions().insert(guard);
+                    finish_authentication(client, &server_parameters()).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PasswordSource {
+    user: String,
+    password: String,
+}
+
+#[async_trait]
+impl AuthSource for PasswordSource {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        if login.user() != Some(self.user.as_str()) {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".into(),
+                "28P01".into(),
+                format!(
+                    "password authentication failed for user \"{}\"",
+                    login.user().unwrap_or("")
+                ),
+            ))));
+        }
+        let salt: [u8; 16] = rand_salt();
+        let hash = gen_salted_password(&self.password, &salt, 4096);
+        Ok(Password::new(Some(salt.to_vec()), hash))
+    }
+}
+
+fn rand_salt() -> [u8; 16] {
+    let mut salt = [0u8; 16];
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    salt.copy_from_slice(&nanos.to_le_bytes());
+    salt
+}
+
+/// One connection: its session (created on first use) and a COPY in
+/// progress.
+pub struct Connection {
+    shared: Arc<Shared>,
+    session: Arc<Mutex<Option<Session>>>,
+    copy: std::sync::Mutex<Option<CopyIn>>,
+}
+
+impl Connection {
+    async fn session<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> PgWireResult<tokio::sync::MappedMutexGuard<'_, Session>> {
+        let mut guard = self.session.lock().await;
+        if guard.is_none() {
+            let user = client
+                .metadata()
+                .get("user")
+                .cloned()
+                .unwrap_or_else(|| "weir".into());
+            *guard = Some(Session::new(self.shared.db.clone(), user)?);
+        }
+        Ok(tokio::sync::MutexGuard::map(guard, |s| {
+            s.as_mut().expect("session created above")
+        }))
+    }
+}
+
+async fn send_notices<C>(client: &mut C, session: &mut Session) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for notice in session.notices.drain(..) {
+        let info = ErrorInfo::new("NOTICE".into(), "00000".into(), notice);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                info,
+            )))
+            .await?;
+    }
+    Ok(())
+}
+
+fn format_options(client: &impl ClientInfo) -> Arc<FormatOptions> {
+    Arc::new(FormatOptions::from_client_metadata(client.metadata()))
+}
+
+fn fields(
+    schema: &SchemaRef,
+    format: &Format,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_schema_to_pg_fields(schema, format, Some(options))
+}
+
+fn into_response(
+    output: Output,
+    format: &Format,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Response> {
+    Ok(match output {
+        Output::Rows { schema, batches } => {
+            let fields = Arc::new(fields(&schema, format, options)?);
+            let rows: Vec<_> = batches
+                .into_iter()
+                .flat_map(|b| encode_recordbatch(fields.clone(), b))
+                .collect();
+            Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+        }
+        Output::Command { tag, rows } => {
+            let mut t = Tag::new(tag);
+            if tag == "INSERT" {
+                t = t.with_oid(0);
+            }
+            if let Some(rows) = rows {
+                t = t.with_rows(rows);
+            }
+            Response::Execution(t)
+        }
+        Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
+        Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
+        Output::CopyIn { columns } => {
+            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
+        }
+    })
+}
+
+impl Connection {
+    /// Runs one statement, starting a COPY if it is one.
+    async fn run(
+        &self,
+        session: &mut Session,
+        statement: &WeirStatement,
+        params: &Params,
+    ) -> WeirResult<Output> {
+        if statement::is_copy(statement) {
+            let WeirStatement::Sql(sql) = statement else {
+                unreachable!("is_copy checked")
+            };
+            let copy = copy::start(&session.db.committed().catalog, sql)?;
+            let columns = copy.columns.len();
+            *self.copy.lock().expect("copy lock") = Some(copy);
+            return Ok(Output::CopyIn { columns });
+        }
+        statement::execute(session, statement, params).await
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Connection {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = weir_sql::parse(query).map_err(WeirError::from)?;
+        let options = format_options(client);
+        let mut session = self.session(client).await?;
+        let mut responses = Vec::with_capacity(statements.len());
+        for statement in &statements {
+            let result = self.run(&mut session, statement, &None).await;
+            send_notices(client, &mut session).await?;
+            match result {
+                Ok(output) => {
+                    let copying = matches!(output, Output::CopyIn { .. });
+                    responses.push(into_response(
+                        output,
+                        &Format::UnifiedText,
+                        options.clone(),
+                    )?);
+                    if copying {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let PgWireError::UserError(info) = <PgWireError as From<WeirError>>::from(e)
+                    else {
+                        unreachable!("WeirError converts to a user error")
+                    };
+                    responses.push(Response::Error(info));
+                    break;
+                }
+            }
+        }
+        if responses.is_empty() {
+            responses.push(Response::EmptyQuery);
+        }
+        Ok(responses)
+    }
+}
+
+/// A statement prepared with Parse: its parameter types and result columns
+/// are worked out once.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    statement: Option<WeirStatement>,
+    parameters: Vec<DataType>,
+    schema: Option<SchemaRef>,
+}
+
+/// Parses and describes statements for the extended protocol.
+pub struct Parser {
+    session: Arc<Mutex<Option<Session>>>,
+    db: Arc<Database>,
+}
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = weir_sql::parse(sql).map_err(WeirError::from)?;
+        if statements.len() > 1 {
+            return Err(WeirError::new(
+                SqlState::SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            )
+            .into());
+        }
+        let Some(statement) = statements.pop() else {
+            return Ok(None);
+        };
+        let mut guard = self.session.lock().await;
+        if guard.is_none() {
+            let user = client
+                .metadata()
+                .get("user")
+                .cloned()
+                .unwrap_or_else(|| "weir".into());
+            *guard = Some(Session::new(self.db.clone(), user)?);
+        }
+        let session = guard.as_mut().expect("session created above");
+        let (inferred, schema) = describe(session, &statement).await?;
+        let count = inferred.len().max(types.len());
+        let parameters = (0..count)
+            .map(|i| {
+                types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .and_then(|t| arrow_type_of(&t))
+                    .or_else(|| inferred.get(i).cloned().flatten())
+                    .unwrap_or(DataType::Utf8)
+            })
+            .collect();
+        Ok(Some(Prepared {
+            statement: Some(statement),
+            parameters,
+            schema,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        stmt.parameters.iter().map(into_pg_type).collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.schema {
+            Some(schema) => fields(
+                schema,
+                column_format.unwrap_or(&Format::UnifiedText),
+                Arc::new(FormatOptions::default()),
+            ),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The Arrow type Weir decodes a parameter of PostgreSQL type `t` into.
+fn arrow_type_of(t: &Type) -> Option<DataType> {
+    use datafusion::arrow::datatypes::{IntervalUnit, TimeUnit};
+    Some(match *t {
+        Type::BOOL => DataType::Boolean,
+        Type::INT2 => DataType::Int16,
+        Type::INT4 => DataType::Int32,
+        Type::INT8 => DataType::Int64,
+        Type::FLOAT4 => DataType::Float32,
+        Type::FLOAT8 => DataType::Float64,
+        Type::NUMERIC => DataType::Decimal128(38, 10),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => DataType::Utf8,
+        Type::BYTEA => DataType::Binary,
+        Type::DATE => DataType::Date32,
+        Type::TIME => DataType::Time64(TimeUnit::Microsecond),
+        Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
+        Type::TIMESTAMPTZ => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+        Type::INTERVAL => DataType::Interval(IntervalUnit::MonthDayNano),
+        _ => return None,
+    })
+}
+
+/// Parameter types (by `$n`, where known) and result schema of a statement.
+async fn describe(
+    session: &mut Session,
+    statement: &WeirStatement,
+) -> WeirResult<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+    let WeirStatement::Sql(sql) = statement else {
+        return Ok((Vec::new(), None));
+    };
+    session.pin_for_read();
+    let snapshot = session.pinned.get();
+    let mut types: Vec<Option<DataType>> = Vec::new();
+    let mut note = |n: usize, t: Option<DataType>| {
+        if types.len() <= n {
+            types.resize(n + 1, None);
+        }
+        if types[n].is_none() {
+            types[n] = t;
+        }
+    };
+    let plan = match sql.as_ref() {
+        Statement::Query(_) | Statement::Explain { .. } => {
+            Some(session.plan(sql.as_ref().clone(), &None).await?)
+        }
+        Statement::Insert(insert) => {
+            for (n, t) in dml::parameter_hints(&snapshot.catalog, sql) {
+                note(n, Some(t));
+            }
+            match &insert.source {
+                Some(query) => Some(session.plan(Statement::Query(query.clone()), &None).await?),
+                None => None,
+            }
+        }
+        Statement::Update(update) => {
+            for (n, t) in dml::parameter_hints(&snapshot.catalog, sql) {
+                note(n, Some(t));
+            }
+            let (def, query) = dml::update_query(&snapshot.catalog, update)?;
+            Some(dml::plan_target_query(session, &snapshot.tables, &def, &query, &None).await?)
+        }
+        Statement::Delete(delete) => {
+            let (def, query) = dml::delete_query(&snapshot.catalog, delete)?;
+            Some(dml::plan_target_query(session, &snapshot.tables, &def, &query, &None).await?)
+        }
+        Statement::ShowVariable { .. } | Statement::ShowTables { .. } => {
+            // SHOW has no side effects: run it to learn its columns.
+            if let Output::Rows { schema, .. } =
+                statement::execute(session, statement, &None).await?
+            {
+                return Ok((Vec::new(), Some(schema)));
+            }
+            None
+        }
+        _ => None,
+    };
+    let Some(plan) = plan else {
+        return Ok((types, None));
+    };
+    for (name, t) in plan.get_parameter_types()? {
+        if let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+            if n > 0 {
+                note(n - 1, t);
+            }
+        }
+    }
+    let schema = matches!(
+        sql.as_ref(),
+        Statement::Query(_) | Statement::Explain { .. }
+    )
+    .then(|| Arc::new(plan.schema().as_arrow().clone()));
+    Ok((types, schema))
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Connection {
+    type Statement = Prepared;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        Arc::new(Parser {
+            session: self.session.clone(),
+            db: self.shared.db.clone(),
+        })
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let prepared = &portal.statement.statement;
+        let Some(statement) = &prepared.statement else {
+            return Ok(Response::EmptyQuery);
+        };
+        let params = if prepared.parameters.is_empty() {
+            None
+        } else {
+            let types: Vec<Option<&DataType>> = prepared.parameters.iter().map(Some).collect();
+            Some(arrow_pg::datatypes::df::deserialize_parameters(
+                portal, &types,
+            )?)
+        };
+        let options = format_options(client);
+        let mut session = self.session(client).await?;
+        let result = self.run(&mut session, statement, &params).await;
+        send_notices(client, &mut session).await?;
+        into_response(result?, &portal.result_column_format, options)
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Connection {
+    async fn on_copy_data<C>(&self, _client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut copy = self.copy.lock().expect("copy lock");
+        match copy.as_mut() {
+            Some(c) => {
+                if let Err(e) = c.push(&copy_data.data) {
+                    *copy = None;
+                    return Err(e.into());
+                }
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(copy) = self.copy.lock().expect("copy lock").take() else {
+            return Err(WeirError::new(SqlState::PROTOCOL_VIOLATION, "no COPY in progress").into());
+        };
+        let session = self.session(client).await?;
+        let rows = copy.parse()?;
+        let count = dml::insert_batch(&session, &copy.table.name, &copy.columns, rows).await?;
+        client
+            .send(PgWireBackendMessage::CommandComplete(
+                Tag::new("COPY").with_rows(count).into(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.copy.lock().expect("copy lock").take();
+        WeirError::new(
+            SqlState::QUERY_CANCELED,
+            format!("COPY from stdin failed: {}", fail.message),
+        )
+        .into()
+    }
+}

@@ -1,0 +1,35 @@
+//! Weir's server: the PostgreSQL wire protocol, sessions, statement
+//! dispatch, the catalog, and the epoch coordinator.
+//!
+//! # The path of a statement
+//!
+//! ```text
+//! client ─pgwire─▶ handler ─▶ weir_sql::parse ─▶ statement::execute
+//!   query   ─▶ Session::plan over the committed snapshot (provider) ─▶ DataFusion
+//!   DML     ─▶ dml: lock the working state, plan over it, check, apply;
+//!              wait for the epoch to commit (database)
+//!   DDL     ─▶ ddl: change the catalog in the working state; wait likewise
+//!   COPY    ─▶ copy: buffer and split the data, then dml::insert_batch
+//! ```
+//!
+//! [`database::Database`] owns the working state, the committed snapshot,
+//! and the coordinator that commits epochs to the state store.
+#![warn(missing_docs)]
+
+pub mod catalog;
+mod copy;
+pub mod database;
+mod ddl;
+mod dml;
+pub mod error;
+pub mod handler;
+pub mod provider;
+pub mod server;
+pub mod session;
+mod settings;
+mod statement;
+mod types;
+
+pub use database::{Database, EpochConfig};
+pub use handler::Auth;
+pub use server::serve;

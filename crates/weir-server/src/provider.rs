@@ -1,0 +1,218 @@
+//! DataFusion's view of Weir's tables: every statement plans against one
+//! pinned [`DbSnapshot`], so a query reads all tables at the same epoch.
+
+use std::sync::{Arc, RwLock, Weak};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::view::ViewTable;
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{col, Expr, LogicalPlanBuilder};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::parser::Statement as DfStatement;
+use weir_state::TableSnapshot;
+
+use crate::catalog::ViewDef;
+use crate::database::DbSnapshot;
+
+/// The name under which a DML statement's target table is planned; its
+/// scan also yields each row's position.
+pub const DML_TARGET: &str = "__weir_dml_target";
+/// The position column of the DML target.
+pub const POSITION_COLUMN: &str = "__weir_position";
+
+/// The snapshot a session's statements currently plan against.
+#[derive(Debug)]
+pub struct PinnedSnapshot {
+    current: RwLock<Arc<DbSnapshot>>,
+    dml_target: RwLock<Option<TableSnapshot>>,
+}
+
+impl PinnedSnapshot {
+    /// Pins `snapshot` for the statements that follow.
+    pub fn new(snapshot: Arc<DbSnapshot>) -> Self {
+        PinnedSnapshot {
+            current: RwLock::new(snapshot),
+            dml_target: RwLock::new(None),
+        }
+    }
+
+    /// Replaces the pinned snapshot.
+    pub fn pin(&self, snapshot: Arc<DbSnapshot>) {
+        *self.current.write().expect("pin lock") = snapshot;
+        *self.dml_target.write().expect("pin lock") = None;
+    }
+
+    /// The pinned snapshot.
+    pub fn get(&self) -> Arc<DbSnapshot> {
+        self.current.read().expect("pin lock").clone()
+    }
+
+    /// Makes [`DML_TARGET`] resolve to `table` until the next pin.
+    pub fn set_dml_target(&self, table: TableSnapshot) {
+        *self.dml_target.write().expect("pin lock") = Some(table);
+    }
+}
+
+/// The `public` schema: tables and views of the pinned snapshot.
+#[derive(Debug)]
+pub struct PublicSchema {
+    pinned: Arc<PinnedSnapshot>,
+    session: Weak<parking_lot::RwLock<SessionState>>,
+}
+
+impl PublicSchema {
+    /// A schema reading `pinned`; views are planned with `session`'s state.
+    pub fn new(
+        pinned: Arc<PinnedSnapshot>,
+        session: Weak<parking_lot::RwLock<SessionState>>,
+    ) -> Self {
+        PublicSchema { pinned, session }
+    }
+
+    async fn view(&self, view: &ViewDef) -> Result<Arc<dyn TableProvider>> {
+        let state = self
+            .session
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Internal("session is gone".into()))?
+            .read()
+            .clone();
+        let mut statements = weir_sql::parse(&view.query)
+            .map_err(|e| DataFusionError::Plan(format!("view \"{}\": {e}", view.name)))?;
+        let Some(weir_sql::WeirStatement::Sql(statement)) = statements.pop() else {
+            return Err(DataFusionError::Plan(format!(
+                "view \"{}\" is not a query",
+                view.name
+            )));
+        };
+        let mut plan = state
+            .statement_to_plan(DfStatement::Statement(statement))
+            .await?;
+        if !view.columns.is_empty() {
+            let renamed: Vec<Expr> = plan
+                .schema()
+                .columns()
+                .into_iter()
+                .zip(&view.columns)
+                .map(|(c, name)| col(c).alias(name))
+                .collect();
+            plan = LogicalPlanBuilder::from(plan).project(renamed)?.build()?;
+        }
+        Ok(Arc::new(ViewTable::new(plan, Some(view.query.clone()))))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PublicSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.pinned.get().catalog.relation_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name == DML_TARGET {
+            let target = self.pinned.dml_target.read().expect("pin lock").clone();
+            return Ok(target.map(|t| Arc::new(SnapshotTable::new(t, true)) as _));
+        }
+        let snapshot = self.pinned.get();
+        if let Some(def) = snapshot.catalog.tables.get(name) {
+            let table =
+                snapshot.tables.get(&def.id).cloned().ok_or_else(|| {
+                    DataFusionError::Internal(format!("no snapshot of table {name}"))
+                })?;
+            return Ok(Some(Arc::new(SnapshotTable::new(table, false))));
+        }
+        match snapshot.catalog.views.get(name) {
+            Some(view) => self.view(view).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn table_type(&self, name: &str) -> Result<Option<TableType>> {
+        let snapshot = self.pinned.get();
+        Ok(if snapshot.catalog.tables.contains_key(name) {
+            Some(TableType::Base)
+        } else if snapshot.catalog.views.contains_key(name) {
+            Some(TableType::View)
+        } else {
+            None
+        })
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.pinned.get().catalog.kind_of(name).is_some()
+    }
+}
+
+/// A table at one epoch, scanned from memory.
+#[derive(Debug)]
+pub struct SnapshotTable {
+    table: TableSnapshot,
+    schema: SchemaRef,
+    with_positions: bool,
+}
+
+impl SnapshotTable {
+    /// A provider over `table`; `with_positions` adds [`POSITION_COLUMN`].
+    pub fn new(table: TableSnapshot, with_positions: bool) -> Self {
+        let visible = table.spec().visible_schema();
+        let schema = if with_positions {
+            let mut fields: Vec<_> = visible.fields().iter().cloned().collect();
+            fields.push(Arc::new(Field::new(
+                POSITION_COLUMN,
+                DataType::UInt64,
+                false,
+            )));
+            Arc::new(Schema::new(fields))
+        } else {
+            visible
+        };
+        SnapshotTable {
+            table,
+            schema,
+            with_positions,
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for SnapshotTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
+        if self.with_positions {
+            let batches = self.table.scan(None, true).map_err(to_df)?;
+            let exec = MemorySourceConfig::try_new_exec(
+                &[batches],
+                self.schema.clone(),
+                projection.cloned(),
+            )?;
+            return Ok(exec);
+        }
+        let batches = self
+            .table
+            .scan(projection.map(Vec::as_slice), false)
+            .map_err(to_df)?;
+        let schema = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?)
+    }
+}

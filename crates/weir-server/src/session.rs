@@ -1,0 +1,189 @@
+//! One client session: its DataFusion context, pinned snapshot, settings
+//! and transaction state.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::{create_udf, ColumnarValue, LogicalPlan, Volatility};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+
+use crate::catalog::{DATABASE, SCHEMA};
+use crate::database::{Database, DbSnapshot};
+use crate::error::{WeirError, WeirResult};
+use crate::provider::{PinnedSnapshot, PublicSchema};
+use crate::settings::Settings;
+
+/// The PostgreSQL version Weir reports; clients pick features by it.
+pub const PG_VERSION: &str = "16.6";
+
+/// What a statement produced.
+#[derive(Debug)]
+pub enum Output {
+    /// Rows of a query.
+    Rows {
+        /// Their schema.
+        schema: SchemaRef,
+        /// The rows.
+        batches: Vec<RecordBatch>,
+    },
+    /// A command tag such as `INSERT 0 3` (`tag`, then the row count).
+    Command {
+        /// The tag's words.
+        tag: &'static str,
+        /// Rows affected, where the tag has a count.
+        rows: Option<usize>,
+    },
+    /// `BEGIN`.
+    TransactionStart,
+    /// `COMMIT` or `ROLLBACK`.
+    TransactionEnd(&'static str),
+    /// `COPY ... FROM STDIN` is waiting for data.
+    CopyIn {
+        /// Number of columns the client sends.
+        columns: usize,
+    },
+}
+
+impl Output {
+    /// A tag without a row count.
+    pub fn command(tag: &'static str) -> Self {
+        Output::Command { tag, rows: None }
+    }
+
+    /// A single text column named `name`, one row per value.
+    pub fn text_column(name: &str, values: Vec<String>) -> WeirResult<Self> {
+        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values))])?;
+        Ok(Output::Rows {
+            schema,
+            batches: vec![batch],
+        })
+    }
+}
+
+/// Parameter values bound to a prepared statement.
+pub type Params = Option<ParamValues>;
+
+/// Per-connection state.
+pub struct Session {
+    /// The database.
+    pub db: Arc<Database>,
+    /// DataFusion's context: functions, settings, the catalog.
+    pub ctx: SessionContext,
+    /// The snapshot statements plan against.
+    pub pinned: Arc<PinnedSnapshot>,
+    /// `SET` variables.
+    pub settings: Settings,
+    /// Inside `BEGIN`: the snapshot every read of the transaction sees.
+    pub transaction: Option<Arc<DbSnapshot>>,
+    /// The user name from the startup packet.
+    pub user: String,
+    /// NOTICE messages for the client, sent before the statement's result.
+    pub notices: Vec<String>,
+}
+
+impl Session {
+    /// A new session for `user`.
+    pub fn new(db: Arc<Database>, user: String) -> WeirResult<Self> {
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(DATABASE, SCHEMA)
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(true)
+            .with_target_partitions(2);
+        let options = config.options_mut();
+        options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        options.sql_parser.map_string_types_to_utf8view = false;
+        options.execution.time_zone = Some("+00:00".into());
+        options.sql_parser.parse_float_as_decimal = true;
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let pinned = Arc::new(PinnedSnapshot::new(db.committed()));
+        let catalog = MemoryCatalogProvider::new();
+        catalog.register_schema(
+            SCHEMA,
+            Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref())),
+        )?;
+        ctx.register_catalog(DATABASE, Arc::new(catalog));
+        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
+            .map_err(|e| WeirError::from_datafusion(*e))?;
+        ctx.register_udf(version_udf());
+        Ok(Session {
+            db,
+            ctx,
+            pinned,
+            settings: Settings::new(&user),
+            transaction: None,
+            user,
+            notices: Vec::new(),
+        })
+    }
+
+    /// Pins the snapshot queries read: the transaction's, or the newest
+    /// committed one.
+    pub fn pin_for_read(&self) {
+        let snapshot = match &self.transaction {
+            Some(snapshot) => snapshot.clone(),
+            None => self.db.committed(),
+        };
+        self.pinned.pin(snapshot);
+    }
+
+    /// Queues a NOTICE for the client.
+    pub fn notice(&mut self, message: String) {
+        self.notices.push(message);
+    }
+
+    /// Plans a statement against the pinned snapshot and binds `params`.
+    pub async fn plan(&self, statement: Statement, params: &Params) -> WeirResult<LogicalPlan> {
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+            .await?;
+        bind(plan, params)
+    }
+
+    /// Runs a plan to completion.
+    pub async fn collect(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, Vec<RecordBatch>)> {
+        let frame = self.ctx.execute_logical_plan(plan).await?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let batches = frame.collect().await?;
+        Ok((schema, batches))
+    }
+}
+
+/// Replaces `$n` placeholders with bound values.
+pub fn bind(plan: LogicalPlan, params: &Params) -> WeirResult<LogicalPlan> {
+    match params {
+        Some(values) => Ok(plan.replace_params_with_values(values)?),
+        None => Ok(plan),
+    }
+}
+
+/// `version()` as PostgreSQL words it, so clients that parse it are happy.
+fn version_udf() -> datafusion::logical_expr::ScalarUDF {
+    let text = format!(
+        "PostgreSQL {PG_VERSION} (Weir {}) on {}, a streaming database",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    );
+    create_udf(
+        "version",
+        vec![],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(text.clone()))))),
+    )
+}

@@ -1,0 +1,191 @@
+//! Statement dispatch: the one `match` that decides what runs a statement.
+
+use std::sync::atomic::Ordering;
+
+use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Set, Statement, Value};
+use weir_sql::WeirStatement;
+
+use crate::ddl;
+use crate::dml;
+use crate::error::{WeirError, WeirResult};
+use crate::session::{Output, Params, Session};
+
+/// Runs one statement. `COPY` only starts here; the handler feeds it data.
+pub async fn execute(
+    session: &mut Session,
+    statement: &WeirStatement,
+    params: &Params,
+) -> WeirResult<Output> {
+    let statement = match statement {
+        WeirStatement::Flush => {
+            session.db.flush().await?;
+            return Ok(Output::command("FLUSH"));
+        }
+        WeirStatement::Sql(statement) => statement.as_ref(),
+    };
+    match statement {
+        Statement::Query(_) | Statement::Explain { .. } => {
+            session.pin_for_read();
+            let plan = session.plan(statement.clone(), params).await?;
+            let (schema, batches) = session.collect(plan).await?;
+            Ok(Output::Rows { schema, batches })
+        }
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+            dml::execute(session, statement, params).await
+        }
+        Statement::CreateTable(create) => ddl::create_table(session, create).await,
+        Statement::CreateView(create) => ddl::create_view(session, create).await,
+        Statement::Drop {
+            object_type,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => ddl::drop_relations(session, *object_type, names, *if_exists, *cascade).await,
+        Statement::ShowTables { .. } => {
+            let names = session
+                .db
+                .committed()
+                .catalog
+                .tables
+                .keys()
+                .cloned()
+                .collect();
+            Output::text_column("name", names)
+        }
+        Statement::ShowVariable { variable } => show(session, variable),
+        Statement::Set(set) => set_variable(session, set),
+        Statement::StartTransaction { .. } => {
+            if session.transaction.is_some() {
+                session.notice("there is already a transaction in progress".into());
+            } else {
+                session.transaction = Some(session.db.committed());
+            }
+            Ok(Output::TransactionStart)
+        }
+        Statement::Commit { .. } => {
+            session.transaction = None;
+            Ok(Output::TransactionEnd("COMMIT"))
+        }
+        Statement::Rollback { .. } => {
+            session.transaction = None;
+            Ok(Output::TransactionEnd("ROLLBACK"))
+        }
+        Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
+        Statement::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
+        Statement::Copy { .. } => Err(WeirError::internal("COPY is run by the handler")),
+        other => Err(WeirError::unsupported(format!(
+            "statement not supported: {}",
+            first_words(&other.to_string())
+        ))),
+    }
+}
+
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn show(
+    session: &Session,
+    variable: &[datafusion::sql::sqlparser::ast::Ident],
+) -> WeirResult<Output> {
+    let name = variable
+        .iter()
+        .map(|i| i.value.to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let counters = &session.db.counters;
+    let value = match name.as_str() {
+        "all" => {
+            let (names, values): (Vec<String>, Vec<String>) = session
+                .settings
+                .all()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .unzip();
+            return two_columns(names, values);
+        }
+        "transaction isolation level" => "read committed".to_owned(),
+        "committed_epoch" => session.db.committed_epoch().to_string(),
+        "epochs_committed" => counters.epochs.load(Ordering::Relaxed).to_string(),
+        "objects_written" => counters.objects.load(Ordering::Relaxed).to_string(),
+        "bytes_written" => counters.bytes.load(Ordering::Relaxed).to_string(),
+        other => session.settings.get(other)?.to_owned(),
+    };
+    Output::text_column(&name.replace(' ', "_"), vec![value])
+}
+
+fn two_columns(names: Vec<String>, values: Vec<String>) -> WeirResult<Output> {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("setting", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(values)),
+        ],
+    )?;
+    Ok(Output::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}
+
+/// The text of a `SET` value as PostgreSQL would store it.
+fn setting_text(values: &[SqlExpr]) -> String {
+    values
+        .iter()
+        .map(|v| match v {
+            SqlExpr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            },
+            SqlExpr::Identifier(i) => i.value.clone(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn set_variable(session: &mut Session, set: &Set) -> WeirResult<Output> {
+    match set {
+        Set::SingleAssignment {
+            variable, values, ..
+        } => {
+            let name = variable.to_string();
+            let value = setting_text(values);
+            if value.eq_ignore_ascii_case("default") {
+                session.settings.reset(&name)?;
+            } else {
+                session.settings.set(&name, &value)?;
+            }
+        }
+        Set::SetTimeZone { value, .. } => {
+            session
+                .settings
+                .set("timezone", &setting_text(std::slice::from_ref(value)))?;
+        }
+        Set::SetNames { charset_name, .. } => {
+            session
+                .settings
+                .set("client_encoding", &charset_name.to_string())?;
+        }
+        // Transaction characteristics and session authorization are
+        // accepted: Weir has one isolation level and one user model.
+        Set::SetTransaction { .. } | Set::SetSessionParam(_) | Set::SetRole { .. } => {}
+        other => {
+            return Err(WeirError::unsupported(format!("SET form: {other}")));
+        }
+    }
+    Ok(Output::command("SET"))
+}
+
+/// Whether a statement is `COPY`.
+pub fn is_copy(statement: &WeirStatement) -> bool {
+    matches!(statement, WeirStatement::Sql(s) if matches!(s.as_ref(), Statement::Copy { .. }))
+}

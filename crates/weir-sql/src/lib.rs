@@ -1,0 +1,23 @@
+//! Weir's SQL front end.
+//!
+//! ```text
+//! SQL text ─▶ parse (sqlparser, PostgreSQL dialect, with the client
+//!             compatibility rewrites of datafusion-pg-catalog)
+//!          ─▶ Statement ─▶ the server dispatches it:
+//!               DDL   → catalog
+//!               DML   → a DataFusion query over the working state
+//!               query → a DataFusion query over the committed epoch
+//! ```
+//!
+//! ```
+//! use weir_sql::WeirStatement;
+//! let statements = weir_sql::parse("SELECT 1; FLUSH").unwrap();
+//! assert_eq!(statements.len(), 2);
+//! assert_eq!(statements[1], WeirStatement::Flush);
+//! assert!(weir_sql::parse("SELEC 1").is_err());
+//! ```
+#![warn(missing_docs)]
+
+mod parse;
+
+pub use parse::{parse, ParseError, WeirStatement};

@@ -1,0 +1,28 @@
+//! Arrow IPC stream encoding of batches stored in data and base objects.
+
+use std::io::Cursor;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::StateResult;
+
+/// Encodes one batch as a self-describing Arrow IPC stream.
+pub(crate) fn encode(batch: &RecordBatch) -> StateResult<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut out, batch.schema_ref())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
+/// Decodes an IPC stream written by [`encode`] into one batch of `schema`.
+pub(crate) fn decode(bytes: &[u8], schema: &SchemaRef) -> StateResult<RecordBatch> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    let batch = datafusion::arrow::compute::concat_batches(schema, &batches)?;
+    Ok(batch)
+}

@@ -1,0 +1,38 @@
+//! Weir's state layer: keyed state tables kept in memory, made durable as
+//! incremental epoch deltas in an object store.
+//!
+//! # Brief overview
+//!
+//! - [`StateTable`] holds one table's rows, keyed by its primary key (or a
+//!   hidden row id), and remembers which keys changed since the last epoch.
+//!   [`StateTable::snapshot`] returns an immutable [`TableSnapshot`] that
+//!   readers scan while writers go on.
+//! - [`StateStore`] owns the object store. [`StateStore::commit`] writes one
+//!   epoch: a data object with every table's delta, then the epoch's
+//!   manifest. The manifest write is the commit point.
+//! - [`StateStore::recover`] finds the newest complete manifest and rebuilds
+//!   every table from its base and delta files.
+//!
+//! The object layout under the state root:
+//!
+//! ```text
+//! manifest/<epoch>      catalog + live files per table; newest complete one wins
+//! data/<epoch>-<n>      the deltas written in that epoch, all tables together
+//! base/<table>/<epoch>  a table's merged state, written when its delta chain grows
+//! ```
+#![warn(missing_docs)]
+
+mod codec;
+mod error;
+mod layout;
+mod manifest;
+mod store;
+mod table;
+
+pub use error::{StateError, StateResult};
+pub use manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
+pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};
+pub use table::{
+    DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot, TableSpec,
+    ROW_ID_COLUMN,
+};

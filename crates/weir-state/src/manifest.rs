@@ -1,0 +1,86 @@
+//! The manifest: what one committed epoch consists of.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Stable identifier of a state table. Names can be reused after a DROP; ids
+/// never are.
+pub type TableId = u64;
+
+/// A byte range of an object in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSlice {
+    /// Object path relative to the state root.
+    pub path: String,
+    /// First byte of the slice.
+    pub offset: u64,
+    /// Length of the slice in bytes.
+    pub len: u64,
+}
+
+/// One epoch's change to a table: the rows whose keys are present after the
+/// epoch (upserts) and the keys that are absent after it (deletes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaFiles {
+    /// Epoch that wrote the delta.
+    pub epoch: u64,
+    /// Full rows to insert or replace, by key.
+    pub upserts: Option<FileSlice>,
+    /// Key columns of rows to delete.
+    pub deletes: Option<FileSlice>,
+}
+
+/// The live files of one table: an optional base and the deltas after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableFiles {
+    /// The merged state up to some epoch.
+    pub base: Option<FileSlice>,
+    /// Deltas committed after the base, oldest first.
+    pub deltas: Vec<DeltaFiles>,
+    /// Size of the base in bytes (0 without a base).
+    pub base_bytes: u64,
+    /// Total size of the deltas in bytes.
+    pub delta_bytes: u64,
+    /// The next hidden row id to hand out (tables without a primary key).
+    pub next_row_id: u64,
+}
+
+impl TableFiles {
+    /// Every object path this table's files live in.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        let deltas = self
+            .deltas
+            .iter()
+            .flat_map(|d| d.upserts.iter().chain(d.deletes.iter()));
+        self.base.iter().chain(deltas).map(|s| s.path.as_str())
+    }
+}
+
+/// A committed epoch: the catalog and the files of every table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version of this manifest.
+    pub version: u32,
+    /// The epoch this manifest commits.
+    pub epoch: u64,
+    /// The server's catalog, opaque to the state layer.
+    pub catalog: serde_json::Value,
+    /// Live files per table.
+    pub tables: BTreeMap<TableId, TableFiles>,
+}
+
+impl Manifest {
+    /// The manifest format this build writes.
+    pub const VERSION: u32 = 1;
+
+    /// The manifest of an empty database before its first commit.
+    pub fn empty(catalog: serde_json::Value) -> Self {
+        Manifest {
+            version: Self::VERSION,
+            epoch: 0,
+            catalog,
+            tables: BTreeMap::new(),
+        }
+    }
+}

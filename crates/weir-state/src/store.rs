@@ -1,0 +1,386 @@
+//! The state store: commits epochs to an object store and recovers them.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tracing::{debug, warn};
+
+use crate::codec;
+use crate::error::{StateError, StateResult};
+use crate::layout::{self, base_path, data_path, manifest_path};
+use crate::manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
+use crate::table::{DeltaBatches, StateTable, TableSnapshot, TableSpec};
+
+/// Tunables of the state store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// How many recent manifests (and the files they name) are kept.
+    pub retained_manifests: usize,
+    /// A table's delta chain is merged into a new base once it has this
+    /// many deltas ...
+    pub max_deltas: usize,
+    /// ... or once its deltas outweigh its base and this many bytes.
+    pub min_compaction_bytes: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            retained_manifests: 3,
+            max_deltas: 64,
+            min_compaction_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One table's part of an epoch to commit.
+#[derive(Debug)]
+pub struct TableChange {
+    /// The rows changed in this epoch, if any.
+    pub delta: Option<DeltaBatches>,
+    /// The table's next hidden row id after this epoch.
+    pub next_row_id: u64,
+    /// The table's contents after this epoch (written out when its delta
+    /// chain is compacted into a base).
+    pub snapshot: TableSnapshot,
+}
+
+/// Everything one epoch commits: the catalog and every live table.
+#[derive(Debug)]
+pub struct EpochDelta {
+    /// The epoch being committed.
+    pub epoch: u64,
+    /// The server's catalog after the epoch.
+    pub catalog: serde_json::Value,
+    /// Every table that exists after the epoch. Tables of the previous
+    /// manifest that are missing here were dropped.
+    pub tables: BTreeMap<TableId, TableChange>,
+}
+
+/// What one commit wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Objects written, the manifest included.
+    pub objects: usize,
+    /// Bytes written, the manifest included.
+    pub bytes: u64,
+}
+
+/// An object store holding Weir's state under a root path.
+#[derive(Debug)]
+pub struct StateStore {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    config: StoreConfig,
+    /// Manifests still kept, oldest first; the last one is the newest commit.
+    retained: VecDeque<Manifest>,
+}
+
+impl StateStore {
+    /// Opens a state store at `location`: a local directory (created if
+    /// missing), or an object store URL such as `s3://bucket/prefix` (S3
+    /// settings come from the usual `AWS_*` environment variables) or
+    /// `file:///path`.
+    pub fn open(location: &str, config: StoreConfig) -> StateResult<Self> {
+        let (store, root): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
+            let url = url::Url::parse(location)
+                .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
+            match url.scheme() {
+                "s3" | "s3a" => {
+                    let store = AmazonS3Builder::from_env().with_url(url.as_str()).build()?;
+                    let root = Path::from_url_path(url.path())
+                        .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
+                    (Arc::new(store), root)
+                }
+                "file" => {
+                    let dir = url.to_file_path().map_err(|_| {
+                        StateError::InvalidLocation(format!("{location}: not a local path"))
+                    })?;
+                    (local_dir(&dir)?, Path::default())
+                }
+                _ => {
+                    let (store, root) = object_store::parse_url(&url)?;
+                    (Arc::from(store), root)
+                }
+            }
+        } else {
+            (local_dir(std::path::Path::new(location))?, Path::default())
+        };
+        Ok(Self::with_store(store, root, config))
+    }
+
+    /// A state store over an existing object store (tests wrap stores to
+    /// inject faults).
+    pub fn with_store(store: Arc<dyn ObjectStore>, root: Path, config: StoreConfig) -> Self {
+        StateStore {
+            store,
+            root,
+            config,
+            retained: VecDeque::new(),
+        }
+    }
+
+    /// The newest committed manifest, or `None` for a fresh store. Also
+    /// deletes what an interrupted commit or garbage collection left behind.
+    pub async fn recover(&mut self) -> StateResult<Option<Manifest>> {
+        let mut manifests: Vec<Path> = self
+            .store
+            .list(Some(&self.root.clone().join(layout::MANIFEST_DIR)))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await?;
+        manifests.sort_by_key(|p| std::cmp::Reverse(layout::epoch_of(p)));
+        let mut retained = VecDeque::new();
+        let mut garbage = Vec::new();
+        for path in manifests {
+            if retained.len() >= self.config.retained_manifests {
+                garbage.push(path);
+                continue;
+            }
+            match self.read_manifest(&path).await {
+                Ok(manifest) => retained.push_front(manifest),
+                Err(e) => {
+                    warn!(%path, error = %e, "skipping unreadable manifest");
+                    garbage.push(path);
+                }
+            }
+        }
+        self.retained = retained;
+        for path in garbage {
+            self.delete(&path).await;
+        }
+        self.sweep_unreferenced().await?;
+        Ok(self.retained.back().cloned())
+    }
+
+    async fn read_manifest(&self, path: &Path) -> StateResult<Manifest> {
+        let bytes = self.store.get(path).await?.bytes().await?;
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+                path: path.to_string(),
+                reason: e.to_string(),
+            })?;
+        if manifest.version != Manifest::VERSION {
+            return Err(StateError::Corrupt {
+                path: path.to_string(),
+                reason: format!("unknown manifest version {}", manifest.version),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// Deletes data and base objects that no retained manifest names.
+    async fn sweep_unreferenced(&self) -> StateResult<()> {
+        let referenced = self.referenced();
+        for dir in [layout::DATA_DIR, layout::BASE_DIR] {
+            let objects: Vec<Path> = self
+                .store
+                .list(Some(&self.root.clone().join(dir)))
+                .map_ok(|meta| meta.location)
+                .try_collect()
+                .await?;
+            for path in objects {
+                if !referenced.contains(self.relative(&path).as_str()) {
+                    debug!(%path, "deleting unreferenced state object");
+                    self.delete(&path).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn referenced(&self) -> HashSet<String> {
+        self.retained
+            .iter()
+            .flat_map(|m| m.tables.values())
+            .flat_map(|t| t.paths())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        match path.prefix_match(&self.root) {
+            Some(parts) => Path::from_iter(parts).to_string(),
+            None => path.to_string(),
+        }
+    }
+
+    fn absolute(&self, relative: &str) -> Path {
+        let mut path = self.root.clone();
+        for part in Path::from(relative).parts() {
+            path = path.join(part);
+        }
+        path
+    }
+
+    async fn delete(&self, path: &Path) {
+        if let Err(e) = self.store.delete(path).await {
+            warn!(%path, error = %e, "could not delete state object");
+        }
+    }
+
+    async fn put(&self, path: &Path, bytes: Vec<u8>) -> StateResult<()> {
+        self.store
+            .put(path, PutPayload::from(Bytes::from(bytes)))
+            .await?;
+        Ok(())
+    }
+
+    async fn read_slice(&self, slice: &FileSlice) -> StateResult<Bytes> {
+        let path = self.absolute(&slice.path);
+        Ok(self
+            .store
+            .get_range(&path, slice.offset..slice.offset + slice.len)
+            .await?)
+    }
+
+    /// Rebuilds one table from the files a manifest names.
+    pub async fn load_table(&self, spec: TableSpec, files: &TableFiles) -> StateResult<StateTable> {
+        let mut table = StateTable::new(spec.clone())?;
+        if let Some(base) = &files.base {
+            let rows = codec::decode(&self.read_slice(base).await?, &spec.schema)?;
+            table.apply_delta(Some(&rows), None)?;
+        }
+        let key_schema = spec.key_schema();
+        for delta in &files.deltas {
+            let upserts = match &delta.upserts {
+                Some(s) => Some(codec::decode(&self.read_slice(s).await?, &spec.schema)?),
+                None => None,
+            };
+            let deletes = match &delta.deletes {
+                Some(s) => Some(codec::decode(&self.read_slice(s).await?, &key_schema)?),
+                None => None,
+            };
+            table.apply_delta(upserts.as_ref(), deletes.as_ref())?;
+        }
+        table.set_next_row_id(files.next_row_id);
+        Ok(table)
+    }
+
+    /// Commits one epoch: writes the data object with every table's delta,
+    /// new bases where delta chains grew long, and then the manifest (the
+    /// commit point). Afterwards deletes what fell out of the retained
+    /// manifests. On error nothing is committed and the previous epoch stays
+    /// the newest; the same epoch may be committed again.
+    pub async fn commit(&mut self, delta: &EpochDelta) -> StateResult<(Manifest, CommitStats)> {
+        let epoch = delta.epoch;
+        let previous = self.retained.back();
+        let data = data_path(&self.root, epoch, 0);
+        let data_name = self.relative(&data);
+        let mut buffer = Vec::new();
+        let mut stats = CommitStats::default();
+        let mut tables = BTreeMap::new();
+        let mut bases = Vec::new();
+        for (&id, change) in &delta.tables {
+            let mut files = previous
+                .and_then(|m| m.tables.get(&id))
+                .cloned()
+                .unwrap_or_default();
+            files.next_row_id = change.next_row_id;
+            if let Some(batches) = &change.delta {
+                let mut slice = |batch: &Option<RecordBatch>| -> StateResult<Option<FileSlice>> {
+                    let Some(batch) = batch else { return Ok(None) };
+                    let bytes = codec::encode(batch)?;
+                    let slice = FileSlice {
+                        path: data_name.clone(),
+                        offset: buffer.len() as u64,
+                        len: bytes.len() as u64,
+                    };
+                    buffer.extend_from_slice(&bytes);
+                    Ok(Some(slice))
+                };
+                let upserts = slice(&batches.upserts)?;
+                let deletes = slice(&batches.deletes)?;
+                files.delta_bytes += upserts.iter().chain(&deletes).map(|s| s.len).sum::<u64>();
+                files.deltas.push(DeltaFiles {
+                    epoch,
+                    upserts,
+                    deletes,
+                });
+            }
+            if self.needs_base(&files) {
+                let path = base_path(&self.root, id, epoch);
+                let bytes = codec::encode(&change.snapshot.stored_rows()?)?;
+                files.base = Some(FileSlice {
+                    path: self.relative(&path),
+                    offset: 0,
+                    len: bytes.len() as u64,
+                });
+                files.base_bytes = bytes.len() as u64;
+                files.deltas.clear();
+                files.delta_bytes = 0;
+                bases.push((path, bytes));
+            }
+            tables.insert(id, files);
+        }
+        let referenced: HashSet<&str> = tables.values().flat_map(|t| t.paths()).collect();
+        if !buffer.is_empty() && referenced.contains(data_name.as_str()) {
+            stats.objects += 1;
+            stats.bytes += buffer.len() as u64;
+            self.put(&data, buffer).await?;
+        }
+        for (path, bytes) in bases {
+            stats.objects += 1;
+            stats.bytes += bytes.len() as u64;
+            self.put(&path, bytes).await?;
+        }
+        let manifest = Manifest {
+            version: Manifest::VERSION,
+            epoch,
+            catalog: delta.catalog.clone(),
+            tables,
+        };
+        let json = serde_json::to_vec(&manifest).expect("manifest serializes");
+        stats.objects += 1;
+        stats.bytes += json.len() as u64;
+        self.put(&manifest_path(&self.root, epoch), json).await?;
+        self.retained.push_back(manifest.clone());
+        self.prune().await;
+        Ok((manifest, stats))
+    }
+
+    fn needs_base(&self, files: &TableFiles) -> bool {
+        !files.deltas.is_empty()
+            && (files.deltas.len() >= self.config.max_deltas
+                || files.delta_bytes > files.base_bytes.max(self.config.min_compaction_bytes))
+    }
+
+    /// Drops manifests beyond the retained count and deletes the objects
+    /// only they named.
+    async fn prune(&mut self) {
+        let mut expired = Vec::new();
+        while self.retained.len() > self.config.retained_manifests {
+            expired.extend(self.retained.pop_front());
+        }
+        if expired.is_empty() {
+            return;
+        }
+        let referenced = self.referenced();
+        for manifest in expired {
+            self.delete(&manifest_path(&self.root, manifest.epoch))
+                .await;
+            let unreferenced: HashSet<&str> = manifest
+                .tables
+                .values()
+                .flat_map(|t| t.paths())
+                .filter(|p| !referenced.contains(*p))
+                .collect();
+            for path in unreferenced {
+                self.delete(&self.absolute(path)).await;
+            }
+        }
+    }
+}
+
+fn local_dir(dir: &std::path::Path) -> StateResult<Arc<dyn ObjectStore>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| StateError::InvalidLocation(format!("{}: {e}", dir.display())))?;
+    Ok(Arc::new(LocalFileSystem::new_with_prefix(dir)?))
+}

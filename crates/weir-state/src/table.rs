@@ -1,0 +1,567 @@
+//! Keyed state tables: rows in Arrow chunks, a key index, and the set of
+//! keys changed since the last epoch.
+//!
+//! Rows live in immutable Arrow chunks. A delete clears the row's bit in its
+//! chunk's live mask (copy-on-write, so snapshots taken earlier never
+//! change); an insert appends a chunk. The key index maps the row-format
+//! encoding of a key (arrow's `RowConverter`) to the row's position. Small and
+//! sparse chunks are merged as writes go on, so the chunk count stays small.
+//!
+//! Memory per row: the row's Arrow data, one live bit, and one index entry
+//! (the encoded key, about key width + 16 bytes, plus the hash map slot).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
+use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
+use datafusion::arrow::compute::{concat_batches, filter_record_batch, interleave_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+
+use crate::error::StateResult;
+
+/// Name of the hidden row id column of tables without a primary key.
+pub const ROW_ID_COLUMN: &str = "_weir_row_id";
+
+/// Chunks with fewer rows than this are merged once there are many of them.
+const SMALL_CHUNK_ROWS: usize = 8192;
+/// How many small chunks may pile up before they are merged.
+const MAX_SMALL_CHUNKS: usize = 16;
+
+/// The position of a row in a [`StateTable`]: chunk id in the high 32 bits,
+/// row within the chunk in the low 32. Valid until the next write.
+pub type RowPosition = u64;
+
+fn position(chunk: u32, row: usize) -> RowPosition {
+    ((chunk as u64) << 32) | row as u64
+}
+
+fn split_position(pos: RowPosition) -> (u32, usize) {
+    ((pos >> 32) as u32, (pos & 0xffff_ffff) as usize)
+}
+
+/// The shape of a state table: its stored schema and key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// Stored columns: the visible columns, then the hidden row id if any.
+    pub schema: SchemaRef,
+    /// Indices of the key columns in `schema`.
+    pub key: Vec<usize>,
+    /// Whether the last stored column is a row id the table assigns.
+    pub hidden_row_id: bool,
+}
+
+impl TableSpec {
+    /// A table keyed by the given visible columns.
+    pub fn with_primary_key(visible: SchemaRef, key: Vec<usize>) -> Self {
+        TableSpec {
+            schema: visible,
+            key,
+            hidden_row_id: false,
+        }
+    }
+
+    /// A table without a primary key: rows are keyed by a hidden row id.
+    pub fn with_row_id(visible: SchemaRef) -> Self {
+        let mut fields: Vec<_> = visible.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(ROW_ID_COLUMN, DataType::Int64, false)));
+        let key = vec![fields.len() - 1];
+        TableSpec {
+            schema: Arc::new(Schema::new(fields)),
+            key,
+            hidden_row_id: true,
+        }
+    }
+
+    /// Number of visible columns.
+    pub fn visible_len(&self) -> usize {
+        self.schema.fields().len() - usize::from(self.hidden_row_id)
+    }
+
+    /// The schema users see: the stored one without the hidden row id.
+    pub fn visible_schema(&self) -> SchemaRef {
+        if self.hidden_row_id {
+            let projection: Vec<usize> = (0..self.visible_len()).collect();
+            Arc::new(self.schema.project(&projection).expect("prefix projection"))
+        } else {
+            self.schema.clone()
+        }
+    }
+
+    /// The schema of a delete batch: the key columns only.
+    pub fn key_schema(&self) -> SchemaRef {
+        Arc::new(self.schema.project(&self.key).expect("key columns exist"))
+    }
+}
+
+/// Why a write was refused: an inserted row's key is already taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyViolation {
+    /// Index of the offending row in the inserted batch.
+    pub row: usize,
+}
+
+/// What [`StateTable::lookup`] found for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyMatch {
+    /// The stored row with this key.
+    pub existing: Option<RowPosition>,
+    /// Whether an earlier key of the same lookup was equal.
+    pub repeated: bool,
+}
+
+/// One epoch's net change to a table, ready to be encoded.
+#[derive(Debug, Clone)]
+pub struct DeltaBatches {
+    /// Full stored rows whose key is present after the epoch.
+    pub upserts: Option<RecordBatch>,
+    /// Key columns of rows absent after the epoch.
+    pub deletes: Option<RecordBatch>,
+}
+
+#[derive(Debug, Clone)]
+struct Chunk {
+    batch: RecordBatch,
+    live: BooleanBuffer,
+    live_rows: usize,
+}
+
+/// A table's rows with a key index; the writer side of a table.
+#[derive(Debug)]
+pub struct StateTable {
+    spec: TableSpec,
+    keys: RowConverter,
+    chunks: BTreeMap<u32, Chunk>,
+    next_chunk: u32,
+    index: HashMap<Box<[u8]>, RowPosition>,
+    next_row_id: u64,
+    dirty: HashSet<Box<[u8]>>,
+}
+
+impl StateTable {
+    /// An empty table.
+    pub fn new(spec: TableSpec) -> StateResult<Self> {
+        let fields = spec
+            .key
+            .iter()
+            .map(|&i| SortField::new(spec.schema.field(i).data_type().clone()))
+            .collect();
+        Ok(StateTable {
+            keys: RowConverter::new(fields)?,
+            spec,
+            chunks: BTreeMap::new(),
+            next_chunk: 0,
+            index: HashMap::new(),
+            next_row_id: 0,
+            dirty: HashSet::new(),
+        })
+    }
+
+    /// The table's shape.
+    pub fn spec(&self) -> &TableSpec {
+        &self.spec
+    }
+
+    /// Number of live rows.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the table has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The next hidden row id this table will hand out.
+    pub fn next_row_id(&self) -> u64 {
+        self.next_row_id
+    }
+
+    /// Sets the next hidden row id (recovery).
+    pub fn set_next_row_id(&mut self, next: u64) {
+        self.next_row_id = next;
+    }
+
+    /// Whether any key changed since the last [`StateTable::take_delta`].
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// An immutable view of the current rows.
+    pub fn snapshot(&self) -> TableSnapshot {
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.live_rows > 0)
+            .map(|(&id, c)| SnapshotChunk {
+                id,
+                batch: c.batch.clone(),
+                live: (c.live_rows < c.batch.num_rows()).then(|| c.live.clone()),
+            })
+            .collect();
+        TableSnapshot {
+            spec: Arc::new(self.spec.clone()),
+            chunks: Arc::new(chunks),
+            rows: self.index.len(),
+        }
+    }
+
+    fn encode_keys(&self, batch: &RecordBatch, key: &[usize]) -> StateResult<Rows> {
+        let columns: Vec<ArrayRef> = key.iter().map(|&i| batch.column(i).clone()).collect();
+        Ok(self.keys.convert_columns(&columns)?)
+    }
+
+    /// For each row of `keys` (a batch holding the key columns in key
+    /// order): the position of the stored row with that key, if any, and
+    /// whether an earlier row of `keys` has the same key.
+    pub fn lookup(&self, keys: &RecordBatch) -> StateResult<Vec<KeyMatch>> {
+        let all: Vec<usize> = (0..keys.num_columns()).collect();
+        let rows = self.encode_keys(keys, &all)?;
+        let mut seen = HashSet::with_capacity(rows.num_rows());
+        Ok(rows
+            .iter()
+            .map(|r| KeyMatch {
+                existing: self.index.get(r.as_ref()).copied(),
+                repeated: !seen.insert(r),
+            })
+            .collect())
+    }
+
+    /// The visible columns of the rows at `positions`, in that order.
+    pub fn rows_at(&self, positions: &[RowPosition]) -> StateResult<RecordBatch> {
+        let stored = self.gather(positions)?;
+        let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
+        Ok(stored.project(&visible)?)
+    }
+
+    fn gather(&self, positions: &[RowPosition]) -> StateResult<RecordBatch> {
+        let ids: Vec<u32> = self.chunks.keys().copied().collect();
+        let batches: Vec<&RecordBatch> = self.chunks.values().map(|c| &c.batch).collect();
+        let indices: Vec<(usize, usize)> = positions
+            .iter()
+            .map(|&p| {
+                let (chunk, row) = split_position(p);
+                let slot = ids.binary_search(&chunk).expect("position of a live chunk");
+                (slot, row)
+            })
+            .collect();
+        if batches.is_empty() {
+            return Ok(RecordBatch::new_empty(self.spec.schema.clone()));
+        }
+        Ok(interleave_record_batch(&batches, &indices)?)
+    }
+
+    /// Deletes the rows at `deletes`, then inserts `inserts` (visible
+    /// columns, in stored types). Nothing changes if an inserted key is
+    /// already present (and not deleted by this write) or appears twice.
+    pub fn write(
+        &mut self,
+        deletes: &[RowPosition],
+        inserts: Option<&RecordBatch>,
+    ) -> StateResult<Result<(), KeyViolation>> {
+        let inserts = match inserts {
+            Some(batch) if batch.num_rows() > 0 => Some(self.with_row_ids(batch)?),
+            _ => None,
+        };
+        let insert_keys = match &inserts {
+            Some(batch) => Some(self.encode_keys(batch, &self.spec.key.clone())?),
+            None => None,
+        };
+        if let Some(keys) = &insert_keys {
+            let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
+            let mut seen = HashSet::with_capacity(keys.num_rows());
+            for (row, key) in keys.iter().enumerate() {
+                let taken = self
+                    .index
+                    .get(key.as_ref())
+                    .is_some_and(|pos| !deleted.contains(pos));
+                if taken || !seen.insert(key) {
+                    return Ok(Err(KeyViolation { row }));
+                }
+            }
+        }
+        if !deletes.is_empty() {
+            let removed = self.keys_at(deletes)?;
+            for key in removed.iter() {
+                self.index.remove(key.as_ref());
+                self.dirty.insert(key.as_ref().into());
+            }
+            self.clear_live(deletes);
+        }
+        if let (Some(batch), Some(keys)) = (inserts, insert_keys) {
+            if self.spec.hidden_row_id {
+                self.next_row_id += batch.num_rows() as u64;
+            }
+            let id = self.push_chunk(batch);
+            for (row, key) in keys.iter().enumerate() {
+                self.index.insert(key.as_ref().into(), position(id, row));
+                self.dirty.insert(key.as_ref().into());
+            }
+        }
+        self.merge_chunks()?;
+        Ok(Ok(()))
+    }
+
+    /// Appends the hidden row id column to a batch of visible columns.
+    fn with_row_ids(&self, batch: &RecordBatch) -> StateResult<RecordBatch> {
+        if !self.spec.hidden_row_id {
+            return Ok(RecordBatch::try_new(
+                self.spec.schema.clone(),
+                batch.columns().to_vec(),
+            )?);
+        }
+        let start = self.next_row_id as i64;
+        let ids = Int64Array::from_iter_values(start..start + batch.num_rows() as i64);
+        let mut columns = batch.columns().to_vec();
+        columns.push(Arc::new(ids));
+        Ok(RecordBatch::try_new(self.spec.schema.clone(), columns)?)
+    }
+
+    fn keys_at(&self, positions: &[RowPosition]) -> StateResult<Rows> {
+        let rows = self.gather(positions)?;
+        self.encode_keys(&rows, &self.spec.key.clone())
+    }
+
+    fn push_chunk(&mut self, batch: RecordBatch) -> u32 {
+        let id = self.next_chunk;
+        self.next_chunk += 1;
+        let rows = batch.num_rows();
+        self.chunks.insert(
+            id,
+            Chunk {
+                batch,
+                live: BooleanBuffer::new_set(rows),
+                live_rows: rows,
+            },
+        );
+        id
+    }
+
+    /// Clears the live bits of `positions`, copying each touched mask once.
+    fn clear_live(&mut self, positions: &[RowPosition]) {
+        let mut by_chunk: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for &p in positions {
+            let (chunk, row) = split_position(p);
+            by_chunk.entry(chunk).or_default().push(row);
+        }
+        for (id, rows) in by_chunk {
+            let chunk = self.chunks.get_mut(&id).expect("position of a live chunk");
+            let mut bits = MutableBuffer::from(chunk.live.inner().as_slice().to_vec());
+            let offset = chunk.live.offset();
+            for row in rows {
+                let bit = offset + row;
+                if bit_is_set(bits.as_slice(), bit) {
+                    chunk.live_rows -= 1;
+                    bits.as_slice_mut()[bit / 8] &= !(1u8 << (bit % 8));
+                }
+            }
+            chunk.live = BooleanBuffer::new(bits.into(), offset, chunk.live.len());
+            if chunk.live_rows == 0 {
+                self.chunks.remove(&id);
+            }
+        }
+    }
+
+    /// Merges small and sparse chunks into one, re-pointing their index
+    /// entries. Runs after every write; does nothing most of the time.
+    fn merge_chunks(&mut self) -> StateResult<()> {
+        let small: Vec<u32> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.batch.num_rows() < SMALL_CHUNK_ROWS)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut victims: Vec<u32> = if small.len() > MAX_SMALL_CHUNKS {
+            small
+        } else {
+            Vec::new()
+        };
+        victims.extend(
+            self.chunks
+                .iter()
+                .filter(|(_, c)| {
+                    c.batch.num_rows() >= SMALL_CHUNK_ROWS && c.live_rows * 2 < c.batch.num_rows()
+                })
+                .map(|(&id, _)| id),
+        );
+        if victims.is_empty() {
+            return Ok(());
+        }
+        let mut parts = Vec::with_capacity(victims.len());
+        for id in &victims {
+            let chunk = self.chunks.remove(id).expect("victim exists");
+            parts.push(filter_record_batch(
+                &chunk.batch,
+                &BooleanArray::new(chunk.live, None),
+            )?);
+        }
+        let merged = concat_batches(&self.spec.schema, &parts)?;
+        if merged.num_rows() == 0 {
+            return Ok(());
+        }
+        let keys = self.encode_keys(&merged, &self.spec.key.clone())?;
+        let id = self.push_chunk(merged);
+        for (row, key) in keys.iter().enumerate() {
+            *self
+                .index
+                .get_mut(key.as_ref())
+                .expect("merged rows are indexed") = position(id, row);
+        }
+        Ok(())
+    }
+
+    /// The net change since the last call, or `None` if nothing changed.
+    pub fn take_delta(&mut self) -> StateResult<Option<DeltaBatches>> {
+        if self.dirty.is_empty() {
+            return Ok(None);
+        }
+        let mut present = Vec::new();
+        let mut absent = Vec::new();
+        for key in self.dirty.drain() {
+            match self.index.get(&key) {
+                Some(&pos) => present.push(pos),
+                None => absent.push(key),
+            }
+        }
+        let upserts = if present.is_empty() {
+            None
+        } else {
+            present.sort_unstable();
+            Some(self.gather(&present)?)
+        };
+        let deletes = if absent.is_empty() {
+            None
+        } else {
+            let parser = self.keys.parser();
+            let rows = absent.iter().map(|k| parser.parse(k));
+            let columns = self.keys.convert_rows(rows)?;
+            Some(RecordBatch::try_new(self.spec.key_schema(), columns)?)
+        };
+        Ok(Some(DeltaBatches { upserts, deletes }))
+    }
+
+    /// Replays a committed delta (recovery): removes `deletes` by key, then
+    /// inserts or replaces `upserts` by key. Does not mark keys dirty.
+    pub fn apply_delta(
+        &mut self,
+        upserts: Option<&RecordBatch>,
+        deletes: Option<&RecordBatch>,
+    ) -> StateResult<()> {
+        let mut stale = Vec::new();
+        if let Some(deletes) = deletes {
+            let all: Vec<usize> = (0..deletes.num_columns()).collect();
+            for key in self.encode_keys(deletes, &all)?.iter() {
+                stale.extend(self.index.remove(key.as_ref()));
+            }
+        }
+        let mut upsert_keys = None;
+        if let Some(upserts) = upserts {
+            let keys = self.encode_keys(upserts, &self.spec.key.clone())?;
+            for key in keys.iter() {
+                stale.extend(self.index.get(key.as_ref()).copied());
+            }
+            upsert_keys = Some(keys);
+        }
+        self.clear_live(&stale);
+        if let (Some(batch), Some(keys)) = (upserts, upsert_keys) {
+            let id = self.push_chunk(batch.clone());
+            for (row, key) in keys.iter().enumerate() {
+                self.index.insert(key.as_ref().into(), position(id, row));
+            }
+        }
+        self.merge_chunks()
+    }
+}
+
+fn bit_is_set(bytes: &[u8], bit: usize) -> bool {
+    bytes[bit / 8] & (1u8 << (bit % 8)) != 0
+}
+
+#[derive(Debug, Clone)]
+struct SnapshotChunk {
+    id: u32,
+    batch: RecordBatch,
+    /// `None` when every row of the chunk is live.
+    live: Option<BooleanBuffer>,
+}
+
+/// An immutable view of a table at one moment; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TableSnapshot {
+    spec: Arc<TableSpec>,
+    chunks: Arc<Vec<SnapshotChunk>>,
+    rows: usize,
+}
+
+impl TableSnapshot {
+    /// Number of live rows.
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The table's shape.
+    pub fn spec(&self) -> &TableSpec {
+        &self.spec
+    }
+
+    /// The live rows' visible columns, projected by `projection` (indices
+    /// into the visible schema). With `with_positions`, a last `UInt64`
+    /// column holds each row's [`RowPosition`].
+    pub fn scan(
+        &self,
+        projection: Option<&[usize]>,
+        with_positions: bool,
+    ) -> StateResult<Vec<RecordBatch>> {
+        let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
+        let projection = projection.unwrap_or(&visible);
+        let mut out = Vec::with_capacity(self.chunks.len());
+        for chunk in self.chunks.iter() {
+            let projected = chunk.batch.project(projection)?;
+            let (mut batch, rows): (RecordBatch, Vec<u64>) = match &chunk.live {
+                None => {
+                    let rows = if with_positions {
+                        (0..chunk.batch.num_rows())
+                            .map(|r| position(chunk.id, r))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (projected, rows)
+                }
+                Some(live) => {
+                    let rows = if with_positions {
+                        live.set_indices().map(|r| position(chunk.id, r)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let mask = BooleanArray::new(live.clone(), None);
+                    (filter_record_batch(&projected, &mask)?, rows)
+                }
+            };
+            if with_positions {
+                let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+                fields.push(Arc::new(Field::new("position", DataType::UInt64, false)));
+                let mut columns = batch.columns().to_vec();
+                columns.push(Arc::new(UInt64Array::from(rows)));
+                batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+            }
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
+    /// Every live row with all stored columns, as one batch (base files).
+    pub fn stored_rows(&self) -> StateResult<RecordBatch> {
+        let mut parts = Vec::with_capacity(self.chunks.len());
+        for chunk in self.chunks.iter() {
+            parts.push(match &chunk.live {
+                None => chunk.batch.clone(),
+                Some(live) => {
+                    filter_record_batch(&chunk.batch, &BooleanArray::new(live.clone(), None))?
+                }
+            });
+        }
+        Ok(concat_batches(&self.spec.schema, &parts)?)
+    }
+}

@@ -1,0 +1,124 @@
+//! Command-line flags (phase one) and the validated settings the server
+//! runs with (phase two).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use weir_server::{Auth, EpochConfig};
+
+/// Weir: a streaming SQL database that speaks PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Args {
+    /// Address to accept PostgreSQL clients on.
+    #[arg(long, default_value = "127.0.0.1:6566")]
+    pub listen: String,
+    /// Local folder holding the state (used unless --state-url is given).
+    #[arg(long, default_value = "./weir-data")]
+    pub data_dir: String,
+    /// Object store URL for the state instead of --data-dir, e.g.
+    /// s3://bucket/prefix (credentials from the usual AWS_* variables).
+    #[arg(long)]
+    pub state_url: Option<String>,
+    /// How often an epoch is committed when no statement is waiting
+    /// (e.g. 1s, 250ms).
+    #[arg(long, default_value = "1s")]
+    pub checkpoint_interval: String,
+    /// How long a write waits for its epoch to commit before failing.
+    #[arg(long, default_value = "30s")]
+    pub commit_timeout: String,
+    /// Require SCRAM-SHA-256 password authentication with this password.
+    #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// The user name clients log in as when a password is set.
+    #[arg(long, default_value = "weir")]
+    pub user: String,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// A local folder or an object store URL.
+    pub state_location: String,
+    /// Epoch timing.
+    pub epochs: EpochConfig,
+    /// Client authentication.
+    pub auth: Auth,
+}
+
+impl Config {
+    /// Checks the flags and derives the settings.
+    pub fn from_args(args: Args) -> anyhow::Result<Self> {
+        let listen: SocketAddr = args
+            .listen
+            .parse()
+            .with_context(|| format!("--listen {}: expected host:port", args.listen))?;
+        let auth = match args.password {
+            Some(password) if !password.is_empty() => Auth::Password {
+                user: args.user,
+                password,
+            },
+            _ => {
+                if !listen.ip().is_loopback() {
+                    tracing::warn!(
+                        "listening on {listen} without a password: anyone who can reach it may connect; set --password"
+                    );
+                }
+                Auth::Trust
+            }
+        };
+        let epochs = EpochConfig {
+            checkpoint_interval: parse_duration(&args.checkpoint_interval)
+                .context("--checkpoint-interval")?,
+            commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
+            ..EpochConfig::default()
+        };
+        Ok(Config {
+            listen,
+            state_location: args.state_url.unwrap_or(args.data_dir),
+            epochs,
+            auth,
+        })
+    }
+}
+
+/// Parses `250ms`, `1s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .with_context(|| format!("{text}: not a duration"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        other => bail!("{text}: unknown unit {other:?} (use ms, s or m)"),
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        bail!("{text}: must be positive");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("1h").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! The `weir` binary: parses flags into a [`Config`], opens the state
+//! store, recovers, and serves PostgreSQL clients until SIGTERM or Ctrl-C.
+
+mod config;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::info;
+use weir_server::Database;
+use weir_state::StateStore;
+
+use crate::config::{Args, Config};
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = Config::from_args(Args::parse())?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(config))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let store = StateStore::open(&config.state_location, Default::default())
+        .with_context(|| format!("opening state store {}", config.state_location))?;
+    let db = Database::open(store, config.epochs.clone())
+        .await
+        .context("recovering state")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let (stop, stopped) = watch::channel(false);
+    let coordinator = tokio::spawn(db.clone().run_coordinator(stopped.clone()));
+    let server = tokio::spawn(weir_server::serve(
+        db.clone(),
+        listener,
+        config.auth.clone(),
+        stopped,
+    ));
+    shutdown_signal().await;
+    info!("shutting down: committing pending changes");
+    let _ = stop.send(true);
+    server.await??;
+    coordinator.await?;
+    drop(Arc::clone(&db));
+    info!(epoch = db.committed_epoch(), "stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
