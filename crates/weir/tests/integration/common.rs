@@ -1,0 +1,179 @@
+//! A `weir` server process for tests.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+
+/// A running `weir` process, killed when dropped.
+pub struct TestServer {
+    child: Option<Child>,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its data folder.
+    pub data_dir: PathBuf,
+    extra_args: Vec<String>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+impl TestServer {
+    /// Starts a server with a fresh data folder.
+    pub async fn start() -> TestServer {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts a server with a fresh data folder and extra flags.
+    pub async fn start_with(args: &[&str]) -> TestServer {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut server = Self::spawn(temp.path(), args);
+        server._temp = Some(temp);
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts a server on an existing data folder (after a crash, say).
+    pub async fn start_in(data_dir: &Path, args: &[&str]) -> TestServer {
+        let mut server = Self::spawn(data_dir, args);
+        server.wait_ready().await;
+        server
+    }
+
+    fn spawn(data_dir: &Path, args: &[&str]) -> TestServer {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.with_extension("log"))
+            .expect("server log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(&extra_args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start weir");
+        TestServer {
+            child: Some(child),
+            addr,
+            data_dir: data_dir.to_path_buf(),
+            extra_args,
+            _temp: None,
+        }
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(client) = self.try_connect().await {
+                if client.simple_query("SELECT 1").await.is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("weir exited during startup: {status}");
+            }
+            assert!(Instant::now() < deadline, "weir did not start in time");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn try_connect(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = tokio_postgres::connect(&self.conn_string(), NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// A libpq-style connection string.
+    pub fn conn_string(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=weir dbname=weir",
+            self.addr.port()
+        )
+    }
+
+    /// A new client connection.
+    pub async fn client(&self) -> Client {
+        self.try_connect().await.expect("connect to weir")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Kills the server with SIGKILL and waits for it to die.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGKILL);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server with SIGTERM and waits for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        child.wait().expect("wait for weir")
+    }
+
+    /// Kills the server and starts it again on the same data folder.
+    pub async fn restart_after_kill(&mut self) {
+        self.kill();
+        let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        let mut fresh = Self::spawn(&self.data_dir, &args);
+        self.child = fresh.child.take();
+        self.addr = fresh.addr;
+        self.wait_ready().await;
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The first column of every row of a simple query, as text.
+pub async fn column(client: &Client, sql: &str) -> Vec<Option<String>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_owned)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The SQLSTATE of a failed statement.
+pub async fn sqlstate(client: &Client, sql: &str) -> String {
+    let err = client
+        .simple_query(sql)
+        .await
+        .expect_err(&format!("{sql} should fail"));
+    err.code()
+        .unwrap_or_else(|| panic!("{sql}: no SQLSTATE in {err}"))
+        .code()
+        .to_owned()
+}

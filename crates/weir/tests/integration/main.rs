@@ -1,0 +1,10 @@
+//! Weir's end-to-end tests. Every test starts the real `weir` binary on a
+//! free loopback port with its own data folder and talks to it over the
+//! wire; servers are stopped by their process id when the test ends.
+
+mod bad_input;
+mod common;
+mod crash;
+mod protocol;
+mod psql;
+mod slt;
