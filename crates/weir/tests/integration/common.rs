@@ -15,6 +15,7 @@ pub struct TestServer {
     /// Its data folder.
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    password: Option<String>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -67,11 +68,16 @@ impl TestServer {
             .stderr(log)
             .spawn()
             .expect("start weir");
+        let password = extra_args
+            .iter()
+            .position(|a| a == "--password")
+            .and_then(|i| extra_args.get(i + 1).cloned());
         TestServer {
             child: Some(child),
             addr,
             data_dir: data_dir.to_path_buf(),
             extra_args,
+            password,
             _temp: None,
         }
     }
@@ -84,7 +90,11 @@ impl TestServer {
                     return;
                 }
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("weir exited during startup: {status}");
             }
             assert!(Instant::now() < deadline, "weir did not start in time");
@@ -100,8 +110,12 @@ impl TestServer {
 
     /// A libpq-style connection string.
     pub fn conn_string(&self) -> String {
+        let password = match &self.password {
+            Some(p) => format!(" password={p}"),
+            None => String::new(),
+        };
         format!(
-            "host=127.0.0.1 port={} user=weir dbname=weir",
+            "host=127.0.0.1 port={} user=weir dbname=weir{password}",
             self.addr.port()
         )
     }

@@ -100,16 +100,18 @@ async fn sql_tests() {
     assert!(!files.is_empty(), "no .slt files under {}", root.display());
     let filter = std::env::var("SLT_FILTER").unwrap_or_default();
     let mut failures = Vec::new();
-    for file in files.iter().filter(|f| f.to_string_lossy().contains(&filter)) {
+    for file in files
+        .iter()
+        .filter(|f| f.to_string_lossy().contains(&filter))
+    {
         let server = TestServer::start().await;
         let conn = server.conn_string();
         let mut runner = sqllogictest::Runner::new(move || {
             let conn = conn.clone();
             async move {
-                let (client, connection) =
-                    tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-                        .await
-                        .map_err(DbError)?;
+                let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+                    .await
+                    .map_err(DbError)?;
                 tokio::spawn(connection);
                 Ok::<_, DbError>(Weir { client })
             }
