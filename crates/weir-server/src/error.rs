@@ -101,7 +101,53 @@ impl WeirError {
             DataFusionError::Internal(_) => SqlState::INTERNAL_ERROR,
             _ => message_code(&message),
         };
+        let message = postgres_wording(code, &message).unwrap_or(message);
         WeirError::new(code, message)
+    }
+}
+
+/// PostgreSQL's wording for the most common errors, so that messages match
+/// what users and tools expect.
+fn postgres_wording(code: SqlState, message: &str) -> Option<String> {
+    let quoted = |open: char, close: char| -> Option<&str> {
+        let start = message.find(open)? + 1;
+        let end = start + message[start..].find(close)?;
+        Some(&message[start..end])
+    };
+    match code {
+        SqlState::UNDEFINED_TABLE => {
+            let name = quoted('\'', '\'')?;
+            let name = name.rsplit('.').next().unwrap_or(name);
+            Some(format!("relation \"{name}\" does not exist"))
+        }
+        SqlState::UNDEFINED_COLUMN => {
+            let rest = message.strip_prefix("No field named ")?;
+            let end = rest.find(". ").unwrap_or(rest.len());
+            let name = rest[..end].trim_end_matches('.').replace('"', "");
+            Some(format!("column \"{name}\" does not exist"))
+        }
+        SqlState::DIVISION_BY_ZERO => Some("division by zero".to_owned()),
+        SqlState::INVALID_TEXT_REPRESENTATION => {
+            let value = quoted('\'', '\'')?;
+            let arrow_type = message
+                .rsplit("value of ")
+                .next()?
+                .trim_end_matches(" type");
+            let pg_type = match arrow_type {
+                "Int16" => "smallint",
+                "Int32" => "integer",
+                "Int64" => "bigint",
+                "Float32" => "real",
+                "Float64" => "double precision",
+                "Boolean" => "boolean",
+                t if t.starts_with("Decimal") => "numeric",
+                _ => return None,
+            };
+            Some(format!(
+                "invalid input syntax for type {pg_type}: \"{value}\""
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -295,5 +341,37 @@ mod tests {
         assert_eq!(code_of("SELECT 1 / 0").await, "22012");
         assert_eq!(code_of("SELECT CAST('abc' AS INT)").await, "22P02");
         assert_eq!(code_of("SELECT no_such_fn(1)").await, "42883");
+    }
+
+    #[test]
+    fn common_messages_use_postgres_wording() {
+        let cases = [
+            (
+                SqlState::UNDEFINED_TABLE,
+                "table 'weir.public.nope' not found",
+                "relation \"nope\" does not exist",
+            ),
+            (
+                SqlState::UNDEFINED_COLUMN,
+                "No field named nope. Did you mean 't.name'?",
+                "column \"nope\" does not exist",
+            ),
+            (
+                SqlState::DIVISION_BY_ZERO,
+                "Divide by zero error",
+                "division by zero",
+            ),
+            (
+                SqlState::INVALID_TEXT_REPRESENTATION,
+                "Cannot cast string 'x' to value of Int32 type",
+                "invalid input syntax for type integer: \"x\"",
+            ),
+        ];
+        for (code, datafusion, postgres) in cases {
+            assert_eq!(
+                postgres_wording(code, datafusion).as_deref(),
+                Some(postgres)
+            );
+        }
     }
 }

@@ -1,1 +1,214 @@
-//! placeholder
+//! Crash recovery: the real binary under concurrent writes, killed with
+//! SIGKILL at random moments, restarted on the same data folder.
+//!
+//! Writers insert batches of rows with ids they choose; a batch counts as
+//! acknowledged once its INSERT returned. After each restart every
+//! acknowledged batch must be there in full, and every batch must be all
+//! there or not there at all. Transfers between accounts check that one
+//! UPDATE of two rows is atomic across crashes: the total never changes.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+use crate::common::{column, TestServer};
+
+const WRITERS: u64 = 8;
+const BATCH: u64 = 5;
+const ACCOUNTS: i64 = 10;
+const CYCLES: usize = 5;
+
+async fn write_until_error(
+    conn: String,
+    writer: u64,
+    start: u64,
+    acked: Arc<Mutex<BTreeSet<u64>>>,
+) {
+    let Ok((client, connection)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await
+    else {
+        return;
+    };
+    tokio::spawn(connection);
+    let mut batch = start;
+    loop {
+        let first = writer * 1_000_000 + batch * BATCH;
+        let values: Vec<String> = (first..first + BATCH)
+            .map(|id| format!("({id}, {writer}, {batch})"))
+            .collect();
+        let sql = format!("INSERT INTO events VALUES {}", values.join(", "));
+        if client.simple_query(&sql).await.is_err() {
+            return;
+        }
+        acked.lock().unwrap().insert(writer * 1_000_000 + batch);
+        let a = (batch as i64) % ACCOUNTS;
+        let b = (a + 1 + writer as i64) % ACCOUNTS;
+        if a != b {
+            let transfer = format!(
+                "UPDATE accounts SET balance = balance + CASE WHEN id = {a} THEN -1 ELSE 1 END WHERE id IN ({a}, {b})"
+            );
+            if client.simple_query(&transfer).await.is_err() {
+                return;
+            }
+        }
+        batch += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loses_no_acknowledged_write() {
+    let seed: u64 = std::env::var("WEIR_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE events (id BIGINT PRIMARY KEY, writer BIGINT NOT NULL, batch BIGINT NOT NULL);
+             CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let accounts: Vec<String> = (0..ACCOUNTS).map(|i| format!("({i}, 100)")).collect();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO accounts VALUES {}",
+            accounts.join(", ")
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut next_batch = vec![0u64; WRITERS as usize];
+    for cycle in 0..CYCLES {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                tokio::spawn(write_until_error(
+                    server.conn_string(),
+                    w,
+                    next_batch[w as usize],
+                    acked.clone(),
+                ))
+            })
+            .collect();
+        let run_for = Duration::from_millis(rng.random_range(200..1200));
+        tokio::time::sleep(run_for).await;
+        server.restart_after_kill().await;
+        for w in writers {
+            w.await.unwrap();
+        }
+        let client = server.client().await;
+        let present: BTreeSet<(u64, u64)> = client
+            .query(
+                "SELECT writer, batch, count(*) FROM events GROUP BY writer, batch",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let (w, b, n): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+                assert_eq!(
+                    n as u64, BATCH,
+                    "cycle {cycle}: batch {w}/{b} is half there"
+                );
+                (w as u64, b as u64)
+            })
+            .collect();
+        let acked_now = acked.lock().unwrap().clone();
+        for key in &acked_now {
+            let (w, b) = (key / 1_000_000, key % 1_000_000);
+            assert!(
+                present.contains(&(w, b)),
+                "cycle {cycle}: acknowledged batch {w}/{b} was lost (seed {seed})"
+            );
+        }
+        for w in 0..WRITERS {
+            // Each writer's batches commit in order, so the committed ones
+            // are 0..=last with no gap. The batch in flight at the kill may
+            // or may not be among them; the writer goes on after the last.
+            let batches: Vec<u64> = present
+                .iter()
+                .filter(|(pw, _)| *pw == w)
+                .map(|(_, b)| *b)
+                .collect();
+            if let Some(&last) = batches.iter().max() {
+                assert_eq!(
+                    batches.len() as u64,
+                    last + 1,
+                    "cycle {cycle}: writer {w} has a gap"
+                );
+                next_batch[w as usize] = last + 1;
+            }
+        }
+        let total = column(&client, "SELECT sum(balance) FROM accounts").await;
+        assert_eq!(
+            total,
+            vec![Some((ACCOUNTS * 100).to_string())],
+            "cycle {cycle}: a transfer was torn"
+        );
+    }
+    assert!(
+        acked.lock().unwrap().len() > 20,
+        "the writers should have made progress"
+    );
+}
+
+#[tokio::test]
+async fn catalog_and_rows_survive_a_clean_restart_and_a_kill() {
+    let mut server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k TEXT PRIMARY KEY, v INT DEFAULT 42);
+             CREATE TABLE log (msg TEXT);
+             CREATE VIEW doubled AS SELECT k, v * 2 AS v2 FROM kv;
+             INSERT INTO kv VALUES ('a', 1), ('b', 2);
+             INSERT INTO kv (k) VALUES ('c');
+             UPDATE kv SET v = 20 WHERE k = 'b';
+             DELETE FROM kv WHERE k = 'a';
+             INSERT INTO log VALUES ('x'), ('x'), ('y');
+             DELETE FROM log WHERE msg = 'y';",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let status = server.terminate();
+    assert!(status.success(), "clean shutdown: {status}");
+    server.restart_after_kill().await;
+    let check = |client: tokio_postgres::Client, log_rows: &'static str| async move {
+        assert_eq!(
+            column(&client, "SELECT k || '=' || v FROM kv ORDER BY k").await,
+            vec![Some("b=20".into()), Some("c=42".into())]
+        );
+        assert_eq!(
+            column(&client, "SELECT v2 FROM doubled ORDER BY k").await,
+            vec![Some("40".into()), Some("84".into())]
+        );
+        assert_eq!(
+            column(&client, "SELECT count(*) FROM log").await,
+            vec![Some(log_rows.into())]
+        );
+    };
+    check(server.client().await, "2").await;
+    let client = server.client().await;
+    client
+        .batch_execute("INSERT INTO log VALUES ('after restart')")
+        .await
+        .unwrap();
+    server.restart_after_kill().await;
+    let client = server.client().await;
+    assert_eq!(
+        column(&client, "SELECT count(*) FROM log").await,
+        vec![Some("3".into())]
+    );
+    // Row ids keep counting after recovery: no clash with recovered rows.
+    client
+        .batch_execute("INSERT INTO log VALUES ('z')")
+        .await
+        .unwrap();
+    check(client, "4").await;
+}

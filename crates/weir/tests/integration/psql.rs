@@ -1,1 +1,155 @@
-//! placeholder
+//! psql itself: meta-commands and `\copy`.
+
+use std::process::Command;
+
+use crate::common::{column, TestServer};
+
+fn psql(server: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-U", "weir", "-d", "weir", "-p"])
+        .arg(server.addr.port().to_string())
+        .args(args)
+        .output()
+        .expect("psql must be installed (postgresql-client)");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn meta_commands_describe_the_catalog() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer TEXT NOT NULL, total NUMERIC(10,2), placed TIMESTAMP);
+             CREATE VIEW big_orders AS SELECT id, total FROM orders WHERE total > 100",
+        )
+        .await
+        .unwrap();
+    let (ok, out, err) = psql(&server, &["-c", "\\dt"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("orders") && out.contains("table"), "{out}");
+    assert!(!out.contains("big_orders"), "\\dt lists only tables: {out}");
+
+    let (ok, out, err) = psql(&server, &["-c", "\\d"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("orders") && out.contains("big_orders") && out.contains("view"),
+        "{out}"
+    );
+
+    let (ok, out, err) = psql(&server, &["-c", "\\d orders"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Table \"public.orders\""), "{out}");
+    for expected in [
+        "id",
+        "bigint",
+        "customer",
+        "text",
+        "not null",
+        "numeric",
+        "timestamp without time zone",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in {out}");
+    }
+
+    let (ok, out, err) = psql(&server, &["-c", "\\l"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("weir"), "{out}");
+
+    let (ok, out, err) = psql(&server, &["-c", "\\dn"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("public"), "{out}");
+
+    let (ok, out, err) = psql(&server, &["-At", "-c", "SELECT version()"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("PostgreSQL 16"), "{out}");
+}
+
+#[tokio::test]
+async fn backslash_copy_loads_csv_and_text_files() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE people (id INT PRIMARY KEY, name TEXT, city TEXT DEFAULT 'nowhere')",
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("people.csv");
+    let mut data = String::from("id,name\n");
+    for i in 0..500 {
+        data.push_str(&format!("{i},\"Person, {i}\"\n"));
+    }
+    std::fs::write(&csv, data).unwrap();
+    let command = format!(
+        "\\copy people (id, name) from '{}' with (format csv, header true)",
+        csv.display()
+    );
+    let (ok, out, err) = psql(&server, &["-c", &command]);
+    assert!(ok, "{err}");
+    assert!(out.contains("COPY 500"), "{out}");
+
+    let text = dir.path().join("people.txt");
+    std::fs::write(&text, "1000\tTab\\tName\tParis\n1001\t\\N\tRome\n").unwrap();
+    let command = format!("\\copy people from '{}'", text.display());
+    let (ok, out, err) = psql(&server, &["-c", &command]);
+    assert!(ok, "{err}");
+    assert!(out.contains("COPY 2"), "{out}");
+
+    assert_eq!(
+        column(&client, "SELECT count(*) FROM people").await,
+        vec![Some("502".into())]
+    );
+    assert_eq!(
+        column(&client, "SELECT name FROM people WHERE id = 7").await,
+        vec![Some("Person, 7".into())]
+    );
+    assert_eq!(
+        column(&client, "SELECT city FROM people WHERE id = 7").await,
+        vec![Some("nowhere".into())]
+    );
+    assert_eq!(
+        column(&client, "SELECT name FROM people WHERE id = 1000").await,
+        vec![Some("Tab\tName".into())]
+    );
+    assert_eq!(
+        column(&client, "SELECT name FROM people WHERE id = 1001").await,
+        vec![None]
+    );
+
+    // A duplicate key anywhere fails the whole COPY.
+    std::fs::write(&text, "2000\ta\tb\n7\tdup\tc\n").unwrap();
+    let command = format!("\\copy people from '{}'", text.display());
+    let (ok, _, err) = psql(&server, &["-v", "ON_ERROR_STOP=1", "-c", &command]);
+    assert!(!ok);
+    assert!(err.contains("duplicate key"), "{err}");
+    assert_eq!(
+        column(&client, "SELECT count(*) FROM people").await,
+        vec![Some("502".into())]
+    );
+}
+
+#[tokio::test]
+async fn a_psql_session_runs_a_script() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sql");
+    std::fs::write(
+        &script,
+        "CREATE TABLE t (a INT PRIMARY KEY, b TEXT);\n\
+         INSERT INTO t VALUES (1, 'x'), (2, 'y');\n\
+         SELECT * FROM nope;\n\
+         UPDATE t SET b = 'z' WHERE a = 2;\n\
+         SELECT a || ':' || b FROM t ORDER BY a;\n",
+    )
+    .unwrap();
+    let (_, out, err) = psql(&server, &["-At", "-f", script.to_str().unwrap()]);
+    assert!(out.contains("INSERT 0 2") || out.contains("1:x"), "{out}");
+    assert!(out.contains("1:x\n2:z"), "{out}");
+    assert!(err.contains("relation \"nope\" does not exist"), "{err}");
+}
