@@ -146,10 +146,14 @@ impl StateStore {
             }
             match self.read_manifest(&path).await {
                 Ok(manifest) => retained.push_front(manifest),
-                Err(e) => {
-                    warn!(%path, error = %e, "skipping unreadable manifest");
-                    garbage.push(path);
+                // A manifest that cannot be parsed was never committed by
+                // this format; keep it for inspection and use an older one.
+                // Any other failure (the store is unreachable) stops
+                // recovery rather than risk going back in time.
+                Err(e @ StateError::Corrupt { .. }) => {
+                    warn!(%path, error = %e, "skipping unreadable manifest")
                 }
+                Err(e) => return Err(e),
             }
         }
         self.retained = retained;
@@ -383,4 +387,176 @@ fn local_dir(dir: &std::path::Path) -> StateResult<Arc<dyn ObjectStore>> {
     std::fs::create_dir_all(dir)
         .map_err(|e| StateError::InvalidLocation(format!("{}: {e}", dir.display())))?;
     Ok(Arc::new(LocalFileSystem::new_with_prefix(dir)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn spec() -> TableSpec {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, false),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        TableSpec::with_primary_key(schema, vec![0])
+    }
+
+    fn rows(keys: &[i32], value: &str) -> RecordBatch {
+        RecordBatch::try_new(
+            spec().schema,
+            vec![
+                Arc::new(Int32Array::from(keys.to_vec())),
+                Arc::new(StringArray::from(vec![value; keys.len()])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn change(table: &mut StateTable) -> TableChange {
+        TableChange {
+            delta: table.take_delta().unwrap(),
+            next_row_id: table.next_row_id(),
+            snapshot: table.snapshot(),
+        }
+    }
+
+    fn contents(table: &StateTable) -> Vec<(i32, String)> {
+        let mut out = Vec::new();
+        for batch in table.snapshot().scan(None, false).unwrap() {
+            let k = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap();
+            let v = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            for i in 0..batch.num_rows() {
+                out.push((k.value(i), v.value(i).to_owned()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn objects(dir: &std::path::Path, sub: &str) -> usize {
+        walk(&dir.join(sub))
+    }
+
+    fn walk(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| {
+                        let p = e.unwrap().path();
+                        if p.is_dir() {
+                            walk(&p)
+                        } else {
+                            1
+                        }
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn commits_recover_compact_and_collect_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retained_manifests: 2,
+            max_deltas: 4,
+            min_compaction_bytes: 1 << 30,
+        };
+        let location = dir.path().to_str().unwrap();
+        let mut store = StateStore::open(location, config.clone()).unwrap();
+        assert!(store.recover().await.unwrap().is_none());
+        let mut table = StateTable::new(spec()).unwrap();
+        for epoch in 1..=10u64 {
+            let key = epoch as i32;
+            table.write(&[], Some(&rows(&[key], "v"))).unwrap().unwrap();
+            if epoch % 3 == 0 {
+                // Replace key 1 and delete the previous epoch's key.
+                let found = table
+                    .lookup(&rows(&[1, key - 1], "").project(&[0]).unwrap())
+                    .unwrap();
+                let positions: Vec<_> = found.iter().filter_map(|m| m.existing).collect();
+                table
+                    .write(&positions, Some(&rows(&[1], &format!("e{epoch}"))))
+                    .unwrap()
+                    .unwrap();
+            }
+            let delta = EpochDelta {
+                epoch,
+                catalog: serde_json::json!({"epoch": epoch}),
+                tables: BTreeMap::from([(7, change(&mut table))]),
+            };
+            let (manifest, stats) = store.commit(&delta).await.unwrap();
+            assert!(stats.objects >= 2);
+            assert!(manifest.tables[&7].deltas.len() < config.max_deltas);
+        }
+        // Compaction wrote bases; garbage collection kept only what the two
+        // retained manifests name.
+        assert_eq!(objects(dir.path(), "manifest"), 2);
+        assert!(objects(dir.path(), "base") >= 1);
+        assert!(objects(dir.path(), "data") <= 2 * config.max_deltas);
+
+        let mut reopened = StateStore::open(location, config).unwrap();
+        let manifest = reopened.recover().await.unwrap().expect("a manifest");
+        assert_eq!(manifest.epoch, 10);
+        assert_eq!(manifest.catalog, serde_json::json!({"epoch": 10}));
+        let recovered = reopened
+            .load_table(spec(), &manifest.tables[&7])
+            .await
+            .unwrap();
+        assert_eq!(contents(&recovered), contents(&table));
+        assert!(!recovered.is_dirty());
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_newest_manifest_falls_back_and_orphans_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let mut store = StateStore::open(location, StoreConfig::default()).unwrap();
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        table
+            .write(&[], Some(&rows(&[1, 2], "a")))
+            .unwrap()
+            .unwrap();
+        let delta = EpochDelta {
+            epoch: 1,
+            catalog: serde_json::Value::Null,
+            tables: BTreeMap::from([(1, change(&mut table))]),
+        };
+        store.commit(&delta).await.unwrap();
+        // A later epoch whose data was written but whose manifest is garbage
+        // (as if a different program wrote it), plus an orphan data object.
+        std::fs::write(
+            dir.path().join("manifest").join(format!("{:020}", 2)),
+            b"{not json",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("data").join(format!("{:020}-0", 3)),
+            b"orphan",
+        )
+        .unwrap();
+        let mut reopened = StateStore::open(location, StoreConfig::default()).unwrap();
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        assert_eq!(manifest.epoch, 1);
+        assert_eq!(objects(dir.path(), "data"), 1, "the orphan is swept");
+        let recovered = reopened
+            .load_table(spec(), &manifest.tables[&1])
+            .await
+            .unwrap();
+        assert_eq!(recovered.len(), 2);
+    }
 }

@@ -565,3 +565,177 @@ impl TableSnapshot {
         Ok(concat_batches(&self.spec.schema, &parts)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{AsArray, StringArray};
+    use datafusion::arrow::datatypes::Int32Type;
+
+    fn keyed() -> TableSpec {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, false),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        TableSpec::with_primary_key(schema, vec![0])
+    }
+
+    fn rows(spec: &TableSpec, keys: &[i32], value: &str) -> RecordBatch {
+        RecordBatch::try_new(
+            spec.visible_schema(),
+            vec![
+                Arc::new(datafusion::arrow::array::Int32Array::from(keys.to_vec())),
+                Arc::new(StringArray::from(vec![value; keys.len()])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn keys_of(snapshot: &TableSnapshot) -> Vec<i32> {
+        let mut keys: Vec<i32> = snapshot
+            .scan(Some(&[0]), false)
+            .unwrap()
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int32Type>().values().to_vec())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn positions_of(table: &StateTable, keys: &[i32]) -> Vec<RowPosition> {
+        let batch = rows(table.spec(), keys, "").project(&[0]).unwrap();
+        table
+            .lookup(&batch)
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.existing)
+            .collect()
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_without_changing_anything() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[1, 2], "a")))
+            .unwrap()
+            .unwrap();
+        let clash = table.write(&[], Some(&rows(&spec, &[3, 2], "b"))).unwrap();
+        assert_eq!(clash, Err(KeyViolation { row: 1 }));
+        let twice = table.write(&[], Some(&rows(&spec, &[4, 4], "b"))).unwrap();
+        assert_eq!(twice, Err(KeyViolation { row: 1 }));
+        assert_eq!(keys_of(&table.snapshot()), vec![1, 2]);
+        // Replacing a row by deleting it in the same write is allowed.
+        let old = positions_of(&table, &[2]);
+        table
+            .write(&old, Some(&rows(&spec, &[2], "new")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_writes() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[1, 2, 3], "a")))
+            .unwrap()
+            .unwrap();
+        let before = table.snapshot();
+        let doomed = positions_of(&table, &[2]);
+        table
+            .write(&doomed, Some(&rows(&spec, &[9], "z")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(keys_of(&before), vec![1, 2, 3]);
+        assert_eq!(keys_of(&table.snapshot()), vec![1, 3, 9]);
+    }
+
+    #[test]
+    fn deltas_are_net_changes_and_replay_to_the_same_table() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        let mut replica = StateTable::new(spec.clone()).unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[1, 2, 3], "a")))
+            .unwrap()
+            .unwrap();
+        let delta = table.take_delta().unwrap().unwrap();
+        assert_eq!(delta.upserts.as_ref().unwrap().num_rows(), 3);
+        assert!(delta.deletes.is_none());
+        replica.apply_delta(delta.upserts.as_ref(), None).unwrap();
+        // Insert and delete within one epoch leaves no trace; updating a
+        // key is one upsert.
+        table
+            .write(&[], Some(&rows(&spec, &[4], "t")))
+            .unwrap()
+            .unwrap();
+        let four = positions_of(&table, &[4]);
+        table.write(&four, None).unwrap().unwrap();
+        let one = positions_of(&table, &[1, 3]);
+        table
+            .write(&one, Some(&rows(&spec, &[1], "b")))
+            .unwrap()
+            .unwrap();
+        let delta = table.take_delta().unwrap().unwrap();
+        assert_eq!(delta.upserts.as_ref().unwrap().num_rows(), 1);
+        let deleted = delta.deletes.as_ref().unwrap();
+        let mut deleted_keys = deleted
+            .column(0)
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        deleted_keys.sort();
+        assert_eq!(deleted_keys, vec![3, 4]);
+        replica
+            .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
+            .unwrap();
+        assert_eq!(keys_of(&replica.snapshot()), keys_of(&table.snapshot()));
+        assert!(table.take_delta().unwrap().is_none());
+    }
+
+    #[test]
+    fn tables_without_a_key_number_their_rows() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
+        let spec = TableSpec::with_row_id(schema);
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        let batch = RecordBatch::try_new(
+            spec.visible_schema(),
+            vec![Arc::new(StringArray::from(vec!["x", "x", "y"]))],
+        )
+        .unwrap();
+        table.write(&[], Some(&batch)).unwrap().unwrap();
+        table.write(&[], Some(&batch)).unwrap().unwrap();
+        assert_eq!(table.len(), 6);
+        assert_eq!(table.next_row_id(), 6);
+        let scanned = table.snapshot().scan(None, false).unwrap();
+        assert_eq!(scanned[0].num_columns(), 1, "the row id stays hidden");
+    }
+
+    #[test]
+    fn many_small_writes_are_merged_and_stay_findable() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        for k in 0..1000 {
+            table
+                .write(&[], Some(&rows(&spec, &[k], "v")))
+                .unwrap()
+                .unwrap();
+            if k % 3 == 0 {
+                let p = positions_of(&table, &[k]);
+                table.write(&p, None).unwrap().unwrap();
+            }
+        }
+        assert!(
+            table.chunks.len() <= MAX_SMALL_CHUNKS + 1,
+            "{} chunks",
+            table.chunks.len()
+        );
+        let expected: Vec<i32> = (0..1000).filter(|k| k % 3 != 0).collect();
+        assert_eq!(keys_of(&table.snapshot()), expected);
+        assert_eq!(positions_of(&table, &expected).len(), expected.len());
+        let rows_at = table.rows_at(&positions_of(&table, &[998])).unwrap();
+        assert_eq!(rows_at.column(0).as_primitive::<Int32Type>().value(0), 998);
+    }
+}

@@ -1,0 +1,149 @@
+//! `weir-bench`: starts the release `weir` binary on a fresh data folder,
+//! drives it over the PostgreSQL protocol, and prints figures.
+//!
+//! ```text
+//! cargo build --release -p weir -p weir-bench
+//! target/release/weir-bench commit --connections 50 --statements 200
+//! ```
+
+mod server;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::server::Server;
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks for Weir")]
+struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Group commit: many connections each run single-row INSERTs one after
+    /// another; reports commit latency, statements/s, epochs and objects.
+    Commit {
+        /// Concurrent connections.
+        #[arg(long, default_value_t = 50)]
+        connections: usize,
+        /// INSERT statements per connection.
+        #[arg(long, default_value_t = 200)]
+        statements: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Args::parse().bench {
+        Bench::Commit {
+            connections,
+            statements,
+        } => commit(connections, statements).await,
+    }
+}
+
+async fn show(client: &tokio_postgres::Client, name: &str) -> anyhow::Result<u64> {
+    let rows = client.simple_query(&format!("SHOW {name}")).await?;
+    for message in rows {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+            return Ok(row.get(0).context("value")?.parse()?);
+        }
+    }
+    anyhow::bail!("SHOW {name} returned no row")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+async fn commit(connections: usize, statements: usize) -> anyhow::Result<()> {
+    let server = Server::start().await?;
+    let setup = server.client().await?;
+    setup
+        .batch_execute(
+            "CREATE TABLE events (conn INT, seq INT, payload TEXT, PRIMARY KEY (conn, seq))",
+        )
+        .await?;
+    let epochs_before = show(&setup, "epochs_committed").await?;
+    let objects_before = show(&setup, "objects_written").await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for conn in 0..connections {
+        let client = server.client().await?;
+        tasks.push(tokio::spawn(async move {
+            let insert = client
+                .prepare("INSERT INTO events VALUES ($1, $2, $3)")
+                .await?;
+            let mut latencies = Vec::with_capacity(statements);
+            for seq in 0..statements {
+                let t = Instant::now();
+                client
+                    .execute(&insert, &[&(conn as i32), &(seq as i32), &"payload"])
+                    .await?;
+                latencies.push(t.elapsed());
+            }
+            Ok::<_, tokio_postgres::Error>(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed();
+    let epochs = show(&setup, "epochs_committed").await? - epochs_before;
+    let objects = show(&setup, "objects_written").await? - objects_before;
+    let rows: i64 = setup
+        .query_one("SELECT count(*) FROM events", &[])
+        .await?
+        .get(0);
+    anyhow::ensure!(
+        rows as usize == connections * statements,
+        "lost rows: {rows}"
+    );
+    latencies.sort();
+    let total = latencies.len();
+    println!("group commit: {connections} connections x {statements} single-row INSERTs");
+    println!("  statements          {total}");
+    println!("  elapsed             {:.2} s", elapsed.as_secs_f64());
+    println!(
+        "  statements/s        {:.0}",
+        total as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "  commit latency p50  {:.2} ms",
+        percentile(&latencies, 0.50).as_secs_f64() * 1e3
+    );
+    println!(
+        "  commit latency p99  {:.2} ms",
+        percentile(&latencies, 0.99).as_secs_f64() * 1e3
+    );
+    println!(
+        "  epochs committed    {epochs} ({:.1} statements per epoch)",
+        total as f64 / epochs.max(1) as f64
+    );
+    println!(
+        "  objects written     {objects} ({:.0} per second)",
+        objects as f64 / elapsed.as_secs_f64()
+    );
+    // A single statement alone: latency when nobody else is writing.
+    let mut alone = Vec::new();
+    for seq in 0..50 {
+        let t = Instant::now();
+        setup
+            .execute("INSERT INTO events VALUES (-1, $1, 'alone')", &[&seq])
+            .await?;
+        alone.push(t.elapsed());
+    }
+    alone.sort();
+    println!(
+        "  single INSERT alone p50 {:.2} ms",
+        percentile(&alone, 0.5).as_secs_f64() * 1e3
+    );
+    drop(server);
+    Ok(())
+}
