@@ -18,7 +18,8 @@ use datafusion::arrow::compute::{concat_batches, filter_record_batch, take_recor
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt64Type};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::{Column, DFSchema, ScalarValue, TableReference};
-use datafusion::logical_expr::{cast, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::ExprSchemable;
+use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, ConflictTarget, Delete, Expr as SqlExpr, FromTable, Ident, Insert,
     OnConflictAction, OnInsert, SetExpr, Statement, TableFactor, TableObject, TableWithJoins,
@@ -500,9 +501,27 @@ fn assignment_plan(
                 None => lit(ScalarValue::Null),
             },
         };
-        exprs.push(cast(value, column.data_type.clone()).alias(&column.name));
+        let value = match (&column.data_type, value.get_type(&source_schema)?) {
+            (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+                bytea_from_text(value)
+            }
+            _ => cast(value, column.data_type.clone()),
+        };
+        exprs.push(value.alias(&column.name));
     }
     Ok(LogicalPlanBuilder::from(source).project(exprs)?.build()?)
+}
+
+/// Text to bytea as PostgreSQL reads it: `\x` followed by hex digits is the
+/// hex format; anything else is taken as the bytes of the text.
+fn bytea_from_text(text: Expr) -> Expr {
+    use datafusion::functions::expr_fn::{decode, starts_with, substr};
+    when(
+        starts_with(text.clone(), lit("\\x")),
+        decode(substr(text.clone(), lit(3i64)), lit("hex")),
+    )
+    .otherwise(cast(text, DataType::Binary))
+    .expect("a CASE with a WHEN")
 }
 
 fn type_mismatch(column: &str, to: &DataType, from: &DataType) -> WeirError {

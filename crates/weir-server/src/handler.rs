@@ -215,23 +215,32 @@ pub struct Connection {
     copy: std::sync::Mutex<Option<CopyIn>>,
 }
 
+/// The connection's session, created on first use for the client's user.
+async fn lock_session<'a, C: ClientInfo>(
+    slot: &'a Mutex<Option<Session>>,
+    db: &Arc<Database>,
+    client: &C,
+) -> PgWireResult<tokio::sync::MappedMutexGuard<'a, Session>> {
+    let mut guard = slot.lock().await;
+    if guard.is_none() {
+        let user = client
+            .metadata()
+            .get("user")
+            .cloned()
+            .unwrap_or_else(|| "weir".into());
+        *guard = Some(Session::new(db.clone(), user)?);
+    }
+    Ok(tokio::sync::MutexGuard::map(guard, |s| {
+        s.as_mut().expect("session created above")
+    }))
+}
+
 impl Connection {
     async fn session<C: ClientInfo>(
         &self,
         client: &C,
     ) -> PgWireResult<tokio::sync::MappedMutexGuard<'_, Session>> {
-        let mut guard = self.session.lock().await;
-        if guard.is_none() {
-            let user = client
-                .metadata()
-                .get("user")
-                .cloned()
-                .unwrap_or_else(|| "weir".into());
-            *guard = Some(Session::new(self.shared.db.clone(), user)?);
-        }
-        Ok(tokio::sync::MutexGuard::map(guard, |s| {
-            s.as_mut().expect("session created above")
-        }))
+        lock_session(&self.session, &self.shared.db, client).await
     }
 }
 
@@ -401,17 +410,8 @@ impl QueryParser for Parser {
         let Some(statement) = statements.pop() else {
             return Ok(None);
         };
-        let mut guard = self.session.lock().await;
-        if guard.is_none() {
-            let user = client
-                .metadata()
-                .get("user")
-                .cloned()
-                .unwrap_or_else(|| "weir".into());
-            *guard = Some(Session::new(self.db.clone(), user)?);
-        }
-        let session = guard.as_mut().expect("session created above");
-        let (inferred, schema) = describe(session, &statement).await?;
+        let mut session = lock_session(&self.session, &self.db, client).await?;
+        let (inferred, schema) = describe(&mut session, &statement).await?;
         let count = inferred.len().max(types.len());
         let parameters = (0..count)
             .map(|i| {
