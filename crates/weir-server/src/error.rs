@@ -202,9 +202,11 @@ fn arrow_error_code(message: &str) -> SqlState {
     let lower = message.to_ascii_lowercase();
     if lower.contains("divide by zero") || lower.contains("division by zero") {
         SqlState::DIVISION_BY_ZERO
-    } else if lower.contains("overflow") || lower.contains("out of range") {
-        SqlState::NUMERIC_OUT_OF_RANGE
-    } else if lower.contains("can't cast value") || lower.contains("too large to store") {
+    } else if lower.contains("overflow")
+        || lower.contains("out of range")
+        || lower.contains("can't cast value")
+        || lower.contains("too large to store")
+    {
         SqlState::NUMERIC_OUT_OF_RANGE
     } else if lower.contains("cannot cast string") || lower.contains("cannot parse") {
         SqlState::INVALID_TEXT_REPRESENTATION

@@ -42,13 +42,6 @@ impl TestServer {
         server
     }
 
-    /// Starts a server on an existing data folder (after a crash, say).
-    pub async fn start_in(data_dir: &Path, args: &[&str]) -> TestServer {
-        let mut server = Self::spawn(data_dir, args);
-        server.wait_ready().await;
-        server
-    }
-
     fn spawn(data_dir: &Path, args: &[&str]) -> TestServer {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -123,11 +116,6 @@ impl TestServer {
     /// A new client connection.
     pub async fn client(&self) -> Client {
         self.try_connect().await.expect("connect to weir")
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
     }
 
     /// Kills the server with SIGKILL and waits for it to die.
