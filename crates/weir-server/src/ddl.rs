@@ -51,6 +51,11 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
         }
     }
     let schema = memory.input.schema();
+    check_columns(
+        &name,
+        create,
+        schema.fields().iter().map(|f| f.name().as_str()),
+    )?;
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (i, field) in schema.fields().iter().enumerate() {
         let default = create.columns.get(i).and_then(|c| {
@@ -72,13 +77,19 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
         columns,
         primary_key,
     };
-    let id = working.create_table(def)?;
+    // Run an `AS SELECT` before touching the catalog, so that a failed or
+    // cancelled query leaves nothing behind.
+    let rows = match create.query {
+        Some(_) => {
+            let input = Arc::unwrap_or_clone(memory.input);
+            let (_, batches) = session.collect(input).await?;
+            Some(dml::conform(&def, &batches)?)
+        }
+        None => None,
+    };
+    let id = working.create_table(def.clone())?;
     let mut tag = Output::command("CREATE TABLE");
-    if create.query.is_some() {
-        let def = working.catalog.tables[&name].clone();
-        let input = Arc::unwrap_or_clone(memory.input);
-        let (_, batches) = session.collect(input).await?;
-        let rows = dml::conform(&def, &batches)?;
+    if let Some(rows) = rows {
         let count = rows.num_rows();
         let table = working.table_mut(id)?;
         dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
@@ -100,6 +111,63 @@ fn storage_type(data_type: &DataType) -> DataType {
         DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
         other => other.clone(),
     }
+}
+
+/// Column names must be distinct and not Weir's own; there is at most one
+/// primary key and it names each column once.
+fn check_columns<'a>(
+    table: &str,
+    create: &CreateTable,
+    names: impl Iterator<Item = &'a str>,
+) -> WeirResult<()> {
+    let mut seen = BTreeSet::new();
+    for name in names {
+        if name.starts_with("__weir") || name == weir_state::ROW_ID_COLUMN {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column name \"{name}\" conflicts with a system column name"),
+            ));
+        }
+        if !seen.insert(name) {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{name}\" specified more than once"),
+            ));
+        }
+    }
+    let column_keys = create
+        .columns
+        .iter()
+        .filter(|c| {
+            c.options
+                .iter()
+                .any(|o| matches!(o.option, ColumnOption::PrimaryKey(_)))
+        })
+        .count();
+    let mut key_columns = Vec::new();
+    let mut table_keys = 0;
+    for constraint in &create.constraints {
+        if let TableConstraint::PrimaryKey(key) = constraint {
+            table_keys += 1;
+            key_columns.extend(key.columns.iter().map(|c| c.column.expr.to_string()));
+        }
+    }
+    if column_keys + table_keys > 1 {
+        return Err(WeirError::new(
+            SqlState::INVALID_TABLE_DEFINITION,
+            format!("multiple primary keys for table \"{table}\" are not allowed"),
+        ));
+    }
+    let mut unique = BTreeSet::new();
+    for column in key_columns {
+        if !unique.insert(column.to_lowercase()) {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{column}\" appears twice in primary key constraint"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_table_options(create: &CreateTable) -> WeirResult<()> {

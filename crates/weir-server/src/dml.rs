@@ -190,9 +190,8 @@ async fn insert_rows(
     let columns = insert_columns(&def, insert)?;
     let source = match &insert.source {
         Some(query) => {
-            session
-                .plan(Statement::Query(query.clone()), params)
-                .await?
+            let query = replace_default_keyword(query, &def, &columns)?;
+            session.plan(Statement::Query(query), params).await?
         }
         None => LogicalPlanBuilder::empty(true).build()?,
     };
@@ -306,6 +305,34 @@ async fn insert_rows(
         }
         Some(_) => Err(WeirError::unsupported("ON DUPLICATE KEY UPDATE")),
     }
+}
+
+/// `VALUES (1, DEFAULT)`: replaces each `DEFAULT` with its column's
+/// default expression (or NULL).
+fn replace_default_keyword(
+    query: &datafusion::sql::sqlparser::ast::Query,
+    def: &TableDef,
+    columns: &[usize],
+) -> WeirResult<Box<datafusion::sql::sqlparser::ast::Query>> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let mut query = Box::new(query.clone());
+    if let SetExpr::Values(values) = query.body.as_mut() {
+        for row in values.rows.iter_mut() {
+            for (expr, &column) in row.iter_mut().zip(columns) {
+                let is_default = matches!(expr, SqlExpr::Identifier(i)
+                    if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"));
+                if is_default {
+                    let sql = def.columns[column].default.as_deref().unwrap_or("NULL");
+                    *expr = Parser::new(&PostgreSqlDialect {})
+                        .try_with_sql(sql)
+                        .and_then(|mut p| p.parse_expr())
+                        .map_err(|e| WeirError::internal(format!("stored default {sql}: {e}")))?;
+                }
+            }
+        }
+    }
+    Ok(query)
 }
 
 fn check_conflict_target(

@@ -228,7 +228,11 @@ async fn lock_session<'a, C: ClientInfo>(
             .get("user")
             .cloned()
             .unwrap_or_else(|| "weir".into());
-        *guard = Some(Session::new(db.clone(), user)?);
+        let mut session = Session::new(db.clone(), user)?;
+        if let Some(name) = client.metadata().get("application_name") {
+            session.settings.set("application_name", name)?;
+        }
+        *guard = Some(session);
     }
     Ok(tokio::sync::MutexGuard::map(guard, |s| {
         s.as_mut().expect("session created above")
@@ -281,10 +285,15 @@ fn into_response(
     Ok(match output {
         Output::Rows { schema, batches } => {
             let fields = Arc::new(fields(&schema, format, options)?);
-            let rows: Vec<_> = batches
-                .into_iter()
-                .flat_map(|b| encode_recordbatch(fields.clone(), b))
-                .collect();
+            // Encode every row before answering, so an encoding error (a
+            // numeric beyond what the wire format carries, say) is the
+            // statement's error rather than a cut-off result.
+            let mut rows = Vec::new();
+            for batch in batches {
+                for row in encode_recordbatch(fields.clone(), batch) {
+                    rows.push(Ok(row?));
+                }
+            }
             Response::Query(QueryResponse::new(fields, stream::iter(rows)))
         }
         Output::Command { tag, rows } => {

@@ -119,6 +119,8 @@ impl Session {
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
             .map_err(|e| WeirError::from_datafusion(*e))?;
         ctx.register_udf(version_udf());
+        ctx.register_udf(constant_text_udf("session_user", &user));
+        ctx.register_udf(constant_text_udf("current_user", &user));
         Ok(Session {
             db,
             ctx,
@@ -179,11 +181,17 @@ fn version_udf() -> datafusion::logical_expr::ScalarUDF {
         env!("CARGO_PKG_VERSION"),
         std::env::consts::ARCH
     );
+    constant_text_udf("version", &text)
+}
+
+/// A function of no arguments that returns `text`.
+fn constant_text_udf(name: &str, text: &str) -> datafusion::logical_expr::ScalarUDF {
+    let text = text.to_owned();
     create_udf(
-        "version",
+        name,
         vec![],
         DataType::Utf8,
-        Volatility::Immutable,
+        Volatility::Stable,
         Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(text.clone()))))),
     )
 }
