@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+mod checked;
 mod copy;
 pub mod database;
 mod ddl;

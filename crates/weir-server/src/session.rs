@@ -104,10 +104,11 @@ impl Session {
         options.sql_parser.map_string_types_to_utf8view = false;
         options.execution.time_zone = Some("+00:00".into());
         options.sql_parser.parse_float_as_decimal = true;
-        let state = SessionStateBuilder::new()
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
             .build();
+        state.add_analyzer_rule(crate::checked::rule());
         let ctx = SessionContext::new_with_state(state);
         let pinned = Arc::new(PinnedSnapshot::new(db.committed()));
         let catalog = MemoryCatalogProvider::new();

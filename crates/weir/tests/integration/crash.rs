@@ -94,8 +94,16 @@ async fn sigkill_loses_no_acknowledged_write() {
                 ))
             })
             .collect();
-        let run_for = Duration::from_millis(rng.random_range(200..1200));
-        tokio::time::sleep(run_for).await;
+        // Let the writers make some progress whatever the machine's speed,
+        // then kill at a random moment.
+        let before = acked.lock().unwrap().len();
+        let started = std::time::Instant::now();
+        while acked.lock().unwrap().len() < before + 10
+            && started.elapsed() < Duration::from_secs(20)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
         server.restart_after_kill().await;
         for w in writers {
             w.await.unwrap();
