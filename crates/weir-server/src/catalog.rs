@@ -51,6 +51,9 @@ pub struct ColumnDef {
     pub nullable: bool,
     /// The `DEFAULT` expression as SQL text.
     pub default: Option<String>,
+    /// The length limit of `varchar(n)` / `char(n)`, in characters.
+    #[serde(default)]
+    pub max_chars: Option<u64>,
 }
 
 /// A plain view: its query is planned again each time it is read.

@@ -69,6 +69,7 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
             data_type: storage_type(field.data_type()),
             nullable: field.is_nullable() && !primary_key.contains(&i),
             default,
+            max_chars: create.columns.get(i).and_then(|c| char_limit(&c.data_type)),
         });
     }
     let def = TableDef {
@@ -102,6 +103,19 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
     drop(working);
     db.wait_committed(epoch).await?;
     Ok(tag)
+}
+
+/// The `n` of `varchar(n)`, `char(n)` and their spellings.
+fn char_limit(data_type: &datafusion::sql::sqlparser::ast::DataType) -> Option<u64> {
+    use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql};
+    match data_type {
+        Sql::Varchar(Some(CharacterLength::IntegerLength { length, .. }))
+        | Sql::CharacterVarying(Some(CharacterLength::IntegerLength { length, .. }))
+        | Sql::CharVarying(Some(CharacterLength::IntegerLength { length, .. }))
+        | Sql::Char(Some(CharacterLength::IntegerLength { length, .. }))
+        | Sql::Character(Some(CharacterLength::IntegerLength { length, .. })) => Some(*length),
+        _ => None,
+    }
 }
 
 /// Types are stored as DataFusion plans them, except that a time zone is

@@ -570,6 +570,9 @@ pub fn conform(def: &TableDef, batches: &[RecordBatch]) -> WeirResult<RecordBatc
     };
     let batch = concat_batches(&first.schema(), batches)?;
     for (i, column) in def.columns.iter().enumerate() {
+        if let Some(limit) = column.max_chars {
+            check_char_limit(batch.column(i), limit)?;
+        }
         if !column.nullable && batch.column(i).null_count() > 0 {
             return Err(WeirError::new(
                 SqlState::NOT_NULL_VIOLATION,
@@ -581,6 +584,26 @@ pub fn conform(def: &TableDef, batches: &[RecordBatch]) -> WeirResult<RecordBatc
         }
     }
     Ok(RecordBatch::try_new(schema, batch.columns().to_vec())?)
+}
+
+/// `varchar(n)`: no value longer than `limit` characters (22001). The byte
+/// lengths come from a kernel; only values with more bytes than `limit`
+/// need their characters counted.
+fn check_char_limit(column: &dyn Array, limit: u64) -> WeirResult<()> {
+    let Some(strings) = column.as_string_opt::<i32>() else {
+        return Ok(());
+    };
+    let bytes = datafusion::arrow::compute::kernels::length::length(strings)?;
+    let bytes = bytes.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+    for (i, n) in bytes.iter().enumerate() {
+        if n.is_some_and(|n| n as u64 > limit) && strings.value(i).chars().count() as u64 > limit {
+            return Err(WeirError::new(
+                SqlState("22001"),
+                format!("value too long for type character varying({limit})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Turns a refused write into PostgreSQL's unique-violation error.
