@@ -15,6 +15,7 @@ pub struct TestServer {
     /// Its data folder.
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    envs: Vec<(String, String)>,
     password: Option<String>,
     _temp: Option<tempfile::TempDir>,
 }
@@ -35,14 +36,24 @@ impl TestServer {
 
     /// Starts a server with a fresh data folder and extra flags.
     pub async fn start_with(args: &[&str]) -> TestServer {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// Starts a server with a fresh data folder, extra flags and extra
+    /// environment variables.
+    pub async fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> TestServer {
         let temp = tempfile::tempdir().expect("temp dir");
-        let mut server = Self::spawn(temp.path(), args);
+        let envs: Vec<(String, String)> = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut server = Self::spawn(temp.path(), args, envs);
         server._temp = Some(temp);
         server.wait_ready().await;
         server
     }
 
-    fn spawn(data_dir: &Path, args: &[&str]) -> TestServer {
+    fn spawn(data_dir: &Path, args: &[&str], envs: Vec<(String, String)>) -> TestServer {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let log = std::fs::OpenOptions::new()
@@ -57,6 +68,7 @@ impl TestServer {
             .arg(data_dir)
             .args(&extra_args)
             .env("RUST_LOG", "warn")
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -70,6 +82,7 @@ impl TestServer {
             addr,
             data_dir: data_dir.to_path_buf(),
             extra_args,
+            envs,
             password,
             _temp: None,
         }
@@ -141,7 +154,7 @@ impl TestServer {
     pub async fn restart_after_kill(&mut self) {
         self.kill();
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-        let mut fresh = Self::spawn(&self.data_dir, &args);
+        let mut fresh = Self::spawn(&self.data_dir, &args, self.envs.clone());
         self.child = fresh.child.take();
         self.addr = fresh.addr;
         self.wait_ready().await;

@@ -7,4 +7,5 @@ mod common;
 mod crash;
 mod protocol;
 mod psql;
+mod s3;
 mod slt;
