@@ -550,7 +550,7 @@ async fn describe(
         sql.as_ref(),
         Statement::Query(_) | Statement::Explain { .. }
     )
-    .then(|| Arc::new(plan.schema().as_arrow().clone()));
+    .then(|| crate::colnames::wire_schema(sql, Arc::new(plan.schema().as_arrow().clone())));
     Ok((types, schema))
 }
 

@@ -18,6 +18,7 @@
 
 pub mod catalog;
 mod checked;
+mod colnames;
 mod copy;
 pub mod database;
 mod ddl;

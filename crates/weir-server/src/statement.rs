@@ -28,6 +28,7 @@ pub async fn execute(
             session.pin_for_read();
             let plan = session.plan(statement.clone(), params).await?;
             let (schema, batches) = session.collect(plan).await?;
+            let schema = crate::colnames::wire_schema(statement, schema);
             Ok(Output::Rows { schema, batches })
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {

@@ -375,3 +375,26 @@ async fn password_authentication_with_scram() {
     );
     assert!(tokio_postgres::connect(&nopass, NoTls).await.is_err());
 }
+
+#[tokio::test]
+async fn result_columns_have_postgres_names() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (x INT, y TEXT); INSERT INTO t VALUES (1, 'a')")
+        .await
+        .unwrap();
+    let sql = "SELECT count(*), max(x) AS m, 1, t.y, x + 1, upper(y) FROM t GROUP BY t.y, x";
+    let names = |columns: &[tokio_postgres::Column]| -> Vec<String> {
+        columns.iter().map(|c| c.name().to_owned()).collect()
+    };
+    let expected = vec!["count", "m", "?column?", "y", "?column?", "upper"];
+    let stmt = client.prepare(sql).await.unwrap();
+    assert_eq!(names(stmt.columns()), expected);
+    let messages = client.simple_query(sql).await.unwrap();
+    let tokio_postgres::SimpleQueryMessage::RowDescription(columns) = &messages[0] else {
+        panic!("expected a row description first");
+    };
+    let simple: Vec<&str> = columns.iter().map(|c| c.name()).collect();
+    assert_eq!(simple, expected);
+}

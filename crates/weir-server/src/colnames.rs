@@ -1,0 +1,148 @@
+//! Result column names as PostgreSQL chooses them.
+//!
+//! DataFusion names a computed column after its whole expression
+//! (`count(*)`, `Int64(1)`, `sum(orders.total)`); PostgreSQL names it after
+//! the function (`count`), the column (`total`), or `?column?`. Clients
+//! that look columns up by name (ORMs, `row["count"]`) expect PostgreSQL's
+//! names, so the names sent in RowDescription follow its rules
+//! (`FigureColname` in PostgreSQL's parser). Only the wire names change;
+//! DataFusion's plan keeps its own unique names.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::sql::sqlparser::ast::{
+    DataType as SqlType, Expr, Query, SelectItem, SetExpr, Statement,
+};
+
+/// `schema` with PostgreSQL's column names for `statement`'s output, where
+/// they can be worked out.
+pub fn wire_schema(statement: &Statement, schema: SchemaRef) -> SchemaRef {
+    match output_names(statement) {
+        Some(names) if names.len() == schema.fields().len() => {
+            let fields: Vec<Field> = schema
+                .fields()
+                .iter()
+                .zip(names)
+                .map(|(f, name)| f.as_ref().clone().with_name(name))
+                .collect();
+            Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+        }
+        _ => schema,
+    }
+}
+
+/// PostgreSQL's name for each output column of a query, or `None` when the
+/// query's columns cannot be matched one to one with its select list (a
+/// `*`, say), in which case DataFusion's names stand.
+pub fn output_names(statement: &Statement) -> Option<Vec<String>> {
+    let Statement::Query(query) = statement else {
+        return None;
+    };
+    query_names(query)
+}
+
+fn query_names(query: &Query) -> Option<Vec<String>> {
+    let mut body = query.body.as_ref();
+    loop {
+        match body {
+            SetExpr::SetOperation { left, .. } => body = left,
+            SetExpr::Query(inner) => return query_names(inner),
+            SetExpr::Select(select) => {
+                return select
+                    .projection
+                    .iter()
+                    .map(|item| match item {
+                        SelectItem::UnnamedExpr(expr) => {
+                            Some(figure(expr).unwrap_or_else(|| "?column?".to_owned()))
+                        }
+                        SelectItem::ExprWithAlias { alias, .. } => {
+                            Some(crate::catalog::normalize_ident(alias))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The name an expression gives its column, if it gives one.
+fn figure(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Identifier(ident) => Some(crate::catalog::normalize_ident(ident)),
+        Expr::CompoundIdentifier(parts) => parts.last().map(crate::catalog::normalize_ident),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(|i| i.value.to_lowercase()),
+        Expr::Cast {
+            expr, data_type, ..
+        } => figure(expr).or_else(|| type_name(data_type)),
+        Expr::Nested(inner) => figure(inner),
+        Expr::Case { .. } => Some("case".to_owned()),
+        Expr::Exists { .. } => Some("exists".to_owned()),
+        Expr::Subquery(query) => query_names(query)?.into_iter().next(),
+        Expr::Array(_) => Some("array".to_owned()),
+        Expr::Extract { .. } => Some("extract".to_owned()),
+        Expr::Substring { .. } => Some("substring".to_owned()),
+        Expr::Trim { .. } => Some("btrim".to_owned()),
+        Expr::Position { .. } => Some("position".to_owned()),
+        Expr::Ceil { .. } => Some("ceil".to_owned()),
+        Expr::Floor { .. } => Some("floor".to_owned()),
+        _ => None,
+    }
+}
+
+/// PostgreSQL's internal name of a type, as it names a cast column.
+fn type_name(data_type: &SqlType) -> Option<String> {
+    let name = match data_type {
+        SqlType::Int(_) | SqlType::Integer(_) | SqlType::Int4(_) => "int4",
+        SqlType::BigInt(_) | SqlType::Int8(_) => "int8",
+        SqlType::SmallInt(_) | SqlType::Int2(_) => "int2",
+        SqlType::Real | SqlType::Float4 => "float4",
+        SqlType::DoublePrecision | SqlType::Double(_) | SqlType::Float8 => "float8",
+        SqlType::Numeric(_) | SqlType::Decimal(_) => "numeric",
+        SqlType::Text | SqlType::String(_) => "text",
+        SqlType::Varchar(_) | SqlType::CharacterVarying(_) => "varchar",
+        SqlType::Boolean | SqlType::Bool => "bool",
+        SqlType::Date => "date",
+        SqlType::Timestamp(..) => "timestamp",
+        SqlType::Time(..) => "time",
+        SqlType::Interval { .. } => "interval",
+        SqlType::Bytea => "bytea",
+        _ => return None,
+    };
+    Some(name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(sql: &str) -> Option<Vec<String>> {
+        let statements = weir_sql::parse(sql).unwrap();
+        let weir_sql::WeirStatement::Sql(statement) = &statements[0] else {
+            panic!()
+        };
+        output_names(statement)
+    }
+
+    #[test]
+    fn postgres_column_names() {
+        assert_eq!(
+            names("SELECT count(*), t.total, 1, a + b, x AS y, sum(v)::int, 1::int, CASE WHEN a THEN 1 END FROM t").unwrap(),
+            vec!["count", "total", "?column?", "?column?", "y", "sum", "int4", "case"]
+        );
+        assert_eq!(names("SELECT * FROM t"), None);
+        assert_eq!(
+            names("SELECT a FROM t UNION SELECT b FROM u").unwrap(),
+            vec!["a"]
+        );
+        assert_eq!(names("SELECT (SELECT max(v) FROM t)").unwrap(), vec!["max"]);
+        assert_eq!(names("SELECT \"Mixed\" FROM t").unwrap(), vec!["Mixed"]);
+    }
+}
