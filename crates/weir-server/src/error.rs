@@ -304,9 +304,7 @@ fn message_code(message: &str) -> SqlState {
         SqlState("42P10")
     } else if lower.contains("aggregate")
         && (lower.contains("not allowed") || lower.contains("cannot be nested"))
-    {
-        SqlState::GROUPING_ERROR
-    } else if lower.contains("must appear in the group by")
+        || lower.contains("must appear in the group by")
         || lower.contains("projection references non-aggregate")
     {
         SqlState::GROUPING_ERROR
