@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{stream, Sink, SinkExt};
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
@@ -64,6 +65,8 @@ pub struct Shared {
     pub connections: Arc<ConnectionManager>,
     /// Authentication.
     pub auth: Auth,
+    /// Memory for queries, shared by every session.
+    pub runtime: Arc<RuntimeEnv>,
 }
 
 /// The handlers of one connection.
@@ -218,7 +221,7 @@ pub struct Connection {
 /// The connection's session, created on first use for the client's user.
 async fn lock_session<'a, C: ClientInfo>(
     slot: &'a Mutex<Option<Session>>,
-    db: &Arc<Database>,
+    shared: &Shared,
     client: &C,
 ) -> PgWireResult<tokio::sync::MappedMutexGuard<'a, Session>> {
     let mut guard = slot.lock().await;
@@ -228,7 +231,7 @@ async fn lock_session<'a, C: ClientInfo>(
             .get("user")
             .cloned()
             .unwrap_or_else(|| "weir".into());
-        let mut session = Session::new(db.clone(), user)?;
+        let mut session = Session::new(shared.db.clone(), shared.runtime.clone(), user)?;
         if let Some(name) = client.metadata().get("application_name") {
             session.settings.set("application_name", name)?;
         }
@@ -244,7 +247,7 @@ impl Connection {
         &self,
         client: &C,
     ) -> PgWireResult<tokio::sync::MappedMutexGuard<'_, Session>> {
-        lock_session(&self.session, &self.shared.db, client).await
+        lock_session(&self.session, &self.shared, client).await
     }
 }
 
@@ -314,9 +317,38 @@ fn into_response(
     })
 }
 
+/// Runs `work`, turning a panic (a bug) into an XX000 error for this
+/// statement instead of a lost connection.
+async fn guarded<T>(work: impl std::future::Future<Output = WeirResult<T>>) -> WeirResult<T> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(%message, "statement panicked");
+            Err(WeirError::internal(format!(
+                "the statement panicked: {message}"
+            )))
+        }
+    }
+}
+
 impl Connection {
-    /// Runs one statement, starting a COPY if it is one.
+    /// Runs one statement (starting a COPY if it is one), catching panics.
     async fn run(
+        &self,
+        session: &mut Session,
+        statement: &WeirStatement,
+        params: &Params,
+    ) -> WeirResult<Output> {
+        guarded(self.run_unguarded(session, statement, params)).await
+    }
+
+    async fn run_unguarded(
         &self,
         session: &mut Session,
         statement: &WeirStatement,
@@ -392,7 +424,7 @@ pub struct Prepared {
 /// Parses and describes statements for the extended protocol.
 pub struct Parser {
     session: Arc<Mutex<Option<Session>>>,
-    db: Arc<Database>,
+    shared: Arc<Shared>,
 }
 
 #[async_trait]
@@ -419,7 +451,7 @@ impl QueryParser for Parser {
         let Some(statement) = statements.pop() else {
             return Ok(None);
         };
-        let mut session = lock_session(&self.session, &self.db, client).await?;
+        let mut session = lock_session(&self.session, &self.shared, client).await?;
         let (inferred, schema) = describe(&mut session, &statement).await?;
         let count = inferred.len().max(types.len());
         let parameters = (0..count)
@@ -562,7 +594,7 @@ impl ExtendedQueryHandler for Connection {
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::new(Parser {
             session: self.session.clone(),
-            db: self.shared.db.clone(),
+            shared: self.shared.clone(),
         })
     }
 
@@ -630,7 +662,8 @@ impl CopyHandler for Connection {
         };
         let session = self.session(client).await?;
         let rows = copy.parse()?;
-        let count = dml::insert_batch(&session, &copy.table.name, &copy.columns, rows).await?;
+        let insert = dml::insert_batch(&session, &copy.table.name, &copy.columns, rows);
+        let count = guarded(insert).await?;
         client
             .send(PgWireBackendMessage::CommandComplete(
                 Tag::new("COPY").with_rows(count).into(),

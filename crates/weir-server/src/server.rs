@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use datafusion::execution::memory_pool::GreedyMemoryPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use pgwire::api::ConnectionManager;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -12,17 +14,24 @@ use crate::handler::{Auth, ConnectionHandlers, Shared};
 
 /// Serves PostgreSQL clients on `listener` until `shutdown` turns true.
 /// Each connection runs in its own task; a failing connection never
-/// affects the others.
+/// affects the others. Queries of all sessions share `query_memory_bytes`
+/// for their sorts, joins, aggregations and results.
 pub async fn serve(
     db: Arc<Database>,
     listener: TcpListener,
     auth: Auth,
+    query_memory_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(GreedyMemoryPool::new(query_memory_bytes)))
+        .build_arc()
+        .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),
         auth,
+        runtime,
     });
     info!(address = %listener.local_addr()?, "weir is accepting connections");
     loop {

@@ -8,16 +8,19 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::memory_pool::MemoryLimit;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{create_udf, ColumnarValue, LogicalPlan, Volatility};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use futures::StreamExt;
 
 use crate::catalog::{DATABASE, SCHEMA};
 use crate::database::{Database, DbSnapshot};
-use crate::error::{WeirError, WeirResult};
+use crate::error::{SqlState, WeirError, WeirResult};
 use crate::provider::{PinnedSnapshot, PublicSchema};
 use crate::settings::Settings;
 
@@ -92,8 +95,8 @@ pub struct Session {
 }
 
 impl Session {
-    /// A new session for `user`.
-    pub fn new(db: Arc<Database>, user: String) -> WeirResult<Self> {
+    /// A new session for `user`; its queries draw memory from `runtime`.
+    pub fn new(db: Arc<Database>, runtime: Arc<RuntimeEnv>, user: String) -> WeirResult<Self> {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, SCHEMA)
             .with_create_default_catalog_and_schema(false)
@@ -106,6 +109,7 @@ impl Session {
         options.sql_parser.parse_float_as_decimal = true;
         let mut state = SessionStateBuilder::new()
             .with_config(config)
+            .with_runtime_env(runtime)
             .with_default_features()
             .build();
         state.add_analyzer_rule(crate::checked::rule());
@@ -158,11 +162,30 @@ impl Session {
         bind(plan, params)
     }
 
-    /// Runs a plan to completion.
+    /// Runs a plan to completion. The result may take at most as much
+    /// memory as the query memory pool holds (54000 beyond that), since it
+    /// is kept until it is sent.
     pub async fn collect(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, Vec<RecordBatch>)> {
         let frame = self.ctx.execute_logical_plan(plan).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
-        let batches = frame.collect().await?;
+        let limit = match self.ctx.runtime_env().memory_pool.memory_limit() {
+            MemoryLimit::Finite(bytes) => bytes,
+            _ => usize::MAX,
+        };
+        let mut stream = frame.execute_stream().await?;
+        let mut batches = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            bytes += batch.get_array_memory_size();
+            if bytes > limit {
+                return Err(WeirError::new(
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    format!("the result is larger than the query memory limit ({limit} bytes)"),
+                ));
+            }
+            batches.push(batch);
+        }
         Ok((schema, batches))
     }
 }

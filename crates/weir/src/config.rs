@@ -29,6 +29,10 @@ pub struct Args {
     /// How long a write waits for its epoch to commit before failing.
     #[arg(long, default_value = "30s")]
     pub commit_timeout: String,
+    /// Memory all queries together may use for sorts, joins, aggregations
+    /// and results, in MiB; a query that needs more fails with 54000.
+    #[arg(long, default_value_t = 4096)]
+    pub query_memory_mb: usize,
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -48,6 +52,8 @@ pub struct Config {
     pub epochs: EpochConfig,
     /// Client authentication.
     pub auth: Auth,
+    /// Memory for queries, in bytes.
+    pub query_memory_bytes: usize,
 }
 
 impl Config {
@@ -77,7 +83,11 @@ impl Config {
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             ..EpochConfig::default()
         };
+        if args.query_memory_mb == 0 {
+            bail!("--query-memory-mb must be positive");
+        }
         Ok(Config {
+            query_memory_bytes: args.query_memory_mb << 20,
             listen,
             state_location: args.state_url.unwrap_or(args.data_dir),
             epochs,

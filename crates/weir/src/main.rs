@@ -45,6 +45,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         db.clone(),
         listener,
         config.auth.clone(),
+        config.query_memory_bytes,
         stopped,
     ));
     shutdown_signal().await;

@@ -194,3 +194,23 @@ async fn many_sessions_at_once() {
         vec![Some("250".into())]
     );
 }
+
+#[tokio::test]
+async fn queries_beyond_the_memory_limit_fail_cleanly() {
+    let server = TestServer::start_with(&["--query-memory-mb", "16"]).await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE big (x BIGINT); INSERT INTO big SELECT * FROM generate_series(1, 100000)",
+        )
+        .await
+        .unwrap();
+    let huge = "SELECT a.x, b.x FROM big a CROSS JOIN (SELECT x FROM big LIMIT 200) b";
+    assert_eq!(sqlstate(&client, huge).await, "54000");
+    let grouped = "SELECT a.x % 7, count(*) FROM big a CROSS JOIN (SELECT x FROM big LIMIT 20) b GROUP BY 1 ORDER BY 1";
+    assert_eq!(column(&client, grouped).await.len(), 7);
+    assert_eq!(
+        column(&client, "SELECT count(*) FROM big").await,
+        vec![Some("100000".into())]
+    );
+}
