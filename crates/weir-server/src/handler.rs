@@ -10,12 +10,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{stream, Sink, SinkExt};
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
-use pgwire::api::auth::sasl::SASLAuthStartupHandler;
-use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
-    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
-};
+use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -23,38 +18,22 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireServerHandlers,
-    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
-};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::response::NoticeResponse;
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 use weir_sql::WeirStatement;
 
+use crate::auth::{self, Auth};
 use crate::copy::{self, CopyIn};
 use crate::database::Database;
 use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
-use crate::session::{Output, Params, Session, PG_VERSION};
+use crate::session::{Output, Params, Session};
 use crate::statement;
-
-/// How clients authenticate.
-#[derive(Debug, Clone)]
-pub enum Auth {
-    /// Anyone may connect as anyone.
-    Trust,
-    /// SCRAM-SHA-256 with one user and password.
-    Password {
-        /// The user name.
-        user: String,
-        /// The password.
-        password: String,
-    },
-}
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -87,14 +66,6 @@ impl ConnectionHandlers {
     }
 }
 
-fn server_parameters() -> DefaultServerParameterProvider {
-    let mut params = DefaultServerParameterProvider::default();
-    params.server_version = PG_VERSION.to_owned();
-    params.time_zone = "UTC".to_owned();
-    params.date_style = "ISO, MDY".to_owned();
-    params
-}
-
 impl PgWireServerHandlers for ConnectionHandlers {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
         self.conn.clone()
@@ -105,22 +76,10 @@ impl PgWireServerHandlers for ConnectionHandlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(match &self.shared.auth {
-            Auth::Trust => Startup::Trust(TrustStartup {
-                connections: self.shared.connections.clone(),
-            }),
-            Auth::Password { user, password } => {
-                let source = Arc::new(PasswordSource {
-                    user: user.clone(),
-                    password: password.clone(),
-                });
-                Startup::Scram(Box::new(
-                    SASLAuthStartupHandler::new(Arc::new(server_parameters()))
-                        .with_scram(ScramAuth::new(source))
-                        .with_connection_manager(self.shared.connections.clone()),
-                ))
-            }
-        })
+        Arc::new(auth::startup_handler(
+            &self.shared.auth,
+            &self.shared.connections,
+        ))
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
@@ -130,84 +89,6 @@ impl PgWireServerHandlers for ConnectionHandlers {
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
         Arc::new(DefaultCancelHandler::new(self.shared.connections.clone()))
     }
-}
-
-/// Startup without a password.
-struct TrustStartup {
-    connections: Arc<ConnectionManager>,
-}
-
-enum Startup {
-    Trust(TrustStartup),
-    Scram(Box<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
-}
-
-#[async_trait]
-impl StartupHandler for Startup {
-    async fn on_startup<C>(
-        &self,
-        client: &mut C,
-        message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        match self {
-            Startup::Scram(handler) => handler.on_startup(client, message).await,
-            Startup::Trust(trust) => {
-                if let PgWireFrontendMessage::Startup(ref startup) = message {
-                    protocol_negotiation(client, startup).await?;
-                    save_startup_parameters_to_metadata(client, startup);
-                    let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
-                    client.set_pid_and_secret_key(pid, secret.clone());
-                    let (handle, guard) = trust.connections.register(pid, secret);
-                    client
-                        .session_extensions()
-                        .insert::<Arc<ConnectionHandle>>(handle);
-                    client.session_extensions().insert(guard);
-                    finish_authentication(client, &server_parameters()).await?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct PasswordSource {
-    user: String,
-    password: String,
-}
-
-#[async_trait]
-impl AuthSource for PasswordSource {
-    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
-        if login.user() != Some(self.user.as_str()) {
-            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
-                "FATAL".into(),
-                "28P01".into(),
-                format!(
-                    "password authentication failed for user \"{}\"",
-                    login.user().unwrap_or("")
-                ),
-            ))));
-        }
-        let salt: [u8; 16] = rand_salt();
-        let hash = gen_salted_password(&self.password, &salt, 4096);
-        Ok(Password::new(Some(salt.to_vec()), hash))
-    }
-}
-
-fn rand_salt() -> [u8; 16] {
-    let mut salt = [0u8; 16];
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    salt.copy_from_slice(&nanos.to_le_bytes());
-    salt
 }
 
 /// One connection: its session (created on first use) and a COPY in

@@ -16,6 +16,7 @@
 //! and the coordinator that commits epochs to the state store.
 #![warn(missing_docs)]
 
+mod auth;
 pub mod catalog;
 mod checked;
 mod colnames;
@@ -32,6 +33,6 @@ mod settings;
 mod statement;
 mod types;
 
+pub use auth::Auth;
 pub use database::{Database, EpochConfig};
-pub use handler::Auth;
 pub use server::serve;

@@ -9,8 +9,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::auth::Auth;
 use crate::database::Database;
-use crate::handler::{Auth, ConnectionHandlers, Shared};
+use crate::handler::{ConnectionHandlers, Shared};
 
 /// Serves PostgreSQL clients on `listener` until `shutdown` turns true.
 /// Each connection runs in its own task; a failing connection never

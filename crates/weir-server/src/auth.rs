@@ -1,0 +1,144 @@
+//! Client authentication: trust, or SCRAM-SHA-256 with one user and
+//! password (pgwire's SASL handler), and the cancel-key registration every
+//! connection needs.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::Sink;
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::{
+    ClientInfo, ConnectionHandle, ConnectionManager, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use crate::session::PG_VERSION;
+
+/// How clients authenticate.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Anyone may connect as anyone.
+    Trust,
+    /// SCRAM-SHA-256 with one user and password.
+    Password {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+}
+
+/// The startup handler for `auth`.
+pub(crate) fn startup_handler(auth: &Auth, connections: &Arc<ConnectionManager>) -> Startup {
+    match auth {
+        Auth::Trust => Startup::Trust(TrustStartup {
+            connections: connections.clone(),
+        }),
+        Auth::Password { user, password } => {
+            let source = Arc::new(PasswordSource {
+                user: user.clone(),
+                password: password.clone(),
+            });
+            Startup::Scram(Box::new(
+                SASLAuthStartupHandler::new(Arc::new(server_parameters()))
+                    .with_scram(ScramAuth::new(source))
+                    .with_connection_manager(connections.clone()),
+            ))
+        }
+    }
+}
+
+fn server_parameters() -> DefaultServerParameterProvider {
+    let mut params = DefaultServerParameterProvider::default();
+    params.server_version = PG_VERSION.to_owned();
+    params.time_zone = "UTC".to_owned();
+    params.date_style = "ISO, MDY".to_owned();
+    params
+}
+
+/// Startup without a password.
+pub(crate) struct TrustStartup {
+    connections: Arc<ConnectionManager>,
+}
+
+/// The startup handler of a connection.
+pub(crate) enum Startup {
+    Trust(TrustStartup),
+    Scram(Box<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            Startup::Scram(handler) => handler.on_startup(client, message).await,
+            Startup::Trust(trust) => {
+                if let PgWireFrontendMessage::Startup(ref startup) = message {
+                    protocol_negotiation(client, startup).await?;
+                    save_startup_parameters_to_metadata(client, startup);
+                    let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
+                    client.set_pid_and_secret_key(pid, secret.clone());
+                    let (handle, guard) = trust.connections.register(pid, secret);
+                    client
+                        .session_extensions()
+                        .insert::<Arc<ConnectionHandle>>(handle);
+                    client.session_extensions().insert(guard);
+                    finish_authentication(client, &server_parameters()).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PasswordSource {
+    user: String,
+    password: String,
+}
+
+#[async_trait]
+impl AuthSource for PasswordSource {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        if login.user() != Some(self.user.as_str()) {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".into(),
+                "28P01".into(),
+                format!(
+                    "password authentication failed for user \"{}\"",
+                    login.user().unwrap_or("")
+                ),
+            ))));
+        }
+        let salt: [u8; 16] = rand_salt();
+        let hash = gen_salted_password(&self.password, &salt, 4096);
+        Ok(Password::new(Some(salt.to_vec()), hash))
+    }
+}
+
+fn rand_salt() -> [u8; 16] {
+    let mut salt = [0u8; 16];
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    salt.copy_from_slice(&nanos.to_le_bytes());
+    salt
+}

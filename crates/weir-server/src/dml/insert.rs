@@ -1,0 +1,300 @@
+//! INSERT (with its ON CONFLICT variants) and COPY's batch insert.
+
+use std::collections::HashSet;
+
+use datafusion::arrow::array::{BooleanArray, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::logical_expr::ExprSchemable;
+use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, Insert, OnConflictAction, OnInsert, SetExpr, Statement, TableObject,
+};
+
+use crate::catalog::{normalize_ident, relation_name, Catalog, TableDef};
+use crate::database::WorkingState;
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Params, Session};
+use crate::types::assignable;
+
+use super::upsert::{check_conflict_target, evaluate_upsert};
+use super::*;
+
+/// The table an INSERT writes to.
+pub fn insert_target<'a>(catalog: &'a Catalog, insert: &Insert) -> WeirResult<&'a TableDef> {
+    let TableObject::TableName(name) = &insert.table else {
+        return Err(WeirError::unsupported("INSERT into a table function"));
+    };
+    catalog.table(&relation_name(name)?)
+}
+
+/// Indices of the columns an INSERT names, in its order (all columns if
+/// it names none).
+pub fn insert_columns(def: &TableDef, insert: &Insert) -> WeirResult<Vec<usize>> {
+    if insert.columns.is_empty() {
+        return Ok((0..def.columns.len()).collect());
+    }
+    let mut seen = HashSet::new();
+    insert
+        .columns
+        .iter()
+        .map(|name| {
+            let ident = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .ok_or_else(|| WeirError::unsupported(format!("column name {name}")))?;
+            let column = normalize_ident(ident);
+            let index = column_index(def, &column)?;
+            if !seen.insert(index) {
+                return Err(WeirError::new(
+                    SqlState::DUPLICATE_COLUMN,
+                    format!("column \"{column}\" specified more than once"),
+                ));
+            }
+            Ok(index)
+        })
+        .collect()
+}
+
+pub(super) async fn insert_rows(
+    session: &Session,
+    working: &mut WorkingState,
+    insert: &Insert,
+    params: &Params,
+) -> WeirResult<usize> {
+    if insert.returning.is_some() {
+        return Err(WeirError::unsupported(
+            "INSERT ... RETURNING is not supported yet",
+        ));
+    }
+    let def = insert_target(&working.catalog, insert)?.clone();
+    let columns = insert_columns(&def, insert)?;
+    let source = match &insert.source {
+        Some(query) => {
+            let query = replace_default_keyword(query, &def, &columns)?;
+            session.plan(Statement::Query(query), params).await?
+        }
+        None => LogicalPlanBuilder::empty(true).build()?,
+    };
+    let width = source.schema().fields().len();
+    // Without a column list, VALUES may fill a prefix of the columns.
+    let columns = if insert.columns.is_empty() && width < columns.len() {
+        columns[..width].to_vec()
+    } else {
+        columns
+    };
+    let expected = if insert.source.is_some() {
+        columns.len()
+    } else {
+        0
+    };
+    if width > expected {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "INSERT has more expressions than target columns",
+        ));
+    }
+    if width < expected {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "INSERT has more target columns than expressions",
+        ));
+    }
+    let columns = if insert.source.is_some() {
+        columns
+    } else {
+        Vec::new()
+    };
+    let plan = assignment_plan(session, &def, source, &columns)?;
+    let (_, batches) = session.collect(plan).await?;
+    let rows = conform(&def, &batches)?;
+    let table = working.table_mut(def.id)?;
+    match &insert.on {
+        None => {
+            let count = rows.num_rows();
+            check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+            Ok(count)
+        }
+        Some(OnInsert::OnConflict(on_conflict)) => {
+            check_conflict_target(
+                &def,
+                on_conflict.conflict_target.as_ref(),
+                &on_conflict.action,
+            )?;
+            let keys = rows.project(&def.primary_key)?;
+            let matches = table.lookup(&keys)?;
+            match &on_conflict.action {
+                OnConflictAction::DoNothing => {
+                    let fresh: BooleanArray = matches
+                        .iter()
+                        .map(|m| Some(m.existing.is_none() && !m.repeated))
+                        .collect();
+                    let rows = filter_record_batch(&rows, &fresh)?;
+                    let count = rows.num_rows();
+                    check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+                    Ok(count)
+                }
+                OnConflictAction::DoUpdate(update) => {
+                    if matches.iter().any(|m| m.repeated) {
+                        return Err(WeirError::new(
+                            SqlState::CARDINALITY_VIOLATION,
+                            "ON CONFLICT DO UPDATE command cannot affect row a second time",
+                        )
+                        .with_detail(
+                            "Ensure that no rows proposed for insertion within the same command have duplicate constrained values.",
+                        ));
+                    }
+                    let fresh: BooleanArray =
+                        matches.iter().map(|m| Some(m.existing.is_none())).collect();
+                    let conflicting: Vec<u64> = matches
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| m.existing.is_some())
+                        .map(|(i, _)| i as u64)
+                        .collect();
+                    let positions: Vec<u64> = matches.iter().filter_map(|m| m.existing).collect();
+                    let existing = table.rows_at(&positions)?;
+                    let excluded = take_record_batch(&rows, &UInt64Array::from(conflicting))?;
+                    let alias = insert
+                        .table_alias
+                        .as_ref()
+                        .map(|a| normalize_ident(&a.alias))
+                        .unwrap_or_else(|| def.name.clone());
+                    let (updated, keep) = evaluate_upsert(
+                        session,
+                        &def,
+                        &alias,
+                        &existing,
+                        &excluded,
+                        &update.assignments,
+                        update.selection.as_ref(),
+                        params,
+                    )?;
+                    let positions: Vec<u64> = positions
+                        .into_iter()
+                        .zip(keep.iter())
+                        .filter(|(_, k)| k == &Some(true))
+                        .map(|(p, _)| p)
+                        .collect();
+                    let fresh_rows = filter_record_batch(&rows, &fresh)?;
+                    let all = concat_batches(&def.schema(), [&fresh_rows, &updated])?;
+                    let count = all.num_rows();
+                    check_write(&def, &all, table.write(&positions, Some(&all))?)?;
+                    Ok(count)
+                }
+            }
+        }
+        Some(_) => Err(WeirError::unsupported("ON DUPLICATE KEY UPDATE")),
+    }
+}
+
+/// `VALUES (1, DEFAULT)`: replaces each `DEFAULT` with its column's
+/// default expression (or NULL).
+pub(super) fn replace_default_keyword(
+    query: &datafusion::sql::sqlparser::ast::Query,
+    def: &TableDef,
+    columns: &[usize],
+) -> WeirResult<Box<datafusion::sql::sqlparser::ast::Query>> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let mut query = Box::new(query.clone());
+    if let SetExpr::Values(values) = query.body.as_mut() {
+        for row in values.rows.iter_mut() {
+            for (expr, &column) in row.iter_mut().zip(columns) {
+                let is_default = matches!(expr, SqlExpr::Identifier(i)
+                    if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"));
+                if is_default {
+                    let sql = def.columns[column].default.as_deref().unwrap_or("NULL");
+                    *expr = Parser::new(&PostgreSqlDialect {})
+                        .try_with_sql(sql)
+                        .and_then(|mut p| p.parse_expr())
+                        .map_err(|e| WeirError::internal(format!("stored default {sql}: {e}")))?;
+                }
+            }
+        }
+    }
+    Ok(query)
+}
+
+/// Projects `source` onto the table's columns: column `columns[j]` takes
+/// source column `j`, the others their default (or NULL), each cast to the
+/// column's type.
+pub(super) fn assignment_plan(
+    session: &Session,
+    def: &TableDef,
+    source: LogicalPlan,
+    columns: &[usize],
+) -> WeirResult<LogicalPlan> {
+    let state = session.ctx.state();
+    let source_schema = source.schema().clone();
+    let empty = DFSchema::empty();
+    let mut exprs = Vec::with_capacity(def.columns.len());
+    for (i, column) in def.columns.iter().enumerate() {
+        let value = match columns.iter().position(|&c| c == i) {
+            Some(j) => {
+                let (qualifier, field) = source_schema.qualified_field(j);
+                if !assignable(field.data_type(), &column.data_type) {
+                    return Err(type_mismatch(
+                        &column.name,
+                        &column.data_type,
+                        field.data_type(),
+                    ));
+                }
+                Expr::Column(Column::new(qualifier.cloned(), field.name()))
+            }
+            None => match &column.default {
+                Some(sql) => state.create_logical_expr(sql, &empty)?,
+                None => lit(ScalarValue::Null),
+            },
+        };
+        let value = match (&column.data_type, value.get_type(&source_schema)?) {
+            (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+                bytea_from_text(value)
+            }
+            _ => cast(value, column.data_type.clone()),
+        };
+        exprs.push(value.alias(&column.name));
+    }
+    Ok(LogicalPlanBuilder::from(source).project(exprs)?.build()?)
+}
+
+/// Text to bytea as PostgreSQL reads it: `\x` followed by hex digits is the
+/// hex format; anything else is taken as the bytes of the text.
+pub(super) fn bytea_from_text(text: Expr) -> Expr {
+    use datafusion::functions::expr_fn::{decode, starts_with, substr};
+    when(
+        starts_with(text.clone(), lit("\\x")),
+        decode(substr(text.clone(), lit(3i64)), lit("hex")),
+    )
+    .otherwise(cast(text, DataType::Binary))
+    .expect("a CASE with a WHEN")
+}
+
+/// Stores rows that arrive as a batch (COPY): `batch`'s columns go to the
+/// table columns `columns`, the others take their defaults. Returns the row
+/// count once it is committed.
+pub async fn insert_batch(
+    session: &Session,
+    table: &str,
+    columns: &[usize],
+    batch: RecordBatch,
+) -> WeirResult<usize> {
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    let def = working.catalog.table(table)?.clone();
+    let source = session.ctx.read_batch(batch)?.into_unoptimized_plan();
+    let plan = assignment_plan(session, &def, source, columns)?;
+    let (_, batches) = session.collect(plan).await?;
+    let rows = conform(&def, &batches)?;
+    let count = rows.num_rows();
+    let table = working.table_mut(def.id)?;
+    check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+    let epoch = working.epoch;
+    drop(working);
+    if count > 0 {
+        db.wait_committed(epoch).await?;
+    }
+    Ok(count)
+}

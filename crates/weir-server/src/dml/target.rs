@@ -1,0 +1,222 @@
+//! UPDATE and DELETE: a query over the target table's rows and their
+//! positions decides which stored rows to replace or remove.
+
+use std::collections::HashSet;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::common::Column;
+use datafusion::logical_expr::{cast, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::sql::sqlparser::ast::{
+    Delete, FromTable, Ident, TableFactor, TableWithJoins, Update, UpdateTableFromKind,
+};
+
+use crate::catalog::{normalize_ident, relation_name, Catalog, TableDef};
+use crate::database::WorkingState;
+use crate::error::{WeirError, WeirResult};
+use crate::provider::{DML_TARGET, POSITION_COLUMN};
+use crate::session::{bind, Params, Session};
+use crate::types::assignable;
+
+use super::*;
+
+/// The table (and its alias) an UPDATE or DELETE targets.
+pub(super) fn update_target<'a>(
+    catalog: &'a Catalog,
+    table: &TableWithJoins,
+) -> WeirResult<(&'a TableDef, String)> {
+    if !table.joins.is_empty() {
+        return Err(WeirError::unsupported(
+            "JOIN in the target of UPDATE or DELETE; use FROM or USING",
+        ));
+    }
+    let TableFactor::Table { name, alias, .. } = &table.relation else {
+        return Err(WeirError::unsupported(format!(
+            "UPDATE or DELETE of {}",
+            table.relation
+        )));
+    };
+    let def = catalog.table(&relation_name(name)?)?;
+    let alias = alias
+        .as_ref()
+        .map(|a| normalize_ident(&a.name))
+        .unwrap_or_else(|| def.name.clone());
+    Ok((def, alias))
+}
+
+pub(super) fn quoted(name: &str) -> String {
+    Ident::with_quote('"', name).to_string()
+}
+
+/// The query an UPDATE runs: each target row's position and new values.
+pub fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(TableDef, String)> {
+    if update.returning.is_some() {
+        return Err(WeirError::unsupported(
+            "UPDATE ... RETURNING is not supported yet",
+        ));
+    }
+    let (def, alias) = update_target(catalog, &update.table)?;
+    let mut values: Vec<Option<String>> = vec![None; def.columns.len()];
+    for assignment in &update.assignments {
+        let index = assignment_column(def, &assignment.target)?;
+        if values[index].is_some() {
+            return Err(multiple_assignments(&def.columns[index].name));
+        }
+        values[index] = Some(format!("({})", assignment.value));
+    }
+    let alias_q = quoted(&alias);
+    let mut select = vec![format!("{alias_q}.{}", quoted(POSITION_COLUMN))];
+    for (i, column) in def.columns.iter().enumerate() {
+        let value = values[i]
+            .clone()
+            .unwrap_or_else(|| format!("{alias_q}.{}", quoted(&column.name)));
+        select.push(format!("{value} AS {}", quoted(&format!("__weir_col{i}"))));
+    }
+    let mut from = format!("{} AS {alias_q}", quoted(DML_TARGET));
+    if let Some(UpdateTableFromKind::AfterSet(tables) | UpdateTableFromKind::BeforeSet(tables)) =
+        &update.from
+    {
+        for t in tables {
+            from.push_str(&format!(", {t}"));
+        }
+    }
+    let mut sql = format!("SELECT {} FROM {from}", select.join(", "));
+    if let Some(selection) = &update.selection {
+        sql.push_str(&format!(" WHERE {selection}"));
+    }
+    Ok((def.clone(), sql))
+}
+
+/// The query a DELETE runs: the positions of the rows to delete.
+pub fn delete_query(catalog: &Catalog, delete: &Delete) -> WeirResult<(TableDef, String)> {
+    if delete.returning.is_some() {
+        return Err(WeirError::unsupported(
+            "DELETE ... RETURNING is not supported yet",
+        ));
+    }
+    let tables = match &delete.from {
+        FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => t,
+    };
+    let [table] = tables.as_slice() else {
+        return Err(WeirError::unsupported("DELETE from several tables"));
+    };
+    let (def, alias) = update_target(catalog, table)?;
+    let alias_q = quoted(&alias);
+    let mut sql = format!(
+        "SELECT {alias_q}.{} FROM {} AS {alias_q}",
+        quoted(POSITION_COLUMN),
+        quoted(DML_TARGET)
+    );
+    for t in delete.using.iter().flatten() {
+        sql.push_str(&format!(", {t}"));
+    }
+    if let Some(selection) = &delete.selection {
+        sql.push_str(&format!(" WHERE {selection}"));
+    }
+    Ok((def.clone(), sql))
+}
+
+/// Plans one of the generated UPDATE/DELETE queries with `def`'s rows as
+/// the target.
+pub async fn plan_target_query(
+    session: &Session,
+    snapshot_tables: &std::collections::HashMap<u64, weir_state::TableSnapshot>,
+    def: &TableDef,
+    sql: &str,
+    params: &Params,
+) -> WeirResult<LogicalPlan> {
+    let target = snapshot_tables
+        .get(&def.id)
+        .cloned()
+        .ok_or_else(|| WeirError::internal(format!("no snapshot of {}", def.name)))?;
+    session.pinned.set_dml_target(target);
+    let mut statements = weir_sql::parse(sql)?;
+    let Some(weir_sql::WeirStatement::Sql(statement)) = statements.pop() else {
+        return Err(WeirError::internal(format!(
+            "generated query did not parse: {sql}"
+        )));
+    };
+    let plan = session
+        .ctx
+        .state()
+        .statement_to_plan(datafusion::sql::parser::Statement::Statement(statement))
+        .await?;
+    bind(plan, params)
+}
+
+/// Distinct positions from the first column of `batches`, with the index
+/// of each one's first row.
+pub(super) fn distinct_positions(batches: &[RecordBatch]) -> (Vec<u64>, Vec<(usize, usize)>) {
+    let mut seen = HashSet::new();
+    let mut positions = Vec::new();
+    let mut rows = Vec::new();
+    for (b, batch) in batches.iter().enumerate() {
+        let column = batch.column(0).as_primitive::<UInt64Type>();
+        for (r, position) in column.values().iter().enumerate() {
+            if seen.insert(*position) {
+                positions.push(*position);
+                rows.push((b, r));
+            }
+        }
+    }
+    (positions, rows)
+}
+
+pub(super) async fn update_rows(
+    session: &Session,
+    working: &mut WorkingState,
+    update: &Update,
+    params: &Params,
+) -> WeirResult<usize> {
+    let (def, sql) = update_query(&working.catalog, update)?;
+    let snapshot = session.pinned.get();
+    let plan = plan_target_query(session, &snapshot.tables, &def, &sql, params).await?;
+    let schema = plan.schema().clone();
+    let mut exprs = vec![Expr::Column(Column::from(schema.qualified_field(0)))];
+    for (i, column) in def.columns.iter().enumerate() {
+        let (qualifier, field) = schema.qualified_field(i + 1);
+        if !assignable(field.data_type(), &column.data_type) {
+            return Err(type_mismatch(
+                &column.name,
+                &column.data_type,
+                field.data_type(),
+            ));
+        }
+        let value = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+        exprs.push(cast(value, column.data_type.clone()).alias(&column.name));
+    }
+    let plan = LogicalPlanBuilder::from(plan).project(exprs)?.build()?;
+    let (_, batches) = session.collect(plan).await?;
+    let (positions, first_rows) = distinct_positions(&batches);
+    if positions.is_empty() {
+        return Ok(0);
+    }
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let new_rows = datafusion::arrow::compute::interleave_record_batch(&refs, &first_rows)?;
+    let columns: Vec<usize> = (1..new_rows.num_columns()).collect();
+    let new_rows = conform(&def, &[new_rows.project(&columns)?])?;
+    let table = working.table_mut(def.id)?;
+    check_write(&def, &new_rows, table.write(&positions, Some(&new_rows))?)?;
+    Ok(positions.len())
+}
+
+pub(super) async fn delete_rows(
+    session: &Session,
+    working: &mut WorkingState,
+    delete: &Delete,
+    params: &Params,
+) -> WeirResult<usize> {
+    let (def, sql) = delete_query(&working.catalog, delete)?;
+    let snapshot = session.pinned.get();
+    let plan = plan_target_query(session, &snapshot.tables, &def, &sql, params).await?;
+    let (_, batches) = session.collect(plan).await?;
+    let (positions, _) = distinct_positions(&batches);
+    if positions.is_empty() {
+        return Ok(0);
+    }
+    let table = working.table_mut(def.id)?;
+    table
+        .write(&positions, None)?
+        .map_err(|_| WeirError::internal("a delete cannot violate a key"))?;
+    Ok(positions.len())
+}
