@@ -360,3 +360,84 @@ impl Database {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ColumnDef;
+    use datafusion::arrow::array::{Int32Array, RecordBatch};
+    use datafusion::arrow::datatypes::DataType;
+    use object_store::local::LocalFileSystem;
+    use object_store::path::Path;
+    use object_store::ObjectStore;
+    use weir_state::faulty::FaultyStore;
+
+    #[tokio::test]
+    async fn writes_wait_while_the_store_fails_and_commit_once_it_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let local: Arc<dyn ObjectStore> =
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let (store, faults) = FaultyStore::new(local);
+        let config = EpochConfig {
+            checkpoint_interval: Duration::from_millis(50),
+            commit_timeout: Duration::from_millis(300),
+            ..EpochConfig::default()
+        };
+        let state = StateStore::with_store(store, Path::default(), Default::default());
+        let db = Database::open(state, config).await.unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        tokio::spawn(db.clone().run_coordinator(stopped));
+
+        let def = TableDef {
+            id: 0,
+            name: "t".into(),
+            columns: vec![ColumnDef {
+                name: "x".into(),
+                data_type: DataType::Int32,
+                nullable: false,
+                default: None,
+                max_chars: None,
+            }],
+            primary_key: vec![0],
+        };
+        let (id, epoch) = {
+            let mut working = db.working().await;
+            (working.create_table(def.clone()).unwrap(), working.epoch)
+        };
+        db.wait_committed(epoch).await.unwrap();
+
+        faults.lock().unwrap().put = Some("manifest/".into());
+        let epoch = {
+            let mut working = db.working().await;
+            let rows =
+                RecordBatch::try_new(def.schema(), vec![Arc::new(Int32Array::from(vec![7]))])
+                    .unwrap();
+            working
+                .table_mut(id)
+                .unwrap()
+                .write(&[], Some(&rows))
+                .unwrap()
+                .unwrap();
+            working.epoch
+        };
+        let err = db.wait_committed(epoch).await.unwrap_err();
+        assert_eq!(err.code, SqlState::IO_ERROR, "{err}");
+        assert!(err.message.contains("injected fault"), "{err}");
+        assert_eq!(
+            db.committed().tables[&id].num_rows(),
+            0,
+            "readers keep the last epoch"
+        );
+
+        faults.lock().unwrap().put = None;
+        let mut committed = false;
+        for _ in 0..30 {
+            if db.wait_committed(epoch).await.is_ok() {
+                committed = true;
+                break;
+            }
+        }
+        assert!(committed, "the epoch commits once the store is back");
+        assert_eq!(db.committed().tables[&id].num_rows(), 1);
+    }
+}

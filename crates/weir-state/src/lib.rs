@@ -24,6 +24,8 @@
 
 mod codec;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod faulty;
 mod layout;
 mod manifest;
 mod store;

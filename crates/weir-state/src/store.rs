@@ -559,4 +559,96 @@ mod tests {
             .unwrap();
         assert_eq!(recovered.len(), 2);
     }
+
+    /// A store on a fault-injecting wrapper over a fresh local folder.
+    fn faulty() -> (
+        tempfile::TempDir,
+        Arc<dyn ObjectStore>,
+        Arc<std::sync::Mutex<crate::faulty::Faults>>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let local: Arc<dyn ObjectStore> =
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let (store, faults) = crate::faulty::FaultyStore::new(local);
+        (dir, store, faults)
+    }
+
+    async fn commit_keys(
+        store: &mut StateStore,
+        table: &mut StateTable,
+        epoch: u64,
+        keys: &[i32],
+    ) -> StateResult<()> {
+        table.write(&[], Some(&rows(keys, "v"))).unwrap().unwrap();
+        let delta = EpochDelta {
+            epoch,
+            catalog: serde_json::Value::Null,
+            tables: BTreeMap::from([(1, change(table))]),
+        };
+        store.commit(&delta).await.map(|_| ())
+    }
+
+    async fn recovered_keys(store: Arc<dyn ObjectStore>) -> (u64, Vec<(i32, String)>) {
+        let mut reopened = StateStore::with_store(store, Path::default(), StoreConfig::default());
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        let table = reopened
+            .load_table(spec(), &manifest.tables[&1])
+            .await
+            .unwrap();
+        (manifest.epoch, contents(&table))
+    }
+
+    #[tokio::test]
+    async fn failed_uploads_and_manifest_writes_leave_the_previous_epoch() {
+        for failing in ["data/", "manifest/"] {
+            let (dir, inner, faults) = faulty();
+            let mut store =
+                StateStore::with_store(inner.clone(), Path::default(), StoreConfig::default());
+            store.recover().await.unwrap();
+            let mut table = StateTable::new(spec()).unwrap();
+            commit_keys(&mut store, &mut table, 1, &[1]).await.unwrap();
+            faults.lock().unwrap().put = Some(failing.into());
+            let failed = {
+                table.write(&[], Some(&rows(&[2], "v"))).unwrap().unwrap();
+                let delta = EpochDelta {
+                    epoch: 2,
+                    catalog: serde_json::Value::Null,
+                    tables: BTreeMap::from([(1, change(&mut table))]),
+                };
+                let result = store.commit(&delta).await;
+                assert!(result.is_err(), "{failing}: the commit must fail");
+                delta
+            };
+            // A process that dies now (between upload and manifest, or with
+            // nothing uploaded) recovers epoch 1 and sweeps the orphans.
+            let (epoch, keys) = recovered_keys(inner.clone()).await;
+            assert_eq!(epoch, 1, "{failing}");
+            assert_eq!(keys, vec![(1, "v".to_owned())]);
+            assert_eq!(objects(dir.path(), "data"), 1, "{failing}: orphan swept");
+            // The same epoch is committed again once the store is back.
+            faults.lock().unwrap().put = None;
+            store.commit(&failed).await.unwrap();
+            let (epoch, keys) = recovered_keys(inner).await;
+            assert_eq!(epoch, 2);
+            assert_eq!(keys, vec![(1, "v".to_owned()), (2, "v".to_owned())]);
+        }
+    }
+
+    #[tokio::test]
+    async fn recovery_fails_rather_than_go_back_when_reads_fail() {
+        let (_dir, inner, faults) = faulty();
+        let mut store =
+            StateStore::with_store(inner.clone(), Path::default(), StoreConfig::default());
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        commit_keys(&mut store, &mut table, 1, &[1]).await.unwrap();
+        commit_keys(&mut store, &mut table, 2, &[2]).await.unwrap();
+        faults.lock().unwrap().get = Some(format!("{:020}", 2));
+        let mut reopened =
+            StateStore::with_store(inner.clone(), Path::default(), StoreConfig::default());
+        assert!(reopened.recover().await.is_err());
+        faults.lock().unwrap().get = None;
+        let (epoch, _) = recovered_keys(inner).await;
+        assert_eq!(epoch, 2, "nothing was deleted while the store was failing");
+    }
 }
