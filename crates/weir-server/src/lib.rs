@@ -31,8 +31,9 @@ pub mod server;
 pub mod session;
 mod settings;
 mod statement;
+pub mod tls;
 mod types;
 
 pub use auth::Auth;
 pub use database::{Database, EpochConfig};
-pub use server::serve;
+pub use server::{serve, ServeOptions};

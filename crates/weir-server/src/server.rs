@@ -13,6 +13,17 @@ use crate::auth::Auth;
 use crate::database::Database;
 use crate::handler::{ConnectionHandlers, Shared};
 
+/// How the server treats clients.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// Authentication.
+    pub auth: Auth,
+    /// Memory all queries together may use, in bytes.
+    pub query_memory_bytes: usize,
+    /// TLS, if clients may ask for it.
+    pub tls: Option<pgwire::tokio::TlsAcceptor>,
+}
+
 /// Serves PostgreSQL clients on `listener` until `shutdown` turns true.
 /// Each connection runs in its own task; a failing connection never
 /// affects the others. Queries of all sessions share `query_memory_bytes`
@@ -20,10 +31,14 @@ use crate::handler::{ConnectionHandlers, Shared};
 pub async fn serve(
     db: Arc<Database>,
     listener: TcpListener,
-    auth: Auth,
-    query_memory_bytes: usize,
+    options: ServeOptions,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let ServeOptions {
+        auth,
+        query_memory_bytes,
+        tls,
+    } = options;
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(GreedyMemoryPool::new(query_memory_bytes)))
         .build_arc()
@@ -47,8 +62,9 @@ pub async fn serve(
                 };
                 let _ = socket.set_nodelay(true);
                 let handlers = Arc::new(ConnectionHandlers::new(shared.clone()));
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                    if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                         debug!(%peer, error = %e, "connection closed with an error");
                     }
                 });

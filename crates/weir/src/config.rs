@@ -36,6 +36,13 @@ pub struct Args {
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// PEM certificate chain for TLS (with --tls-key); clients may then
+    /// use sslmode=require.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key for TLS (with --tls-cert).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// The user name clients log in as when a password is set.
     #[arg(long, default_value = "weir")]
     pub user: String,
@@ -54,6 +61,8 @@ pub struct Config {
     pub auth: Auth,
     /// Memory for queries, in bytes.
     pub query_memory_bytes: usize,
+    /// Certificate and key files for TLS.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Config {
@@ -88,6 +97,7 @@ impl Config {
         }
         Ok(Config {
             query_memory_bytes: args.query_memory_mb << 20,
+            tls: args.tls_cert.zip(args.tls_key),
             listen,
             state_location: args.state_url.unwrap_or(args.data_dir),
             epochs,

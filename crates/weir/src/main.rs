@@ -10,7 +10,7 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::info;
-use weir_server::Database;
+use weir_server::{Database, ServeOptions};
 use weir_state::StateStore;
 
 use crate::config::{Args, Config};
@@ -41,13 +41,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", config.listen))?;
     let (stop, stopped) = watch::channel(false);
     let coordinator = tokio::spawn(db.clone().run_coordinator(stopped.clone()));
-    let server = tokio::spawn(weir_server::serve(
-        db.clone(),
-        listener,
-        config.auth.clone(),
-        config.query_memory_bytes,
-        stopped,
-    ));
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(weir_server::tls::acceptor(cert, key).context("loading TLS")?),
+        None => None,
+    };
+    let options = ServeOptions {
+        auth: config.auth.clone(),
+        query_memory_bytes: config.query_memory_bytes,
+        tls,
+    };
+    let server = tokio::spawn(weir_server::serve(db.clone(), listener, options, stopped));
     shutdown_signal().await;
     info!("shutting down: committing pending changes");
     let _ = stop.send(true);

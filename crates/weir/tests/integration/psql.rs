@@ -153,3 +153,55 @@ async fn a_psql_session_runs_a_script() {
     assert!(out.contains("1:x\n2:z"), "{out}");
     assert!(err.contains("relation \"nope\" does not exist"), "{err}");
 }
+
+#[tokio::test]
+async fn psql_connects_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl must be installed");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let server = TestServer::start_with(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ])
+    .await;
+    let conn = format!(
+        "host=127.0.0.1 port={} user=weir dbname=weir sslmode=require",
+        server.addr.port()
+    );
+    let output = Command::new("psql")
+        .args(["-X", &conn, "-c", "\\conninfo", "-c", "SELECT 40 + 2"])
+        .output()
+        .expect("psql");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(out.contains("SSL connection"), "{out}");
+    assert!(out.contains("42"), "{out}");
+}
