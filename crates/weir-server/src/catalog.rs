@@ -105,7 +105,7 @@ pub enum ObjectKind {
 impl Catalog {
     /// What `name` is, if anything.
     pub fn kind_of(&self, name: &str) -> Option<ObjectKind> {
-        if self.tables.contains_key(name) {
+        if self.tables.contains_key(name) || crate::system::SYSTEM_TABLES.contains(&name) {
             Some(ObjectKind::Table)
         } else if self.views.contains_key(name) {
             Some(ObjectKind::View)
@@ -118,6 +118,10 @@ impl Catalog {
     pub fn table(&self, name: &str) -> WeirResult<&TableDef> {
         match self.tables.get(name) {
             Some(t) => Ok(t),
+            None if crate::system::SYSTEM_TABLES.contains(&name) => Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is a system table and cannot be changed"),
+            )),
             None if self.views.contains_key(name) => Err(WeirError::new(
                 SqlState::WRONG_OBJECT_TYPE,
                 format!("\"{name}\" is a view, not a table"),

@@ -12,14 +12,16 @@
 //! so every acknowledged write is durable and visible to every later query.
 //! Statements that wait together share an epoch (group commit).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{watch, Mutex, MutexGuard, Notify};
 use tracing::{debug, info, warn};
-use weir_state::{EpochDelta, StateStore, StateTable, TableChange, TableId, TableSnapshot};
+use weir_state::{
+    EpochDelta, Manifest, StateStore, StateTable, TableChange, TableId, TableSnapshot,
+};
 
 use crate::catalog::{Catalog, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
@@ -67,6 +69,8 @@ pub struct WorkingState {
     /// The epoch that changes made now belong to.
     pub epoch: u64,
     catalog_changed: bool,
+    /// A CHECKPOINT asked for a commit even without changes.
+    forced: bool,
 }
 
 impl WorkingState {
@@ -115,7 +119,7 @@ impl WorkingState {
     }
 
     fn is_dirty(&self) -> bool {
-        self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
+        self.forced || self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
     }
 
     /// Closes the open epoch: takes every table's delta and the snapshot
@@ -139,6 +143,7 @@ impl WorkingState {
         let catalog = serde_json::to_value(&self.catalog).map_err(WeirError::internal)?;
         self.epoch += 1;
         self.catalog_changed = false;
+        self.forced = false;
         let delta = EpochDelta {
             epoch,
             catalog,
@@ -152,6 +157,26 @@ impl WorkingState {
         Ok((delta, snapshot))
     }
 }
+
+/// One committed epoch, for the `weir_checkpoints` system table.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    /// The epoch.
+    pub epoch: u64,
+    /// When its commit started.
+    pub started_at: SystemTime,
+    /// How long the commit took, retries included.
+    pub duration: Duration,
+    /// Objects written.
+    pub objects: usize,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Failed attempts before it succeeded.
+    pub retries: u32,
+}
+
+/// How many recent commits `weir_checkpoints` shows.
+const CHECKPOINT_HISTORY: usize = 128;
 
 /// Counters of the commit path, for `SHOW` and benchmarks.
 #[derive(Debug, Default)]
@@ -176,6 +201,8 @@ pub struct Database {
     config: EpochConfig,
     /// What the commit path has done.
     pub counters: CommitCounters,
+    history: std::sync::Mutex<VecDeque<CheckpointRecord>>,
+    last_manifest: RwLock<Option<Arc<Manifest>>>,
 }
 
 impl Database {
@@ -184,6 +211,7 @@ impl Database {
     pub async fn open(mut store: StateStore, config: EpochConfig) -> WeirResult<Arc<Self>> {
         let started = Instant::now();
         let manifest = store.recover().await?;
+        let last_manifest = manifest.clone().map(Arc::new);
         let (catalog, epoch, tables) = match manifest {
             None => (Catalog::default(), 0, HashMap::new()),
             Some(manifest) => {
@@ -204,6 +232,7 @@ impl Database {
             tables,
             epoch: epoch + 1,
             catalog_changed: false,
+            forced: false,
         };
         let mut committed = working.snapshot();
         committed.epoch = epoch;
@@ -222,6 +251,8 @@ impl Database {
             last_commit_error: std::sync::Mutex::new(None),
             config,
             counters: CommitCounters::default(),
+            history: std::sync::Mutex::new(VecDeque::new()),
+            last_manifest: RwLock::new(last_manifest),
         }))
     }
 
@@ -285,6 +316,33 @@ impl Database {
         self.wait_committed(epoch).await
     }
 
+    /// Commits an epoch now, even if nothing changed, and returns it once
+    /// it is committed (`CHECKPOINT`).
+    pub async fn checkpoint(&self) -> WeirResult<u64> {
+        let epoch = {
+            let mut working = self.working.lock().await;
+            working.forced = true;
+            working.epoch
+        };
+        self.wait_committed(epoch).await?;
+        Ok(epoch)
+    }
+
+    /// Recent commits, oldest first.
+    pub fn checkpoints(&self) -> Vec<CheckpointRecord> {
+        self.history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The manifest of the last committed epoch.
+    pub fn last_manifest(&self) -> Option<Arc<Manifest>> {
+        self.last_manifest.read().expect("manifest lock").clone()
+    }
+
     /// The last committed epoch.
     pub fn committed_epoch(&self) -> u64 {
         *self.committed_epoch.borrow()
@@ -328,12 +386,16 @@ impl Database {
                 return;
             }
         };
+        let started_at = SystemTime::now();
+        let started = Instant::now();
+        let mut retries = 0;
         let mut backoff = Duration::from_millis(10);
-        let stats = loop {
+        let (manifest, stats) = loop {
             let result = self.store.lock().await.commit(&delta).await;
             match result {
-                Ok((_, stats)) => break stats,
+                Ok(done) => break done,
                 Err(e) => {
+                    retries += 1;
                     warn!(epoch = delta.epoch, error = %e, "commit failed; retrying");
                     *self.last_commit_error.lock().expect("error lock") = Some(e.to_string());
                     tokio::time::sleep(backoff).await;
@@ -344,6 +406,20 @@ impl Database {
         *self.last_commit_error.lock().expect("error lock") = None;
         let epoch = snapshot.epoch;
         *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
+        *self.last_manifest.write().expect("manifest lock") = Some(Arc::new(manifest));
+        let mut history = self.history.lock().expect("history lock");
+        if history.len() == CHECKPOINT_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(CheckpointRecord {
+            epoch,
+            started_at,
+            duration: started.elapsed(),
+            objects: stats.objects,
+            bytes: stats.bytes,
+            retries,
+        });
+        drop(history);
         self.counters.epochs.fetch_add(1, Ordering::Relaxed);
         self.counters
             .objects

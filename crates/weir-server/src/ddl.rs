@@ -331,6 +331,12 @@ pub async fn drop_relations(
     let mut dropped_tables = Vec::new();
     for object in names {
         let name = relation_name(object)?;
+        if crate::system::SYSTEM_TABLES.contains(&name.as_str()) {
+            return Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is a system table and cannot be dropped"),
+            ));
+        }
         match catalog.kind_of(&name) {
             None => {
                 if if_exists {

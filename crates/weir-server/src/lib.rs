@@ -31,6 +31,7 @@ pub mod server;
 pub mod session;
 mod settings;
 mod statement;
+mod system;
 pub mod tls;
 mod types;
 

@@ -17,7 +17,8 @@ use datafusion::sql::parser::Statement as DfStatement;
 use weir_state::TableSnapshot;
 
 use crate::catalog::ViewDef;
-use crate::database::DbSnapshot;
+use crate::database::{Database, DbSnapshot};
+use crate::system;
 
 /// The name under which a DML statement's target table is planned; its
 /// scan also yields each row's position.
@@ -63,15 +64,22 @@ impl PinnedSnapshot {
 pub struct PublicSchema {
     pinned: Arc<PinnedSnapshot>,
     session: Weak<parking_lot::RwLock<SessionState>>,
+    db: Arc<Database>,
 }
 
 impl PublicSchema {
-    /// A schema reading `pinned`; views are planned with `session`'s state.
+    /// A schema reading `pinned`; views are planned with `session`'s
+    /// state; system tables come from `db`.
     pub fn new(
         pinned: Arc<PinnedSnapshot>,
         session: Weak<parking_lot::RwLock<SessionState>>,
+        db: Arc<Database>,
     ) -> Self {
-        PublicSchema { pinned, session }
+        PublicSchema {
+            pinned,
+            session,
+            db,
+        }
     }
 
     async fn view(&self, view: &ViewDef) -> Result<Arc<dyn TableProvider>> {
@@ -125,10 +133,10 @@ impl SchemaProvider for PublicSchema {
                 })?;
             return Ok(Some(Arc::new(SnapshotTable::new(table, false))));
         }
-        match snapshot.catalog.views.get(name) {
-            Some(view) => self.view(view).await.map(Some),
-            None => Ok(None),
+        if let Some(view) = snapshot.catalog.views.get(name) {
+            return self.view(view).await.map(Some);
         }
+        system::table(&self.db, name).transpose()
     }
 
     async fn table_type(&self, name: &str) -> Result<Option<TableType>> {

@@ -118,7 +118,11 @@ impl Session {
         let catalog = MemoryCatalogProvider::new();
         catalog.register_schema(
             SCHEMA,
-            Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref())),
+            Arc::new(PublicSchema::new(
+                pinned.clone(),
+                ctx.state_weak_ref(),
+                db.clone(),
+            )),
         )?;
         ctx.register_catalog(DATABASE, Arc::new(catalog));
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)

@@ -21,6 +21,10 @@ pub async fn execute(
             session.db.flush().await?;
             return Ok(Output::command("FLUSH"));
         }
+        WeirStatement::Checkpoint => {
+            session.db.checkpoint().await?;
+            return Ok(Output::command("CHECKPOINT"));
+        }
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
     match statement {

@@ -18,6 +18,8 @@ pub struct ParseError(pub String);
 pub enum WeirStatement {
     /// `FLUSH`: wait until every change made so far is committed.
     Flush,
+    /// `CHECKPOINT`: commit an epoch now, even without changes.
+    Checkpoint,
     /// Any statement sqlparser understands.
     Sql(Box<Statement>),
 }
@@ -30,7 +32,7 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 /// Parses SQL text into statements with PostgreSQL's dialect.
 ///
 /// The text is split at top-level semicolons first, so that Weir's own
-/// statements (`FLUSH`) can stand beside standard ones. A statement that
+/// statements (`FLUSH`, `CHECKPOINT`) can stand beside standard ones. A statement that
 /// reads the system catalogs (`pg_*`, `information_schema`, `regclass`
 /// casts, `current_user` ...) goes through datafusion-pg-catalog's
 /// compatibility parser, which rewrites the queries psql and drivers send
@@ -78,6 +80,10 @@ fn parse_segment(
         [] => Ok(()),
         [Token::Word(w)] if w.value.eq_ignore_ascii_case("flush") => {
             out.push(WeirStatement::Flush);
+            Ok(())
+        }
+        [Token::Word(w)] if w.value.eq_ignore_ascii_case("checkpoint") => {
+            out.push(WeirStatement::Checkpoint);
             Ok(())
         }
         _ => {
@@ -162,6 +168,7 @@ mod tests {
         match statement {
             WeirStatement::Sql(s) => s.to_string(),
             WeirStatement::Flush => "FLUSH".into(),
+            WeirStatement::Checkpoint => "CHECKPOINT".into(),
         }
     }
 

@@ -1,0 +1,124 @@
+//! System tables, readable with `SELECT` like any table but not listed by
+//! `\dt`:
+//!
+//! - `weir_checkpoints`: the recent commits (epoch, start time, duration,
+//!   objects and bytes written, failed attempts);
+//! - `weir_state_tables`: each table's rows and files in the newest
+//!   manifest (base size, delta count and size).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, StringArray, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use datafusion::error::Result;
+
+use crate::database::Database;
+
+/// Names of the system tables.
+pub const SYSTEM_TABLES: &[&str] = &["weir_checkpoints", "weir_state_tables"];
+
+/// The system table called `name`, if there is one.
+pub fn table(db: &Database, name: &str) -> Option<Result<Arc<dyn TableProvider>>> {
+    match name {
+        "weir_checkpoints" => Some(checkpoints(db)),
+        "weir_state_tables" => Some(state_tables(db)),
+        _ => None,
+    }
+}
+
+fn mem_table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<Arc<dyn TableProvider>> {
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+fn checkpoints(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let records = db.checkpoints();
+    let micros = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64)
+    };
+    mem_table(
+        vec![
+            Field::new("epoch", DataType::UInt64, false),
+            Field::new(
+                "started_at",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                false,
+            ),
+            Field::new("duration_ms", DataType::UInt64, false),
+            Field::new("objects", DataType::UInt64, false),
+            Field::new("bytes", DataType::UInt64, false),
+            Field::new("retries", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(UInt64Array::from_iter_values(
+                records.iter().map(|r| r.epoch),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(
+                    records.iter().map(|r| micros(r.started_at)),
+                )
+                .with_timezone("+00:00"),
+            ),
+            Arc::new(UInt64Array::from_iter_values(
+                records.iter().map(|r| r.duration.as_millis() as u64),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                records.iter().map(|r| r.objects as u64),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                records.iter().map(|r| r.bytes),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                records.iter().map(|r| r.retries as u64),
+            )),
+        ],
+    )
+}
+
+fn state_tables(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let snapshot = db.committed();
+    let manifest = db.last_manifest();
+    let mut names = Vec::new();
+    let mut ids = Vec::new();
+    let mut rows = Vec::new();
+    let mut base_bytes = Vec::new();
+    let mut deltas = Vec::new();
+    let mut delta_bytes = Vec::new();
+    for def in snapshot.catalog.tables.values() {
+        let files = manifest.as_ref().and_then(|m| m.tables.get(&def.id));
+        names.push(def.name.clone());
+        ids.push(def.id);
+        rows.push(
+            snapshot
+                .tables
+                .get(&def.id)
+                .map_or(0, |t| t.num_rows() as u64),
+        );
+        base_bytes.push(files.map_or(0, |f| f.base_bytes));
+        deltas.push(files.map_or(0, |f| f.deltas.len() as u64));
+        delta_bytes.push(files.map_or(0, |f| f.delta_bytes));
+    }
+    mem_table(
+        vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("table_id", DataType::UInt64, false),
+            Field::new("rows", DataType::UInt64, false),
+            Field::new("base_bytes", DataType::UInt64, false),
+            Field::new("deltas", DataType::UInt64, false),
+            Field::new("delta_bytes", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from(names)),
+            Arc::new(UInt64Array::from(ids)),
+            Arc::new(UInt64Array::from(rows)),
+            Arc::new(UInt64Array::from(base_bytes)),
+            Arc::new(UInt64Array::from(deltas)),
+            Arc::new(UInt64Array::from(delta_bytes)),
+        ],
+    )
+}
