@@ -203,6 +203,8 @@ pub struct Database {
     pub counters: CommitCounters,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,
     last_manifest: RwLock<Option<Arc<Manifest>>>,
+    /// The working state's open epoch, readable without its lock.
+    open_epoch: AtomicU64,
 }
 
 impl Database {
@@ -253,6 +255,7 @@ impl Database {
             counters: CommitCounters::default(),
             history: std::sync::Mutex::new(VecDeque::new()),
             last_manifest: RwLock::new(last_manifest),
+            open_epoch: AtomicU64::new(epoch + 1),
         }))
     }
 
@@ -343,6 +346,13 @@ impl Database {
         self.last_manifest.read().expect("manifest lock").clone()
     }
 
+    /// How many closed epochs are not yet committed.
+    pub fn epoch_lag(&self) -> u64 {
+        self.open_epoch
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.committed_epoch() + 1)
+    }
+
     /// The last committed epoch.
     pub fn committed_epoch(&self) -> u64 {
         *self.committed_epoch.borrow()
@@ -377,7 +387,9 @@ impl Database {
             if !working.is_dirty() {
                 return;
             }
-            working.cut()
+            let cut = working.cut();
+            self.open_epoch.store(working.epoch, Ordering::Relaxed);
+            cut
         };
         let (delta, snapshot) = match cut {
             Ok(cut) => cut,

@@ -26,6 +26,7 @@ mod ddl;
 mod dml;
 pub mod error;
 pub mod handler;
+pub mod metrics;
 pub mod provider;
 pub mod server;
 pub mod session;

@@ -36,6 +36,10 @@ pub struct Args {
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9466).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// PEM certificate chain for TLS (with --tls-key); clients may then
     /// use sslmode=require.
     #[arg(long, requires = "tls_key")]
@@ -63,6 +67,8 @@ pub struct Config {
     pub query_memory_bytes: usize,
     /// Certificate and key files for TLS.
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -92,12 +98,20 @@ impl Config {
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             ..EpochConfig::default()
         };
+        let metrics_listen = match &args.metrics_listen {
+            Some(text) => Some(
+                text.parse()
+                    .with_context(|| format!("--metrics-listen {text}: expected host:port"))?,
+            ),
+            None => None,
+        };
         if args.query_memory_mb == 0 {
             bail!("--query-memory-mb must be positive");
         }
         Ok(Config {
             query_memory_bytes: args.query_memory_mb << 20,
             tls: args.tls_cert.zip(args.tls_key),
+            metrics_listen,
             listen,
             state_location: args.state_url.unwrap_or(args.data_dir),
             epochs,

@@ -50,11 +50,27 @@ async fn run(config: Config) -> anyhow::Result<()> {
         query_memory_bytes: config.query_memory_bytes,
         tls,
     };
+    let metrics = match config.metrics_listen {
+        Some(address) => {
+            let listener = TcpListener::bind(address)
+                .await
+                .with_context(|| format!("listening for metrics on {address}"))?;
+            Some(tokio::spawn(weir_server::metrics::serve(
+                db.clone(),
+                listener,
+                stopped.clone(),
+            )))
+        }
+        None => None,
+    };
     let server = tokio::spawn(weir_server::serve(db.clone(), listener, options, stopped));
     shutdown_signal().await;
     info!("shutting down: committing pending changes");
     let _ = stop.send(true);
     server.await??;
+    if let Some(metrics) = metrics {
+        metrics.await??;
+    }
     coordinator.await?;
     drop(Arc::clone(&db));
     info!(epoch = db.committed_epoch(), "stopped");

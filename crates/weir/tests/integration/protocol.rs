@@ -398,3 +398,50 @@ async fn result_columns_have_postgres_names() {
     let simple: Vec<&str> = columns.iter().map(|c| c.name()).collect();
     assert_eq!(simple, expected);
 }
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[tokio::test]
+async fn prometheus_metrics_over_http() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let server = TestServer::start_with(&["--metrics-listen", &address]).await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE m (x INT); INSERT INTO m VALUES (1), (2); CHECKPOINT")
+        .await
+        .unwrap();
+    let page = http_get(port, "/metrics");
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("weir_table_rows{table=\"m\"} 2"), "{page}");
+    let epoch: u64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("weir_committed_epoch "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(epoch >= 3, "{page}");
+    for name in [
+        "weir_epoch_lag",
+        "weir_epochs_committed_total",
+        "weir_objects_written_total",
+        "weir_bytes_written_total",
+        "weir_checkpoint_duration_seconds",
+    ] {
+        assert!(
+            page.contains(&format!("# TYPE {name} ")),
+            "{name} missing: {page}"
+        );
+    }
+    assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
+}

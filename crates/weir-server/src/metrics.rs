@@ -1,0 +1,131 @@
+//! Prometheus metrics over HTTP: `GET /metrics` in the text exposition
+//! format. A small hand-written responder, since one fixed page needs no
+//! HTTP framework.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tracing::{debug, info};
+
+use crate::database::Database;
+
+/// The metrics page.
+pub fn render(db: &Database) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    let counters = &db.counters;
+    metric(
+        "weir_committed_epoch",
+        "gauge",
+        "The last committed epoch.",
+        db.committed_epoch().to_string(),
+    );
+    metric(
+        "weir_epoch_lag",
+        "gauge",
+        "Epochs closed but not yet committed (0 or 1 while the store keeps up).",
+        db.epoch_lag().to_string(),
+    );
+    metric(
+        "weir_epochs_committed_total",
+        "counter",
+        "Epochs committed since start.",
+        counters.epochs.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
+        "weir_objects_written_total",
+        "counter",
+        "State objects written since start.",
+        counters.objects.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
+        "weir_bytes_written_total",
+        "counter",
+        "State bytes written since start.",
+        counters.bytes.load(Ordering::Relaxed).to_string(),
+    );
+    if let Some(last) = db.checkpoints().last() {
+        metric(
+            "weir_checkpoint_duration_seconds",
+            "gauge",
+            "Duration of the last commit.",
+            format!("{:.6}", last.duration.as_secs_f64()),
+        );
+        metric(
+            "weir_checkpoint_bytes",
+            "gauge",
+            "Bytes written by the last commit.",
+            last.bytes.to_string(),
+        );
+    }
+    let snapshot = db.committed();
+    let _ = writeln!(
+        out,
+        "# HELP weir_table_rows Rows of each table at the last committed epoch.\n# TYPE weir_table_rows gauge"
+    );
+    for def in snapshot.catalog.tables.values() {
+        let rows = snapshot.tables.get(&def.id).map_or(0, |t| t.num_rows());
+        let name = def.name.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(out, "weir_table_rows{{table=\"{name}\"}} {rows}");
+    }
+    out
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` turns true.
+pub async fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((socket, _)) = accepted else { continue };
+                let db = db.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = respond(socket, &db).await {
+                        debug!(error = %e, "metrics request failed");
+                    }
+                });
+            }
+            _ = shutdown.changed() => return Ok(()),
+        }
+    }
+}
+
+async fn respond(mut socket: TcpStream, db: &Database) -> std::io::Result<()> {
+    // Read the request head (bounded), then answer and close.
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut buf))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let request_line = String::from_utf8_lossy(&head);
+    let (status, body) = if request_line.starts_with("GET /metrics ") {
+        ("200 OK", render(db))
+    } else {
+        ("404 Not Found", "try /metrics\n".to_owned())
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(response.as_bytes()).await?;
+    socket.shutdown().await
+}
