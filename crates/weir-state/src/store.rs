@@ -164,6 +164,80 @@ impl StateStore {
         Ok(self.retained.back().cloned())
     }
 
+    /// The newest readable manifest, without changing anything in the store
+    /// (unlike [`StateStore::recover`], which also deletes garbage).
+    pub async fn newest_manifest(&self) -> StateResult<Option<Manifest>> {
+        let mut manifests: Vec<Path> = self
+            .store
+            .list(Some(&self.root.clone().join(layout::MANIFEST_DIR)))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await?;
+        manifests.sort_by_key(|p| std::cmp::Reverse(layout::epoch_of(p)));
+        for path in manifests {
+            match self.read_manifest(&path).await {
+                Ok(manifest) => return Ok(Some(manifest)),
+                Err(StateError::Corrupt { .. }) => continue,
+                // Pruned by the live server between listing and reading.
+                Err(StateError::ObjectStore(object_store::Error::NotFound { .. })) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Copies the newest committed epoch of `self` into `target`: every
+    /// object its manifest names, then the manifest itself, so `target`
+    /// holds a complete epoch once the copy returns (and none before).
+    /// Safe while a server writes to `self`: if the server's garbage
+    /// collection removes an object mid-copy, the copy starts over from the
+    /// then-newest manifest. Returns the epoch copied.
+    pub async fn backup_to(&self, target: &StateStore) -> StateResult<u64> {
+        const ATTEMPTS: usize = 10;
+        let mut last_error = None;
+        for _ in 0..ATTEMPTS {
+            let Some(manifest) = self.newest_manifest().await? else {
+                return Err(StateError::InvalidLocation(
+                    "no committed state to back up".into(),
+                ));
+            };
+            let paths: std::collections::BTreeSet<&str> =
+                manifest.tables.values().flat_map(|t| t.paths()).collect();
+            let mut copied = Ok(());
+            for path in paths {
+                let result = async {
+                    let bytes = self.store.get(&self.absolute(path)).await?.bytes().await?;
+                    target
+                        .store
+                        .put(&target.absolute(path), PutPayload::from(bytes))
+                        .await
+                }
+                .await;
+                if let Err(e) = result {
+                    copied = Err(e);
+                    break;
+                }
+            }
+            match copied {
+                Ok(()) => {
+                    let json = serde_json::to_vec(&manifest).expect("manifest serializes");
+                    target
+                        .put(&manifest_path(&target.root, manifest.epoch), json)
+                        .await?;
+                    return Ok(manifest.epoch);
+                }
+                Err(object_store::Error::NotFound { .. }) => {
+                    last_error = Some("objects were pruned during the copy".to_owned());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StateError::InvalidLocation(format!(
+            "could not copy a consistent epoch in {ATTEMPTS} attempts: {}",
+            last_error.unwrap_or_default()
+        )))
+    }
+
     async fn read_manifest(&self, path: &Path) -> StateResult<Manifest> {
         let bytes = self.store.get(path).await?.bytes().await?;
         let manifest: Manifest =

@@ -5,13 +5,40 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use weir_server::{Auth, EpochConfig};
 
 /// Weir: a streaming SQL database that speaks PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 pub struct Args {
+    /// Without a command, `weir` runs the server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Server flags.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Commands other than running the server.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Copies the newest committed state from one store to another; safe
+    /// while a server writes to the source. Start a server on the copy
+    /// with --data-dir or --state-url.
+    Backup {
+        /// Source: a local folder or an object store URL.
+        #[arg(long)]
+        from: String,
+        /// Target: a local folder or an object store URL.
+        #[arg(long)]
+        to: String,
+    },
+}
+
+/// Flags of the server.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
     /// Address to accept PostgreSQL clients on.
     #[arg(long, default_value = "127.0.0.1:6566")]
     pub listen: String,
@@ -73,7 +100,7 @@ pub struct Config {
 
 impl Config {
     /// Checks the flags and derives the settings.
-    pub fn from_args(args: Args) -> anyhow::Result<Self> {
+    pub fn from_args(args: ServeArgs) -> anyhow::Result<Self> {
         let listen: SocketAddr = args
             .listen
             .parse()

@@ -13,7 +13,7 @@ use tracing::info;
 use weir_server::{Database, ServeOptions};
 use weir_state::StateStore;
 
-use crate::config::{Args, Config};
+use crate::config::{Args, Command, Config};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -23,11 +23,25 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let config = Config::from_args(Args::parse())?;
-    tokio::runtime::Builder::new_multi_thread()
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run(config))
+        .build()?;
+    match args.command {
+        Some(Command::Backup { from, to }) => runtime.block_on(backup(&from, &to)),
+        None => runtime.block_on(run(Config::from_args(args.serve)?)),
+    }
+}
+
+/// `weir backup`: copies the newest committed epoch of `from` into `to`.
+async fn backup(from: &str, to: &str) -> anyhow::Result<()> {
+    let source =
+        StateStore::open(from, Default::default()).with_context(|| format!("opening {from}"))?;
+    let target =
+        StateStore::open(to, Default::default()).with_context(|| format!("opening {to}"))?;
+    let epoch = source.backup_to(&target).await.context("copying state")?;
+    println!("copied epoch {epoch} from {from} to {to}");
+    Ok(())
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

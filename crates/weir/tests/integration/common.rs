@@ -53,6 +53,13 @@ impl TestServer {
         server
     }
 
+    /// Starts a server on an existing data folder (a restored backup, say).
+    pub async fn start_in(data_dir: &Path) -> TestServer {
+        let mut server = Self::spawn(data_dir, &[], Vec::new());
+        server.wait_ready().await;
+        server
+    }
+
     fn spawn(data_dir: &Path, args: &[&str], envs: Vec<(String, String)>) -> TestServer {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

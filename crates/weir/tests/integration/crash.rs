@@ -220,3 +220,85 @@ async fn catalog_and_rows_survive_a_clean_restart_and_a_kill() {
         .unwrap();
     check(client, "4").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_while_writing_restores_a_consistent_epoch() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE b (id BIGINT PRIMARY KEY, v TEXT NOT NULL);
+             CREATE VIEW b_count AS SELECT count(*) AS n FROM b;
+             INSERT INTO b SELECT x, 'before' FROM generate_series(1, 1000) AS t(x)",
+        )
+        .await
+        .unwrap();
+    // A writer keeps inserting while the backup runs.
+    let conn = server.conn_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let mut id = 1_000_000i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                client
+                    .execute("INSERT INTO b VALUES ($1, 'during')", &[&id])
+                    .await
+                    .unwrap();
+                id += 1;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let target = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("backup")
+        .arg("--from")
+        .arg(&server.data_dir)
+        .arg("--to")
+        .arg(target.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("copied epoch"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+
+    let restored = TestServer::start_in(target.path()).await;
+    let copy = restored.client().await;
+    let before = column(&copy, "SELECT count(*) FROM b WHERE v = 'before'").await;
+    assert_eq!(before, vec![Some("1000".into())]);
+    let total: i64 = copy
+        .query_one("SELECT count(*) FROM b", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let live: i64 = client
+        .query_one("SELECT count(*) FROM b", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(total >= 1000 && total <= live, "{total} of {live}");
+    // The copy is one epoch: its 'during' rows are a prefix of the writer's.
+    let max: i64 = copy
+        .query_one(
+            "SELECT coalesce(max(id), 999999) FROM b WHERE v = 'during'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total - 1000, max - 999_999, "no gaps in the copied writes");
+    assert_eq!(
+        column(&copy, "SELECT n FROM b_count").await,
+        vec![Some(total.to_string())]
+    );
+}
