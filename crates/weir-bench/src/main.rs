@@ -24,6 +24,14 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Recovery time: loads a table of about `--mib` MiB with COPY, commits,
+    /// kills the server with SIGKILL, restarts it, and reports how long it
+    /// takes until it accepts queries.
+    Recovery {
+        /// Approximate size of the table's data, in MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: usize,
+    },
     /// Group commit: many connections each run single-row INSERTs one after
     /// another; reports commit latency, statements/s, epochs and objects.
     Commit {
@@ -39,6 +47,7 @@ enum Bench {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
+        Bench::Recovery { mib } => recovery(mib).await,
         Bench::Commit {
             connections,
             statements,
@@ -145,5 +154,52 @@ async fn commit(connections: usize, statements: usize) -> anyhow::Result<()> {
         percentile(&alone, 0.5).as_secs_f64() * 1e3
     );
     drop(server);
+    Ok(())
+}
+
+async fn recovery(mib: usize) -> anyhow::Result<()> {
+    const ROW_BYTES: usize = 128;
+    const PAYLOAD: usize = ROW_BYTES - 16;
+    let rows = mib * (1 << 20) / ROW_BYTES;
+    let mut server = Server::start().await?;
+    let client = server.client().await?;
+    client
+        .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, n BIGINT, payload TEXT)")
+        .await?;
+    let load = Instant::now();
+    let payload = "x".repeat(PAYLOAD);
+    let chunk = 200_000;
+    let mut id = 0;
+    while id < rows {
+        let end = (id + chunk).min(rows);
+        let mut data = String::with_capacity((end - id) * (ROW_BYTES + 8));
+        for i in id..end {
+            data.push_str(&format!("{i}\t{}\t{payload}\n", i % 1000));
+        }
+        let sink = client.copy_in("COPY big FROM STDIN").await?;
+        futures::pin_mut!(sink);
+        futures::SinkExt::send(&mut sink, bytes::Bytes::from(data)).await?;
+        sink.as_mut().finish().await?;
+        id = end;
+    }
+    client.batch_execute("CHECKPOINT").await?;
+    let loaded = load.elapsed();
+    let state_bytes = server.state_bytes();
+    println!(
+        "recovery: {rows} rows of {ROW_BYTES} bytes, state folder {:.0} MiB",
+        state_bytes as f64 / (1 << 20) as f64
+    );
+    println!("  load with COPY       {:.1} s", loaded.as_secs_f64());
+    let restart = server.restart_after_kill().await?;
+    let client = server.client().await?;
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM big", &[])
+        .await?
+        .get(0);
+    anyhow::ensure!(count as usize == rows, "recovered {count} of {rows} rows");
+    println!(
+        "  restart until queries are accepted  {:.2} s",
+        restart.as_secs_f64()
+    );
     Ok(())
 }

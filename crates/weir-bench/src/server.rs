@@ -10,38 +10,76 @@ use tokio_postgres::{Client, NoTls};
 pub struct Server {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+fn spawn(dir: &std::path::Path, port: u16) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe()?
+        .parent()
+        .context("binary folder")?
+        .join("weir");
+    Command::new(&exe)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))
 }
 
 impl Server {
     /// Starts `weir` from the same folder as this binary.
     pub async fn start() -> anyhow::Result<Server> {
-        let exe = std::env::current_exe()?
-            .parent()
-            .context("binary folder")?
-            .join("weir");
         let dir = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Command::new(&exe)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(dir.path())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let server = Server {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while server.client().await.is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "weir did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = spawn(dir.path(), port)?;
+        let server = Server { child, port, dir };
+        server.wait_ready().await?;
         Ok(server)
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while self.client().await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "weir did not start");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// Kills the server with SIGKILL, starts it on the same folder, and
+    /// returns the time until it accepted a connection.
+    pub async fn restart_after_kill(&mut self) -> anyhow::Result<Duration> {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+        let started = Instant::now();
+        self.child = spawn(self.dir.path(), self.port)?;
+        self.wait_ready().await?;
+        Ok(started.elapsed())
+    }
+
+    /// Bytes in the data folder.
+    pub fn state_bytes(&self) -> u64 {
+        fn walk(dir: &std::path::Path) -> u64 {
+            std::fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| {
+                        let path = e.path();
+                        if path.is_dir() {
+                            walk(&path)
+                        } else {
+                            e.metadata().map_or(0, |m| m.len())
+                        }
+                    })
+                    .sum()
+            })
+        }
+        walk(self.dir.path())
     }
 
     /// A new connection.
