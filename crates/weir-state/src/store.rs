@@ -130,13 +130,7 @@ impl StateStore {
     /// The newest committed manifest, or `None` for a fresh store. Also
     /// deletes what an interrupted commit or garbage collection left behind.
     pub async fn recover(&mut self) -> StateResult<Option<Manifest>> {
-        let mut manifests: Vec<Path> = self
-            .store
-            .list(Some(&self.root.clone().join(layout::MANIFEST_DIR)))
-            .map_ok(|meta| meta.location)
-            .try_collect()
-            .await?;
-        manifests.sort_by_key(|p| std::cmp::Reverse(layout::epoch_of(p)));
+        let manifests = self.manifests_newest_first().await?;
         let mut retained = VecDeque::new();
         let mut garbage = Vec::new();
         for path in manifests {
@@ -164,9 +158,8 @@ impl StateStore {
         Ok(self.retained.back().cloned())
     }
 
-    /// The newest readable manifest, without changing anything in the store
-    /// (unlike [`StateStore::recover`], which also deletes garbage).
-    pub async fn newest_manifest(&self) -> StateResult<Option<Manifest>> {
+    /// Paths of every manifest object, newest epoch first.
+    async fn manifests_newest_first(&self) -> StateResult<Vec<Path>> {
         let mut manifests: Vec<Path> = self
             .store
             .list(Some(&self.root.clone().join(layout::MANIFEST_DIR)))
@@ -174,6 +167,13 @@ impl StateStore {
             .try_collect()
             .await?;
         manifests.sort_by_key(|p| std::cmp::Reverse(layout::epoch_of(p)));
+        Ok(manifests)
+    }
+
+    /// The newest readable manifest, without changing anything in the store
+    /// (unlike [`StateStore::recover`], which also deletes garbage).
+    pub async fn newest_manifest(&self) -> StateResult<Option<Manifest>> {
+        let manifests = self.manifests_newest_first().await?;
         for path in manifests {
             match self.read_manifest(&path).await {
                 Ok(manifest) => return Ok(Some(manifest)),
