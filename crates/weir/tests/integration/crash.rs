@@ -58,12 +58,17 @@ async fn write_until_error(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_no_acknowledged_write() {
+    kill_cycles(TestServer::start().await).await;
+}
+
+/// Writers and transfers against `server`, SIGKILL at random moments,
+/// restart on the same state, and the checks described at the top.
+pub async fn kill_cycles(mut server: TestServer) {
     let seed: u64 = std::env::var("WEIR_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut server = TestServer::start().await;
     let client = server.client().await;
     client
         .batch_execute(

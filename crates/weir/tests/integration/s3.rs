@@ -4,15 +4,16 @@
 
 use crate::common::{column, TestServer};
 
-#[tokio::test]
-async fn state_on_s3_survives_sigkill() {
+/// A server whose state lives under a fresh prefix of the test S3 server,
+/// or `None` (outside CI) when there is none.
+async fn s3_server() -> Option<TestServer> {
     let Ok(endpoint) = std::env::var("WEIR_TEST_S3_ENDPOINT") else {
         assert!(
             std::env::var("CI").is_err(),
             "CI must provide an S3-compatible server (WEIR_TEST_S3_ENDPOINT)"
         );
         eprintln!("skipped: set WEIR_TEST_S3_ENDPOINT to an S3 server with a bucket `weir`");
-        return;
+        return None;
     };
     let prefix = format!(
         "s3://weir/test-{}",
@@ -28,7 +29,21 @@ async fn state_on_s3_survives_sigkill() {
         ("AWS_ENDPOINT", endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),
     ];
-    let mut server = TestServer::start_with_env(&["--state-url", &prefix], &envs).await;
+    Some(TestServer::start_with_env(&["--state-url", &prefix], &envs).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_cycles_on_s3_lose_nothing() {
+    if let Some(server) = s3_server().await {
+        crate::crash::kill_cycles(server).await;
+    }
+}
+
+#[tokio::test]
+async fn state_on_s3_survives_sigkill() {
+    let Some(mut server) = s3_server().await else {
+        return;
+    };
     let client = server.client().await;
     client
         .batch_execute(
