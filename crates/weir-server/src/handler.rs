@@ -404,7 +404,6 @@ async fn describe(
         return Ok((Vec::new(), None));
     };
     session.pin_for_read();
-    let snapshot = session.pinned.get();
     let mut types: Vec<Option<DataType>> = Vec::new();
     let mut note = |n: usize, t: Option<DataType>| {
         if types.len() <= n {
@@ -418,25 +417,12 @@ async fn describe(
         Statement::Query(_) | Statement::Explain { .. } => {
             Some(session.plan(sql.as_ref().clone(), &None).await?)
         }
-        Statement::Insert(insert) => {
-            for (n, t) in dml::parameter_hints(&snapshot.catalog, sql) {
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+            let (hints, plan) = dml::describe(session, sql).await?;
+            for (n, t) in hints {
                 note(n, Some(t));
             }
-            match &insert.source {
-                Some(query) => Some(session.plan(Statement::Query(query.clone()), &None).await?),
-                None => None,
-            }
-        }
-        Statement::Update(update) => {
-            for (n, t) in dml::parameter_hints(&snapshot.catalog, sql) {
-                note(n, Some(t));
-            }
-            let (def, query) = dml::update_query(&snapshot.catalog, update)?;
-            Some(dml::plan_target_query(session, &snapshot.tables, &def, &query, &None).await?)
-        }
-        Statement::Delete(delete) => {
-            let (def, query) = dml::delete_query(&snapshot.catalog, delete)?;
-            Some(dml::plan_target_query(session, &snapshot.tables, &def, &query, &None).await?)
+            plan
         }
         Statement::ShowVariable { .. } | Statement::ShowTables { .. } => {
             // SHOW has no side effects: run it to learn its columns.

@@ -61,11 +61,19 @@ impl Output {
         Output::Command { tag, rows: None }
     }
 
-    /// A single text column named `name`, one row per value.
-    pub fn text_column(name: &str, values: Vec<String>) -> WeirResult<Self> {
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
-        let batch =
-            RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(values))])?;
+    /// Text columns: `columns[i]` holds the values of the column named
+    /// `names[i]`, one per row.
+    pub fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> WeirResult<Self> {
+        let fields: Vec<Field> = names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let arrays = columns
+            .into_iter()
+            .map(|c| Arc::new(StringArray::from(c)) as _)
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), arrays)?;
         Ok(Output::Rows {
             schema,
             batches: vec![batch],

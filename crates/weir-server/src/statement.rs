@@ -56,7 +56,7 @@ pub async fn execute(
                 .keys()
                 .cloned()
                 .collect();
-            Output::text_column("name", names)
+            Output::text_columns(&["name"], vec![names])
         }
         Statement::ShowVariable { variable } => show(session, variable),
         Statement::Set(set) => set_variable(session, set),
@@ -107,7 +107,7 @@ fn show(
                 .all()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .unzip();
-            return two_columns(names, values);
+            return Output::text_columns(&["name", "setting"], vec![names, values]);
         }
         "transaction isolation level" => "read committed".to_owned(),
         "committed_epoch" => session.db.committed_epoch().to_string(),
@@ -116,29 +116,7 @@ fn show(
         "bytes_written" => counters.bytes.load(Ordering::Relaxed).to_string(),
         other => session.settings.get(other)?.to_owned(),
     };
-    Output::text_column(&name.replace(' ', "_"), vec![value])
-}
-
-fn two_columns(names: Vec<String>, values: Vec<String>) -> WeirResult<Output> {
-    use datafusion::arrow::array::StringArray;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::arrow::record_batch::RecordBatch;
-    use std::sync::Arc;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("name", DataType::Utf8, false),
-        Field::new("setting", DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(names)),
-            Arc::new(StringArray::from(values)),
-        ],
-    )?;
-    Ok(Output::Rows {
-        schema,
-        batches: vec![batch],
-    })
+    Output::text_columns(&[&name.replace(' ', "_")], vec![vec![value]])
 }
 
 /// The text of a `SET` value as PostgreSQL would store it.

@@ -398,6 +398,8 @@ impl StateStore {
             }
             tables.insert(id, files);
         }
+        // A table whose delta went straight into a new base no longer names
+        // the data object; skip writing it when no table does.
         let referenced: HashSet<&str> = tables.values().flat_map(|t| t.paths()).collect();
         if !buffer.is_empty() && referenced.contains(data_name.as_str()) {
             stats.objects += 1;

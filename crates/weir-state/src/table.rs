@@ -265,7 +265,7 @@ impl StateTable {
             _ => None,
         };
         let insert_keys = match &inserts {
-            Some(batch) => Some(self.encode_keys(batch, &self.spec.key.clone())?),
+            Some(batch) => Some(self.encode_keys(batch, &self.spec.key)?),
             None => None,
         };
         if let Some(keys) = &insert_keys {
@@ -320,7 +320,7 @@ impl StateTable {
 
     fn keys_at(&self, positions: &[RowPosition]) -> StateResult<Rows> {
         let rows = self.gather(positions)?;
-        self.encode_keys(&rows, &self.spec.key.clone())
+        self.encode_keys(&rows, &self.spec.key)
     }
 
     fn push_chunk(&mut self, batch: RecordBatch) -> u32 {
@@ -400,7 +400,7 @@ impl StateTable {
         if merged.num_rows() == 0 {
             return Ok(());
         }
-        let keys = self.encode_keys(&merged, &self.spec.key.clone())?;
+        let keys = self.encode_keys(&merged, &self.spec.key)?;
         let id = self.push_chunk(merged);
         for (row, key) in keys.iter().enumerate() {
             *self
@@ -457,7 +457,7 @@ impl StateTable {
         }
         let mut upsert_keys = None;
         if let Some(upserts) = upserts {
-            let keys = self.encode_keys(upserts, &self.spec.key.clone())?;
+            let keys = self.encode_keys(upserts, &self.spec.key)?;
             for key in keys.iter() {
                 stale.extend(self.index.get(key.as_ref()).copied());
             }

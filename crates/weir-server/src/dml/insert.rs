@@ -4,10 +4,9 @@ use std::collections::HashSet;
 
 use datafusion::arrow::array::{BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
-use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::logical_expr::ExprSchemable;
-use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, Insert, OnConflictAction, OnInsert, SetExpr, Statement, TableObject,
 };
@@ -16,7 +15,6 @@ use crate::catalog::{normalize_ident, relation_name, Catalog, TableDef};
 use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Params, Session};
-use crate::types::assignable;
 
 use super::upsert::{check_conflict_target, evaluate_upsert};
 use super::*;
@@ -78,38 +76,12 @@ pub(super) async fn insert_rows(
         }
         None => LogicalPlanBuilder::empty(true).build()?,
     };
-    let width = source.schema().fields().len();
-    // Without a column list, VALUES may fill a prefix of the columns.
-    let columns = if insert.columns.is_empty() && width < columns.len() {
-        columns[..width].to_vec()
-    } else {
-        columns
+    let columns = match &insert.source {
+        // DEFAULT VALUES: every column takes its default.
+        None => Vec::new(),
+        Some(_) => fit_columns(columns, source.schema().fields().len(), insert)?,
     };
-    let expected = if insert.source.is_some() {
-        columns.len()
-    } else {
-        0
-    };
-    if width > expected {
-        return Err(WeirError::new(
-            SqlState::SYNTAX_ERROR,
-            "INSERT has more expressions than target columns",
-        ));
-    }
-    if width < expected {
-        return Err(WeirError::new(
-            SqlState::SYNTAX_ERROR,
-            "INSERT has more target columns than expressions",
-        ));
-    }
-    let columns = if insert.source.is_some() {
-        columns
-    } else {
-        Vec::new()
-    };
-    let plan = assignment_plan(session, &def, source, &columns)?;
-    let (_, batches) = session.collect(plan).await?;
-    let rows = conform(&def, &batches)?;
+    let rows = plan_rows(session, &def, source, &columns).await?;
     let table = working.table_mut(def.id)?;
     match &insert.on {
         None => {
@@ -218,58 +190,50 @@ pub(super) fn replace_default_keyword(
     Ok(query)
 }
 
-/// Projects `source` onto the table's columns: column `columns[j]` takes
-/// source column `j`, the others their default (or NULL), each cast to the
-/// column's type.
-pub(super) fn assignment_plan(
+/// The target columns of an INSERT whose source has `width` columns:
+/// without a column list, VALUES may fill a prefix of the table's columns.
+fn fit_columns(mut columns: Vec<usize>, width: usize, insert: &Insert) -> WeirResult<Vec<usize>> {
+    if insert.columns.is_empty() && width < columns.len() {
+        columns.truncate(width);
+    }
+    if width != columns.len() {
+        let problem = if width > columns.len() {
+            "INSERT has more expressions than target columns"
+        } else {
+            "INSERT has more target columns than expressions"
+        };
+        return Err(WeirError::new(SqlState::SYNTAX_ERROR, problem));
+    }
+    Ok(columns)
+}
+
+/// The rows `source` stores in `def`: column `columns[j]` takes source
+/// column `j`, the others their default (or NULL), by the assignment rules;
+/// checked against the table's constraints.
+async fn plan_rows(
     session: &Session,
     def: &TableDef,
     source: LogicalPlan,
     columns: &[usize],
-) -> WeirResult<LogicalPlan> {
+) -> WeirResult<RecordBatch> {
     let state = session.ctx.state();
     let source_schema = source.schema().clone();
     let empty = DFSchema::empty();
     let mut exprs = Vec::with_capacity(def.columns.len());
     for (i, column) in def.columns.iter().enumerate() {
         let value = match columns.iter().position(|&c| c == i) {
-            Some(j) => {
-                let (qualifier, field) = source_schema.qualified_field(j);
-                if !assignable(field.data_type(), &column.data_type) {
-                    return Err(type_mismatch(
-                        &column.name,
-                        &column.data_type,
-                        field.data_type(),
-                    ));
-                }
-                Expr::Column(Column::new(qualifier.cloned(), field.name()))
-            }
+            Some(j) => Expr::Column(Column::from(source_schema.qualified_field(j))),
             None => match &column.default {
                 Some(sql) => state.create_logical_expr(sql, &empty)?,
                 None => lit(ScalarValue::Null),
             },
         };
-        let value = match (&column.data_type, value.get_type(&source_schema)?) {
-            (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
-                bytea_from_text(value)
-            }
-            _ => cast(value, column.data_type.clone()),
-        };
-        exprs.push(value.alias(&column.name));
+        let from = value.get_type(&source_schema)?;
+        exprs.push(assign(column, value, &from)?);
     }
-    Ok(LogicalPlanBuilder::from(source).project(exprs)?.build()?)
-}
-
-/// Text to bytea as PostgreSQL reads it: `\x` followed by hex digits is the
-/// hex format; anything else is taken as the bytes of the text.
-pub(super) fn bytea_from_text(text: Expr) -> Expr {
-    use datafusion::functions::expr_fn::{decode, starts_with, substr};
-    when(
-        starts_with(text.clone(), lit("\\x")),
-        decode(substr(text.clone(), lit(3i64)), lit("hex")),
-    )
-    .otherwise(cast(text, DataType::Binary))
-    .expect("a CASE with a WHEN")
+    let plan = LogicalPlanBuilder::from(source).project(exprs)?.build()?;
+    let (_, batches) = session.collect(plan).await?;
+    conform(def, &batches)
 }
 
 /// Stores rows that arrive as a batch (COPY): `batch`'s columns go to the
@@ -285,9 +249,7 @@ pub async fn insert_batch(
     let mut working = db.working().await;
     let def = working.catalog.table(table)?.clone();
     let source = session.ctx.read_batch(batch)?.into_unoptimized_plan();
-    let plan = assignment_plan(session, &def, source, columns)?;
-    let (_, batches) = session.collect(plan).await?;
-    let rows = conform(&def, &batches)?;
+    let rows = plan_rows(session, &def, source, columns).await?;
     let count = rows.num_rows();
     let table = working.table_mut(def.id)?;
     check_write(&def, &rows, table.write(&[], Some(&rows))?)?;

@@ -18,19 +18,20 @@ mod upsert;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, Expr as SqlExpr, SetExpr, Statement, Value,
 };
 
-use crate::catalog::{normalize_ident, Catalog, TableDef};
+use crate::catalog::{normalize_ident, Catalog, ColumnDef, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
-use crate::types::pg_type_name;
+use crate::types::{assignable, pg_type_name};
 
 pub use constraints::{check_write, conform};
 pub use insert::insert_batch;
 use insert::{insert_columns, insert_rows, insert_target};
-pub use target::{delete_query, plan_target_query, update_query};
+use target::{delete_query, plan_target_query, update_query};
 use target::{delete_rows, update_rows, update_target};
 
 /// Runs INSERT, UPDATE or DELETE and waits until its change is committed.
@@ -80,9 +81,37 @@ pub(super) fn column_index(def: &TableDef, column: &str) -> WeirResult<usize> {
     })
 }
 
+/// What the extended protocol's Describe needs of a DML statement: the
+/// types its lone `$n` parameters take from their target columns (index =
+/// n - 1), and the plan of the query it runs, whose other parameters
+/// DataFusion types. Plans against the session's pinned snapshot.
+pub async fn describe(
+    session: &Session,
+    statement: &Statement,
+) -> WeirResult<(Vec<(usize, DataType)>, Option<LogicalPlan>)> {
+    let catalog = session.pinned.get().catalog.clone();
+    let hints = parameter_hints(&catalog, statement);
+    let plan = match statement {
+        Statement::Insert(insert) => match &insert.source {
+            Some(query) => Some(session.plan(Statement::Query(query.clone()), &None).await?),
+            None => None,
+        },
+        Statement::Update(update) => {
+            let (def, query) = update_query(&catalog, update)?;
+            Some(plan_target_query(session, &def, &query, &None).await?)
+        }
+        Statement::Delete(delete) => {
+            let (def, query) = delete_query(&catalog, delete)?;
+            Some(plan_target_query(session, &def, &query, &None).await?)
+        }
+        _ => None,
+    };
+    Ok((hints, plan))
+}
+
 /// Types of `$n` parameters that stand alone in an INSERT's VALUES or an
 /// UPDATE's SET, taken from their target columns (index = n - 1).
-pub fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, DataType)> {
+fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, DataType)> {
     let mut hints = Vec::new();
     match statement {
         Statement::Insert(insert) => {
@@ -107,17 +136,9 @@ pub fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, 
                 return hints;
             };
             for assignment in &update.assignments {
-                if let (AssignmentTarget::ColumnName(name), Some(n)) =
-                    (&assignment.target, placeholder_index(&assignment.value))
-                {
-                    let column = name
-                        .0
-                        .last()
-                        .and_then(|p| p.as_ident())
-                        .map(normalize_ident);
-                    if let Some(index) = column.and_then(|c| def.column_index(&c)) {
-                        hints.push((n, def.columns[index].data_type.clone()));
-                    }
+                let column = assignment_column(def, &assignment.target);
+                if let (Ok(index), Some(n)) = (column, placeholder_index(&assignment.value)) {
+                    hints.push((n, def.columns[index].data_type.clone()));
                 }
             }
         }
@@ -126,7 +147,7 @@ pub fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, 
     hints
 }
 
-pub(super) fn placeholder_index(expr: &SqlExpr) -> Option<usize> {
+fn placeholder_index(expr: &SqlExpr) -> Option<usize> {
     match expr {
         SqlExpr::Value(v) => match &v.value {
             Value::Placeholder(p) => p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1),
@@ -160,7 +181,36 @@ pub(super) fn multiple_assignments(column: &str) -> WeirError {
     )
 }
 
-pub(super) fn type_mismatch(column: &str, to: &DataType, from: &DataType) -> WeirError {
+/// The expression that stores `value`, of type `from`, in `column`, by
+/// PostgreSQL's assignment rules: 42804 across type categories, text read
+/// as bytea's hex format, a cast otherwise. Every write path (INSERT,
+/// COPY, UPDATE, ON CONFLICT DO UPDATE) goes through here.
+pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirResult<Expr> {
+    if !assignable(from, &column.data_type) {
+        return Err(type_mismatch(&column.name, &column.data_type, from));
+    }
+    let stored = match (&column.data_type, from) {
+        (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+            bytea_from_text(value)
+        }
+        _ => cast(value, column.data_type.clone()),
+    };
+    Ok(stored.alias(&column.name))
+}
+
+/// Text to bytea as PostgreSQL reads it: `\x` followed by hex digits is the
+/// hex format; anything else is taken as the bytes of the text.
+fn bytea_from_text(text: Expr) -> Expr {
+    use datafusion::functions::expr_fn::{decode, starts_with, substr};
+    when(
+        starts_with(text.clone(), lit("\\x")),
+        decode(substr(text.clone(), lit(3i64)), lit("hex")),
+    )
+    .otherwise(cast(text, DataType::Binary))
+    .expect("a CASE with a WHEN")
+}
+
+fn type_mismatch(column: &str, to: &DataType, from: &DataType) -> WeirError {
     WeirError::new(
         SqlState::DATATYPE_MISMATCH,
         format!(

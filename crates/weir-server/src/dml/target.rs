@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::common::Column;
-use datafusion::logical_expr::{cast, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::{
     Delete, FromTable, Ident, TableFactor, TableWithJoins, Update, UpdateTableFromKind,
 };
@@ -16,7 +16,6 @@ use crate::database::WorkingState;
 use crate::error::{WeirError, WeirResult};
 use crate::provider::{DML_TARGET, POSITION_COLUMN};
 use crate::session::{bind, Params, Session};
-use crate::types::assignable;
 
 use super::*;
 
@@ -49,7 +48,7 @@ pub(super) fn quoted(name: &str) -> String {
 }
 
 /// The query an UPDATE runs: each target row's position and new values.
-pub fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(TableDef, String)> {
+pub(super) fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(TableDef, String)> {
     if update.returning.is_some() {
         return Err(WeirError::unsupported(
             "UPDATE ... RETURNING is not supported yet",
@@ -88,7 +87,7 @@ pub fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(TableDef,
 }
 
 /// The query a DELETE runs: the positions of the rows to delete.
-pub fn delete_query(catalog: &Catalog, delete: &Delete) -> WeirResult<(TableDef, String)> {
+pub(super) fn delete_query(catalog: &Catalog, delete: &Delete) -> WeirResult<(TableDef, String)> {
     if delete.returning.is_some() {
         return Err(WeirError::unsupported(
             "DELETE ... RETURNING is not supported yet",
@@ -116,16 +115,18 @@ pub fn delete_query(catalog: &Catalog, delete: &Delete) -> WeirResult<(TableDef,
     Ok((def.clone(), sql))
 }
 
-/// Plans one of the generated UPDATE/DELETE queries with `def`'s rows as
-/// the target.
-pub async fn plan_target_query(
+/// Plans one of the generated UPDATE/DELETE queries with `def`'s rows in
+/// the session's pinned snapshot as the target.
+pub(super) async fn plan_target_query(
     session: &Session,
-    snapshot_tables: &std::collections::HashMap<u64, weir_state::TableSnapshot>,
     def: &TableDef,
     sql: &str,
     params: &Params,
 ) -> WeirResult<LogicalPlan> {
-    let target = snapshot_tables
+    let target = session
+        .pinned
+        .get()
+        .tables
         .get(&def.id)
         .cloned()
         .ok_or_else(|| WeirError::internal(format!("no snapshot of {}", def.name)))?;
@@ -145,7 +146,8 @@ pub async fn plan_target_query(
 }
 
 /// Distinct positions from the first column of `batches`, with the index
-/// of each one's first row.
+/// of each one's first row. A FROM or USING join can match one target row
+/// several times; PostgreSQL then changes it once, with the first match.
 pub(super) fn distinct_positions(batches: &[RecordBatch]) -> (Vec<u64>, Vec<(usize, usize)>) {
     let mut seen = HashSet::new();
     let mut positions = Vec::new();
@@ -169,21 +171,13 @@ pub(super) async fn update_rows(
     params: &Params,
 ) -> WeirResult<usize> {
     let (def, sql) = update_query(&working.catalog, update)?;
-    let snapshot = session.pinned.get();
-    let plan = plan_target_query(session, &snapshot.tables, &def, &sql, params).await?;
+    let plan = plan_target_query(session, &def, &sql, params).await?;
     let schema = plan.schema().clone();
     let mut exprs = vec![Expr::Column(Column::from(schema.qualified_field(0)))];
     for (i, column) in def.columns.iter().enumerate() {
         let (qualifier, field) = schema.qualified_field(i + 1);
-        if !assignable(field.data_type(), &column.data_type) {
-            return Err(type_mismatch(
-                &column.name,
-                &column.data_type,
-                field.data_type(),
-            ));
-        }
         let value = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-        exprs.push(cast(value, column.data_type.clone()).alias(&column.name));
+        exprs.push(assign(column, value, field.data_type())?);
     }
     let plan = LogicalPlanBuilder::from(plan).project(exprs)?.build()?;
     let (_, batches) = session.collect(plan).await?;
@@ -207,8 +201,7 @@ pub(super) async fn delete_rows(
     params: &Params,
 ) -> WeirResult<usize> {
     let (def, sql) = delete_query(&working.catalog, delete)?;
-    let snapshot = session.pinned.get();
-    let plan = plan_target_query(session, &snapshot.tables, &def, &sql, params).await?;
+    let plan = plan_target_query(session, &def, &sql, params).await?;
     let (_, batches) = session.collect(plan).await?;
     let (positions, _) = distinct_positions(&batches);
     if positions.is_empty() {

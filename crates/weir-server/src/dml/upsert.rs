@@ -7,7 +7,7 @@ use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DFSchema, TableReference};
-use datafusion::logical_expr::{cast, lit, Expr};
+use datafusion::logical_expr::{cast, lit, Expr, ExprSchemable};
 use datafusion::sql::sqlparser::ast::{ConflictTarget, Expr as SqlExpr, OnConflictAction};
 
 use crate::catalog::{normalize_ident, TableDef};
@@ -94,10 +94,11 @@ pub(super) fn evaluate_upsert(
     columns.extend(excluded.columns().iter().cloned());
     let combined = RecordBatch::try_new(Arc::new(df_schema.as_arrow().clone()), columns)?;
     let state = session.ctx.state();
-    let evaluate = |sql: &SqlExpr, data_type: &DataType| -> WeirResult<Arc<dyn Array>> {
+    let logical = |sql: &SqlExpr| -> WeirResult<Expr> {
         let expr = state.create_logical_expr(&sql.to_string(), &df_schema)?;
-        let expr = bind_expr(expr, params)?;
-        let expr = cast(expr, data_type.clone());
+        bind_expr(expr, params)
+    };
+    let evaluate = |expr: Expr| -> WeirResult<Arc<dyn Array>> {
         let physical = state.create_physical_expr(expr, &df_schema)?;
         Ok(physical.evaluate(&combined)?.into_array(n)?)
     };
@@ -108,11 +109,13 @@ pub(super) fn evaluate_upsert(
         if !assigned.insert(index) {
             return Err(multiple_assignments(&def.columns[index].name));
         }
-        new_columns[index] = evaluate(&assignment.value, &def.columns[index].data_type)?;
+        let value = logical(&assignment.value)?;
+        let from = value.get_type(&df_schema)?;
+        new_columns[index] = evaluate(assign(&def.columns[index], value, &from)?)?;
     }
     let keep = match selection {
         Some(predicate) => {
-            let mask = evaluate(predicate, &DataType::Boolean)?;
+            let mask = evaluate(cast(logical(predicate)?, DataType::Boolean))?;
             mask.as_boolean().clone()
         }
         None => BooleanArray::from(vec![true; n]),
