@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Sink;
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::scram::{gen_salted_password, random_nonce, ScramAuth};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
@@ -127,18 +127,10 @@ impl AuthSource for PasswordSource {
                 ),
             ))));
         }
-        let salt: [u8; 16] = rand_salt();
+        // pgwire's random nonce (18 random bytes, base64) serves as a
+        // fresh salt for every login.
+        let salt = random_nonce().into_bytes();
         let hash = gen_salted_password(&self.password, &salt, 4096);
-        Ok(Password::new(Some(salt.to_vec()), hash))
+        Ok(Password::new(Some(salt), hash))
     }
-}
-
-fn rand_salt() -> [u8; 16] {
-    let mut salt = [0u8; 16];
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    salt.copy_from_slice(&nanos.to_le_bytes());
-    salt
 }
