@@ -24,6 +24,66 @@ pub struct Catalog {
     pub tables: BTreeMap<String, TableDef>,
     /// Plain views by name.
     pub views: BTreeMap<String, ViewDef>,
+    /// Materialized views by name.
+    #[serde(default)]
+    pub materialized_views: BTreeMap<String, MaterializedViewDef>,
+}
+
+/// A materialized view: its query, its output table and its operators'
+/// state tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MaterializedViewDef {
+    /// The view's name.
+    pub name: String,
+    /// The defining query as SQL text; planned again at recovery.
+    pub query: String,
+    /// The output columns.
+    pub columns: Vec<ColumnDef>,
+    /// The state table holding the view's rows (with their counts).
+    /// Views are created in increasing id order, so a view's sources
+    /// always have smaller ids.
+    pub id: TableId,
+    /// The operators' state tables, in dataflow order.
+    pub state_ids: Vec<TableId>,
+    /// The tables and materialized views it reads directly, and the
+    /// plain views its query names.
+    pub depends_on: Vec<String>,
+    /// Why the view stopped being maintained, if it did.
+    pub failed: Option<String>,
+}
+
+/// The column of a materialized view's state table that counts each row.
+pub const COUNT_COLUMN: &str = "__weir_count";
+
+impl MaterializedViewDef {
+    /// The Arrow schema users see.
+    pub fn schema(&self) -> SchemaRef {
+        columns_schema(&self.columns)
+    }
+
+    /// The output state table: the columns plus a count, keyed by all
+    /// the columns (a view may hold equal rows; they are stored once).
+    pub fn spec(&self) -> TableSpec {
+        let mut fields: Vec<Field> = self
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
+        TableSpec::with_primary_key(
+            Arc::new(Schema::new(fields)),
+            (0..self.columns.len()).collect(),
+        )
+    }
+}
+
+fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 /// A table's definition.
@@ -70,12 +130,7 @@ pub struct ViewDef {
 impl TableDef {
     /// The Arrow schema users see.
     pub fn schema(&self) -> SchemaRef {
-        let fields: Vec<Field> = self
-            .columns
-            .iter()
-            .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
-            .collect();
-        Arc::new(Schema::new(fields))
+        columns_schema(&self.columns)
     }
 
     /// The state table shape for this definition.
@@ -100,6 +155,8 @@ pub enum ObjectKind {
     Table,
     /// A plain view.
     View,
+    /// A materialized view.
+    MaterializedView,
 }
 
 impl Catalog {
@@ -109,6 +166,8 @@ impl Catalog {
             Some(ObjectKind::Table)
         } else if self.views.contains_key(name) {
             Some(ObjectKind::View)
+        } else if self.materialized_views.contains_key(name) {
+            Some(ObjectKind::MaterializedView)
         } else {
             None
         }
@@ -126,6 +185,10 @@ impl Catalog {
                 SqlState::WRONG_OBJECT_TYPE,
                 format!("\"{name}\" is a view, not a table"),
             )),
+            None if self.materialized_views.contains_key(name) => Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot change materialized view \"{name}\""),
+            )),
             None => Err(undefined_relation(name)),
         }
     }
@@ -135,6 +198,7 @@ impl Catalog {
         self.tables
             .keys()
             .chain(self.views.keys())
+            .chain(self.materialized_views.keys())
             .cloned()
             .collect()
     }

@@ -20,11 +20,13 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{watch, Mutex, MutexGuard, Notify};
 use tracing::{debug, info, warn};
 use weir_state::{
-    EpochDelta, Manifest, StateStore, StateTable, TableChange, TableId, TableSnapshot,
+    EpochDelta, Manifest, StateStore, StateTable, StoreConfig, TableChange, TableId, TableSnapshot,
+    TableSpec,
 };
 
 use crate::catalog::{Catalog, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
+use crate::views::{PendingView, ViewRuntime};
 
 /// Settings of the epoch machinery.
 #[derive(Debug, Clone)]
@@ -68,6 +70,10 @@ pub struct WorkingState {
     pub tables: HashMap<TableId, StateTable>,
     /// The epoch that changes made now belong to.
     pub epoch: u64,
+    /// Running materialized views, in creation (and so dependency) order.
+    pub views: Vec<ViewRuntime>,
+    /// Views being created: the changes they must catch up on.
+    pub pending: Vec<PendingView>,
     catalog_changed: bool,
     /// A CHECKPOINT asked for a commit even without changes.
     forced: bool,
@@ -113,6 +119,15 @@ impl WorkingState {
         }
     }
 
+    /// Removes a materialized view, its rows and its operators.
+    pub fn drop_materialized_view(&mut self, name: &str) {
+        if let Some(def) = self.catalog.materialized_views.remove(name) {
+            self.tables.remove(&def.id);
+            self.views.retain(|v| v.name != name);
+            self.catalog_changed = true;
+        }
+    }
+
     /// Marks the catalog changed (views).
     pub fn catalog_changed(&mut self) {
         self.catalog_changed = true;
@@ -122,9 +137,15 @@ impl WorkingState {
         self.forced || self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
     }
 
-    /// Closes the open epoch: takes every table's delta and the snapshot
-    /// readers will see once the epoch is committed.
-    fn cut(&mut self) -> WeirResult<(EpochDelta, DbSnapshot)> {
+    /// Closes the open epoch: takes every table's and operator's delta and
+    /// the snapshot readers will see once the epoch is committed.
+    /// `previous` (the last manifest) and `config` tell which operator
+    /// states are due for a new base and must give their contents.
+    fn cut(
+        &mut self,
+        previous: Option<&Manifest>,
+        config: &StoreConfig,
+    ) -> WeirResult<(EpochDelta, DbSnapshot)> {
         let epoch = self.epoch;
         let mut changes = BTreeMap::new();
         let mut snapshots = HashMap::new();
@@ -135,10 +156,30 @@ impl WorkingState {
                 TableChange {
                     delta: table.take_delta()?,
                     next_row_id: table.next_row_id(),
-                    snapshot: snapshot.clone(),
+                    snapshot: Some(snapshot.clone()),
                 },
             );
             snapshots.insert(id, snapshot);
+        }
+        for view in &mut self.views {
+            for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
+                let due = config.base_due(previous.and_then(|m| m.tables.get(&id)));
+                let snapshot = if due {
+                    let rows = state.dump().map_err(WeirError::from_datafusion)?;
+                    Some(TableSnapshot::from_rows(state.state_spec(), rows))
+                } else {
+                    None
+                };
+                let delta = state.take_delta().map_err(WeirError::from_datafusion)?;
+                changes.insert(
+                    id,
+                    TableChange {
+                        delta,
+                        next_row_id: 0,
+                        snapshot,
+                    },
+                );
+            }
         }
         let catalog = serde_json::to_value(&self.catalog).map_err(WeirError::internal)?;
         self.epoch += 1;
@@ -205,6 +246,7 @@ pub struct Database {
     last_manifest: RwLock<Option<Arc<Manifest>>>,
     /// The working state's open epoch, readable without its lock.
     open_epoch: AtomicU64,
+    store_config: StoreConfig,
 }
 
 impl Database {
@@ -222,9 +264,15 @@ impl Database {
                         WeirError::new(SqlState::IO_ERROR, format!("unreadable catalog: {e}"))
                     })?;
                 let mut tables = HashMap::new();
-                for def in catalog.tables.values() {
-                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
-                    tables.insert(def.id, store.load_table(def.spec(), &files).await?);
+                let specs = catalog.tables.values().map(|t| (t.id, t.spec())).chain(
+                    catalog
+                        .materialized_views
+                        .values()
+                        .map(|v| (v.id, v.spec())),
+                );
+                for (id, spec) in specs {
+                    let files = manifest.tables.get(&id).cloned().unwrap_or_default();
+                    tables.insert(id, store.load_table(spec, &files).await?);
                 }
                 (catalog, manifest.epoch, tables)
             }
@@ -233,6 +281,8 @@ impl Database {
             catalog,
             tables,
             epoch: epoch + 1,
+            views: Vec::new(),
+            pending: Vec::new(),
             catalog_changed: false,
             forced: false,
         };
@@ -244,7 +294,9 @@ impl Database {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered state"
         );
+        let store_config = store.config().clone();
         Ok(Arc::new(Database {
+            store_config,
             working: Mutex::new(working),
             committed: RwLock::new(Arc::new(committed)),
             committed_epoch: watch::Sender::new(epoch),
@@ -257,6 +309,16 @@ impl Database {
             last_manifest: RwLock::new(last_manifest),
             open_epoch: AtomicU64::new(epoch + 1),
         }))
+    }
+
+    /// Loads a state table that is not a catalog table (an operator's
+    /// state) from the last committed manifest; empty if it names none.
+    pub async fn load_state(&self, id: TableId, spec: TableSpec) -> WeirResult<StateTable> {
+        let files = self
+            .last_manifest()
+            .and_then(|m| m.tables.get(&id).cloned())
+            .unwrap_or_default();
+        Ok(self.store.lock().await.load_table(spec, &files).await?)
     }
 
     /// The newest committed snapshot.
@@ -387,7 +449,9 @@ impl Database {
             if !working.is_dirty() {
                 return;
             }
-            let cut = working.cut();
+            crate::views::run_epoch(&mut working);
+            let previous = self.last_manifest();
+            let cut = working.cut(previous.as_deref(), &self.store_config);
             self.open_epoch.store(working.epoch, Ordering::Relaxed);
             cut
         };

@@ -231,7 +231,9 @@ pub async fn create_view(session: &mut Session, create: &CreateView) -> WeirResu
     let mut working = db.working().await;
     let name = relation_name(&create.name)?;
     match working.catalog.kind_of(&name) {
-        Some(ObjectKind::Table) => return Err(duplicate_relation(&name)),
+        Some(ObjectKind::Table | ObjectKind::MaterializedView) => {
+            return Err(duplicate_relation(&name))
+        }
         Some(ObjectKind::View) if create.if_not_exists => {
             session.notice(format!("relation \"{name}\" already exists, skipping"));
             return Ok(Output::command("CREATE VIEW"));
@@ -296,14 +298,27 @@ fn references(query: &str) -> BTreeSet<String> {
     names
 }
 
-/// Views that refer to `name`.
-fn dependents(catalog: &Catalog, name: &str) -> Vec<String> {
-    catalog
+/// Plain and materialized views that refer to `name`.
+fn dependents(catalog: &Catalog, name: &str) -> Vec<(ObjectKind, String)> {
+    let plain = catalog
         .views
         .values()
         .filter(|v| v.name != name && references(&v.query).contains(name))
-        .map(|v| v.name.clone())
-        .collect()
+        .map(|v| (ObjectKind::View, v.name.clone()));
+    let materialized = catalog
+        .materialized_views
+        .values()
+        .filter(|v| v.name != name && v.depends_on.iter().any(|d| d == name))
+        .map(|v| (ObjectKind::MaterializedView, v.name.clone()));
+    plain.chain(materialized).collect()
+}
+
+fn kind_noun(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Table => "table",
+        ObjectKind::View => "view",
+        ObjectKind::MaterializedView => "materialized view",
+    }
 }
 
 /// `DROP TABLE` / `DROP VIEW` `[IF EXISTS] names [CASCADE]`.
@@ -317,6 +332,11 @@ pub async fn drop_relations(
     let (wanted, tag, noun) = match object_type {
         ObjectType::Table => (ObjectKind::Table, "DROP TABLE", "table"),
         ObjectType::View => (ObjectKind::View, "DROP VIEW", "view"),
+        ObjectType::MaterializedView => (
+            ObjectKind::MaterializedView,
+            "DROP MATERIALIZED VIEW",
+            "materialized view",
+        ),
         other => {
             return Err(WeirError::unsupported(format!(
                 "DROP {other} is not supported"
@@ -329,8 +349,14 @@ pub async fn drop_relations(
     // the working state untouched.
     let mut catalog = working.catalog.clone();
     let mut dropped_tables = Vec::new();
+    let mut dropped_views = Vec::new();
+    let requested: BTreeSet<String> = names.iter().map(relation_name).collect::<WeirResult<_>>()?;
+    let mut done: BTreeSet<String> = BTreeSet::new();
     for object in names {
         let name = relation_name(object)?;
+        if done.contains(&name) {
+            continue;
+        }
         if crate::system::SYSTEM_TABLES.contains(&name.as_str()) {
             return Err(WeirError::new(
                 SqlState::WRONG_OBJECT_TYPE,
@@ -358,11 +384,15 @@ pub async fn drop_relations(
         }
         let mut pending = vec![name.clone()];
         while let Some(next) = pending.pop() {
-            let users = dependents(&catalog, &next);
+            // Dependents named in the same statement are dropped anyway.
+            let users: Vec<(ObjectKind, String)> = dependents(&catalog, &next)
+                .into_iter()
+                .filter(|(_, u)| cascade || !requested.contains(u))
+                .collect();
             if !users.is_empty() && !cascade {
                 let detail: Vec<String> = users
                     .iter()
-                    .map(|u| format!("view {u} depends on {next}"))
+                    .map(|(kind, u)| format!("{} {u} depends on {next}", kind_noun(*kind)))
                     .collect();
                 return Err(WeirError::new(
                     SqlState("2BP01"),
@@ -370,21 +400,32 @@ pub async fn drop_relations(
                 )
                 .with_detail(detail.join("\n")));
             }
-            for user in users {
-                session.notice(format!("drop cascades to view {user}"));
+            for (kind, user) in users {
+                done.insert(user.clone());
+                session.notice(format!("drop cascades to {} {user}", kind_noun(kind)));
                 catalog.views.remove(&user);
+                if catalog.materialized_views.remove(&user).is_some() {
+                    dropped_views.push(user.clone());
+                }
                 pending.push(user);
             }
         }
         if catalog.tables.remove(&name).is_some() {
             dropped_tables.push(name.clone());
         }
+        if catalog.materialized_views.remove(&name).is_some() {
+            dropped_views.push(name.clone());
+        }
         catalog.views.remove(&name);
     }
     working.catalog.views = catalog.views;
+    for name in dropped_views {
+        working.drop_materialized_view(&name);
+    }
     for name in dropped_tables {
         working.drop_table(&name);
     }
+    crate::views::refresh_tracking(&mut working);
     working.catalog_changed();
     let epoch = working.epoch;
     drop(working);

@@ -27,6 +27,7 @@ mod dml;
 pub mod error;
 pub mod handler;
 pub mod metrics;
+mod mview;
 pub mod provider;
 pub mod server;
 pub mod session;
@@ -35,6 +36,7 @@ mod statement;
 mod system;
 pub mod tls;
 mod types;
+mod views;
 
 pub use auth::Auth;
 pub use database::{Database, EpochConfig};

@@ -136,18 +136,33 @@ impl SchemaProvider for PublicSchema {
         if let Some(view) = snapshot.catalog.views.get(name) {
             return self.view(view).await.map(Some);
         }
+        if let Some(view) = snapshot.catalog.materialized_views.get(name) {
+            if let Some(reason) = &view.failed {
+                return Err(DataFusionError::Execution(format!(
+                    "materialized view \"{name}\" failed and is no longer maintained: {reason}; drop it and create it again"
+                )));
+            }
+            let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {
+                DataFusionError::Internal(format!("no snapshot of materialized view {name}"))
+            })?;
+            return Ok(Some(Arc::new(SnapshotTable::counted(table))));
+        }
         system::table(&self.db, name).transpose()
     }
 
     async fn table_type(&self, name: &str) -> Result<Option<TableType>> {
         let snapshot = self.pinned.get();
-        Ok(if snapshot.catalog.tables.contains_key(name) {
-            Some(TableType::Base)
-        } else if snapshot.catalog.views.contains_key(name) {
-            Some(TableType::View)
-        } else {
-            None
-        })
+        Ok(
+            if snapshot.catalog.tables.contains_key(name)
+                || snapshot.catalog.materialized_views.contains_key(name)
+            {
+                Some(TableType::Base)
+            } else if snapshot.catalog.views.contains_key(name) {
+                Some(TableType::View)
+            } else {
+                None
+            },
+        )
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -161,9 +176,23 @@ pub struct SnapshotTable {
     table: TableSnapshot,
     schema: SchemaRef,
     with_positions: bool,
+    /// A materialized view's rows: the last column counts each row.
+    counted: bool,
 }
 
 impl SnapshotTable {
+    /// A provider over a materialized view's output table, whose rows
+    /// carry counts; scans repeat each row by its count.
+    pub fn counted(table: TableSnapshot) -> Self {
+        let schema = crate::views::uncounted(&table.spec().visible_schema());
+        SnapshotTable {
+            table,
+            schema,
+            with_positions: false,
+            counted: true,
+        }
+    }
+
     /// A provider over `table`; `with_positions` adds [`POSITION_COLUMN`].
     pub fn new(table: TableSnapshot, with_positions: bool) -> Self {
         let visible = table.spec().visible_schema();
@@ -182,6 +211,7 @@ impl SnapshotTable {
             table,
             schema,
             with_positions,
+            counted: false,
         }
     }
 }
@@ -213,10 +243,18 @@ impl TableProvider for SnapshotTable {
             )?;
             return Ok(exec);
         }
-        let batches = self
-            .table
-            .scan(projection.map(Vec::as_slice), false)
-            .map_err(to_df)?;
+        let batches = if self.counted {
+            self.table
+                .scan(None, false)
+                .map_err(to_df)?
+                .iter()
+                .map(|b| crate::views::expand_counted(b, projection.map(Vec::as_slice)))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            self.table
+                .scan(projection.map(Vec::as_slice), false)
+                .map_err(to_df)?
+        };
         let schema = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),

@@ -43,6 +43,9 @@ pub async fn serve(
         .with_memory_pool(Arc::new(GreedyMemoryPool::new(query_memory_bytes)))
         .build_arc()
         .map_err(std::io::Error::other)?;
+    crate::mview::restore(&db, runtime.clone())
+        .await
+        .map_err(std::io::Error::other)?;
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),

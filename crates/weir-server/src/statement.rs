@@ -28,6 +28,13 @@ pub async fn execute(
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
     match statement {
+        Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
+        {
+            let Statement::CreateView(create) = statement.as_ref() else {
+                unreachable!("matched above")
+            };
+            crate::mview::explain(session, create).await
+        }
         Statement::Query(_) | Statement::Explain { .. } => {
             session.pin_for_read();
             let plan = session.plan(statement.clone(), params).await?;
@@ -39,6 +46,9 @@ pub async fn execute(
             dml::execute(session, statement, params).await
         }
         Statement::CreateTable(create) => ddl::create_table(session, create).await,
+        Statement::CreateView(create) if create.materialized => {
+            crate::mview::create(session, create).await
+        }
         Statement::CreateView(create) => ddl::create_view(session, create).await,
         Statement::Drop {
             object_type,
@@ -56,6 +66,15 @@ pub async fn execute(
                 .keys()
                 .cloned()
                 .collect();
+            Output::text_columns(&["name"], vec![names])
+        }
+        Statement::ShowViews { materialized, .. } => {
+            let catalog = session.db.committed().catalog.clone();
+            let names: Vec<String> = if *materialized {
+                catalog.materialized_views.keys().cloned().collect()
+            } else {
+                catalog.views.keys().cloned().collect()
+            };
             Output::text_columns(&["name"], vec![names])
         }
         Statement::ShowVariable { variable } => show(session, variable),

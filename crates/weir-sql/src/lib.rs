@@ -19,5 +19,7 @@
 #![warn(missing_docs)]
 
 mod parse;
+mod stream_plan;
 
 pub use parse::{parse, ParseError, WeirStatement};
+pub use stream_plan::{check_deterministic, source_relations, stream_plan};

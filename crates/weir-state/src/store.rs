@@ -30,6 +30,24 @@ pub struct StoreConfig {
     pub min_compaction_bytes: u64,
 }
 
+impl StoreConfig {
+    /// Whether a table with these files gets a new base in this commit.
+    fn needs_base(&self, files: &TableFiles) -> bool {
+        !files.deltas.is_empty()
+            && (files.deltas.len() >= self.max_deltas
+                || files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes))
+    }
+
+    /// Whether the next commit of a table whose files were `previous`
+    /// may compact it: then its contents should come with its change.
+    pub fn base_due(&self, previous: Option<&TableFiles>) -> bool {
+        previous.is_some_and(|files| {
+            files.deltas.len() + 1 >= self.max_deltas
+                || files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes)
+        })
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -47,9 +65,11 @@ pub struct TableChange {
     pub delta: Option<DeltaBatches>,
     /// The table's next hidden row id after this epoch.
     pub next_row_id: u64,
-    /// The table's contents after this epoch (written out when its delta
-    /// chain is compacted into a base).
-    pub snapshot: TableSnapshot,
+    /// The table's contents after this epoch, written out as a new base
+    /// when its delta chain is due for compaction. Tables whose contents
+    /// are costly to gather give them only when [`StoreConfig::base_due`]
+    /// says so; without them compaction waits for a later epoch.
+    pub snapshot: Option<TableSnapshot>,
 }
 
 /// Everything one epoch commits: the catalog and every live table.
@@ -125,6 +145,11 @@ impl StateStore {
             config,
             retained: VecDeque::new(),
         }
+    }
+
+    /// The store's tunables.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
     }
 
     /// The newest committed manifest, or `None` for a fresh store. Also
@@ -383,9 +408,13 @@ impl StateStore {
                     deletes,
                 });
             }
-            if self.needs_base(&files) {
+            let snapshot = change
+                .snapshot
+                .as_ref()
+                .filter(|_| self.config.needs_base(&files));
+            if let Some(snapshot) = snapshot {
                 let path = base_path(&self.root, id, epoch);
-                let bytes = codec::encode(&change.snapshot.stored_rows()?)?;
+                let bytes = codec::encode(&snapshot.stored_rows()?)?;
                 files.base = Some(FileSlice {
                     path: self.relative(&path),
                     offset: 0,
@@ -424,12 +453,6 @@ impl StateStore {
         self.retained.push_back(manifest.clone());
         self.prune().await;
         Ok((manifest, stats))
-    }
-
-    fn needs_base(&self, files: &TableFiles) -> bool {
-        !files.deltas.is_empty()
-            && (files.deltas.len() >= self.config.max_deltas
-                || files.delta_bytes > files.base_bytes.max(self.config.min_compaction_bytes))
     }
 
     /// Drops manifests beyond the retained count and deletes the objects
@@ -497,7 +520,7 @@ mod tests {
         TableChange {
             delta: table.take_delta().unwrap(),
             next_row_id: table.next_row_id(),
-            snapshot: table.snapshot(),
+            snapshot: Some(table.snapshot()),
         }
     }
 

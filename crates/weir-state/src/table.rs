@@ -137,6 +137,9 @@ pub struct StateTable {
     index: HashMap<Box<[u8]>, RowPosition>,
     next_row_id: u64,
     dirty: HashSet<Box<[u8]>>,
+    /// Every row written since the last [`StateTable::take_changes`], with
+    /// +1 (inserted) or -1 (deleted); kept only while views read the table.
+    changes: Option<Vec<(RecordBatch, i64)>>,
 }
 
 impl StateTable {
@@ -155,6 +158,7 @@ impl StateTable {
             index: HashMap::new(),
             next_row_id: 0,
             dirty: HashSet::new(),
+            changes: None,
         })
     }
 
@@ -181,6 +185,23 @@ impl StateTable {
     /// Sets the next hidden row id (recovery).
     pub fn set_next_row_id(&mut self, next: u64) {
         self.next_row_id = next;
+    }
+
+    /// Starts or stops keeping the rows each write inserts and deletes
+    /// (for the views that read this table).
+    pub fn track_changes(&mut self, on: bool) {
+        if on != self.changes.is_some() {
+            self.changes = on.then(Vec::new);
+        }
+    }
+
+    /// The rows written since the last call, visible columns only, each
+    /// batch with its weight (+1 inserted, -1 deleted), in write order.
+    pub fn take_changes(&mut self) -> Vec<(RecordBatch, i64)> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Whether any key changed since the last [`StateTable::take_delta`].
@@ -282,7 +303,12 @@ impl StateTable {
             }
         }
         if !deletes.is_empty() {
-            let removed = self.keys_at(deletes)?;
+            let gone = self.gather(deletes)?;
+            let removed = self.encode_keys(&gone, &self.spec.key)?;
+            if let Some(changes) = &mut self.changes {
+                let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
+                changes.push((gone.project(&visible)?, -1));
+            }
             for key in removed.iter() {
                 self.index.remove(key.as_ref());
                 self.dirty.insert(key.as_ref().into());
@@ -292,6 +318,10 @@ impl StateTable {
         if let (Some(batch), Some(keys)) = (inserts, insert_keys) {
             if self.spec.hidden_row_id {
                 self.next_row_id += batch.num_rows() as u64;
+            }
+            if let Some(changes) = &mut self.changes {
+                let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
+                changes.push((batch.project(&visible)?, 1));
             }
             let id = self.push_chunk(batch);
             for (row, key) in keys.iter().enumerate() {
@@ -316,11 +346,6 @@ impl StateTable {
         let mut columns = batch.columns().to_vec();
         columns.push(Arc::new(ids));
         Ok(RecordBatch::try_new(self.spec.schema.clone(), columns)?)
-    }
-
-    fn keys_at(&self, positions: &[RowPosition]) -> StateResult<Rows> {
-        let rows = self.gather(positions)?;
-        self.encode_keys(&rows, &self.spec.key)
     }
 
     fn push_chunk(&mut self, batch: RecordBatch) -> u32 {
@@ -495,6 +520,20 @@ pub struct TableSnapshot {
 }
 
 impl TableSnapshot {
+    /// A snapshot holding exactly `rows` (all stored columns of `spec`).
+    pub fn from_rows(spec: TableSpec, rows: RecordBatch) -> Self {
+        let count = rows.num_rows();
+        TableSnapshot {
+            spec: Arc::new(spec),
+            chunks: Arc::new(vec![SnapshotChunk {
+                id: 0,
+                batch: rows,
+                live: None,
+            }]),
+            rows: count,
+        }
+    }
+
     /// Number of live rows.
     pub fn num_rows(&self) -> usize {
         self.rows

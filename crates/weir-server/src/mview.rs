@@ -1,0 +1,437 @@
+//! `CREATE`, `EXPLAIN CREATE` and recovery of materialized views.
+//!
+//! Creating a view never holds the working lock for its backfill:
+//!
+//! 1. Under the lock: plan the query, run the open epoch's changes so far
+//!    through the existing views, take a snapshot S of every table and view
+//!    (one consistent point), and register the new view as pending, so that
+//!    from now on every epoch's changes to its inputs are queued for it.
+//! 2. Without the lock: push S through the new view's operators.
+//! 3. Under the lock: push the queued changes (everything after S), create
+//!    the output table, and start running the view with the others. The
+//!    statement returns once the epoch holding all this is committed.
+//!
+//! So the view starts from S and then sees every change after S exactly
+//! once: no gap, no double count.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{CreateView, Query, Statement, ViewColumnDef};
+use tracing::{info, warn};
+use weir_state::TableId;
+use weir_stream::{Changes, Dataflow, StreamPlan};
+
+use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind};
+use crate::database::{Database, DbSnapshot};
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Session};
+use crate::views::{apply_output, refresh_tracking, PendingView, ViewRuntime};
+
+/// Rows per batch pushed through a new view's operators during backfill.
+const BACKFILL_BATCH_ROWS: usize = 64 * 1024;
+
+/// A view's query, planned for streaming.
+pub struct PlannedView {
+    /// The operators.
+    pub plan: StreamPlan,
+    /// The output columns.
+    pub columns: Vec<ColumnDef>,
+    /// Tables and materialized views whose changes feed it.
+    pub sources: BTreeSet<String>,
+    /// The sources plus the plain views the query names.
+    pub depends_on: Vec<String>,
+}
+
+/// Plans `query` as a materialized view against the session's pinned
+/// snapshot. Anything the streaming engine cannot maintain is refused
+/// with 0A000.
+pub async fn plan_view(
+    session: &Session,
+    query: &Query,
+    names: &[ViewColumnDef],
+) -> WeirResult<PlannedView> {
+    let statement = Statement::Query(Box::new(query.clone()));
+    let state = session.ctx.state();
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
+        .await?;
+    weir_sql::check_deterministic(&plan)?;
+    let named = scanned_relations(&plan)?;
+    let optimized = state.optimize(&plan)?;
+    let catalog = session.pinned.get().catalog.clone();
+    let mut sources = BTreeSet::new();
+    for (schema, name) in scanned_relations(&optimized)? {
+        let readable = matches!(schema.as_deref(), None | Some(crate::catalog::SCHEMA))
+            && matches!(
+                catalog.kind_of(&name),
+                Some(ObjectKind::Table | ObjectKind::MaterializedView)
+            )
+            && !crate::system::SYSTEM_TABLES.contains(&name.as_str());
+        if !readable {
+            return Err(WeirError::unsupported(format!(
+                "reading \"{name}\" in a materialized view: only tables and materialized views can feed one"
+            )));
+        }
+        sources.insert(name);
+    }
+    let plan_stream = weir_sql::stream_plan(&optimized)?;
+    let schema = Arc::new(optimized.schema().as_arrow().clone());
+    let schema = crate::colnames::wire_schema(&statement, schema);
+    if names.len() > schema.fields().len() {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "CREATE MATERIALIZED VIEW specifies more column names than columns",
+        ));
+    }
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    for (i, field) in schema.fields().iter().enumerate() {
+        let name = names
+            .get(i)
+            .map(|n| crate::catalog::normalize_ident(&n.name))
+            .unwrap_or_else(|| field.name().clone());
+        if columns.iter().any(|c| c.name == name) {
+            return Err(WeirError::new(
+                SqlState("42701"),
+                format!("column \"{name}\" specified more than once"),
+            ));
+        }
+        columns.push(ColumnDef {
+            name,
+            data_type: field.data_type().clone(),
+            nullable: field.is_nullable(),
+            default: None,
+            max_chars: None,
+        });
+    }
+    let mut depends_on: Vec<String> = named.into_iter().map(|(_, n)| n).collect();
+    depends_on.extend(sources.iter().cloned());
+    depends_on.sort();
+    depends_on.dedup();
+    Ok(PlannedView {
+        plan: plan_stream,
+        columns,
+        sources,
+        depends_on,
+    })
+}
+
+/// The (schema, name) of every relation a plan scans.
+fn scanned_relations(plan: &LogicalPlan) -> WeirResult<Vec<(Option<String>, String)>> {
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            found.push((
+                scan.table_name.schema().map(str::to_owned),
+                scan.table_name.table().to_owned(),
+            ));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// `EXPLAIN CREATE MATERIALIZED VIEW`: the streaming plan, one line per row.
+pub async fn explain(session: &mut Session, create: &CreateView) -> WeirResult<Output> {
+    session.pin_for_read();
+    let planned = plan_view(session, &create.query, &create.columns).await?;
+    let lines = planned.plan.explain();
+    Output::text_columns(&["QUERY PLAN"], vec![lines])
+}
+
+static NEXT_PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Removes a pending view when creation ends in any way (error, cancel).
+struct PendingGuard {
+    db: Arc<Database>,
+    token: u64,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let (db, token) = (self.db.clone(), self.token);
+        tokio::spawn(async move {
+            let mut working = db.working().await;
+            let before = working.pending.len();
+            working.pending.retain(|p| p.token != token);
+            if working.pending.len() != before {
+                refresh_tracking(&mut working);
+            }
+        });
+    }
+}
+
+/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`.
+pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Output> {
+    let name = relation_name(&create.name)?;
+    if create.or_replace {
+        return Err(WeirError::unsupported(
+            "CREATE OR REPLACE MATERIALIZED VIEW; drop the view and create it again",
+        ));
+    }
+    let db = session.db.clone();
+    // 1. Plan, catch the existing views up, snapshot, register.
+    let (planned, snapshot, guard) = {
+        let mut working = db.working().await;
+        if working.catalog.kind_of(&name).is_some() {
+            if create.if_not_exists {
+                session.notice(format!("relation \"{name}\" already exists, skipping"));
+                return Ok(Output::command("CREATE MATERIALIZED VIEW"));
+            }
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{name}\" already exists"),
+            ));
+        }
+        session.pinned.pin(Arc::new(working.snapshot()));
+        let planned = plan_view(session, &create.query, &create.columns).await?;
+        crate::views::run_epoch(&mut working);
+        let snapshot = working.snapshot();
+        let token = NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
+        working.pending.push(PendingView {
+            token,
+            sources: planned.sources.clone(),
+            queue: Vec::new(),
+        });
+        refresh_tracking(&mut working);
+        let guard = PendingGuard {
+            db: db.clone(),
+            token,
+        };
+        (planned, snapshot, guard)
+    };
+
+    // 2. Backfill from the snapshot, without the lock.
+    let started = Instant::now();
+    let mut dataflow = Dataflow::new(&planned.plan)?;
+    let inputs = source_rows(&snapshot, &planned.sources)?;
+    let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
+    let (dataflow, backfilled) = tokio::task::spawn_blocking(move || {
+        let mut output = dataflow.initial()?;
+        for (relation, rows) in inputs {
+            output.extend(dataflow.step(&|r: &str| {
+                if r == relation {
+                    vec![rows.clone()]
+                } else {
+                    Vec::new()
+                }
+            })?);
+        }
+        Ok::<_, datafusion::error::DataFusionError>((dataflow, output))
+    })
+    .await
+    .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
+    if input_rows >= BACKFILL_BATCH_ROWS {
+        session.notice(format!(
+            "materialized view \"{name}\": backfilled from {input_rows} rows in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+
+    // 3. Catch up on what changed since the snapshot and start running.
+    let mut dataflow = dataflow;
+    let mut working = db.working().await;
+    if working.catalog.kind_of(&name).is_some() {
+        return Err(WeirError::new(
+            SqlState::DUPLICATE_TABLE,
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    for source in &planned.depends_on {
+        let same = match (
+            snapshot.catalog.kind_of(source),
+            working.catalog.kind_of(source),
+        ) {
+            (Some(a), Some(b)) => {
+                a == b && relation_id(&snapshot, source) == relation_id_of(&working.catalog, source)
+            }
+            _ => false,
+        };
+        if !same {
+            return Err(WeirError::new(
+                SqlState("40001"),
+                format!("\"{source}\" was dropped or replaced while the view was being created"),
+            ));
+        }
+    }
+    let position = working
+        .pending
+        .iter()
+        .position(|p| p.token == guard.token)
+        .ok_or_else(|| WeirError::internal("pending view vanished"))?;
+    let pending = working.pending.remove(position);
+    let mut output = backfilled;
+    for epoch in &pending.queue {
+        output.extend(dataflow.step(&|r: &str| epoch.get(r).cloned().unwrap_or_default())?);
+    }
+    let id = allocate_id(&mut working.catalog);
+    let state_ids: Vec<TableId> = (0..dataflow.state().len())
+        .map(|_| allocate_id(&mut working.catalog))
+        .collect();
+    let def = MaterializedViewDef {
+        name: name.clone(),
+        query: create.query.to_string(),
+        columns: planned.columns,
+        id,
+        state_ids: state_ids.clone(),
+        depends_on: planned.depends_on,
+        failed: None,
+    };
+    let mut table = weir_state::StateTable::new(def.spec())?;
+    apply_output(&mut table, output)?;
+    working.tables.insert(id, table);
+    working.catalog.materialized_views.insert(name.clone(), def);
+    working.views.push(ViewRuntime {
+        name: name.clone(),
+        output: id,
+        state_ids,
+        dataflow,
+    });
+    refresh_tracking(&mut working);
+    working.catalog_changed();
+    let epoch = working.epoch;
+    drop(working);
+    drop(guard);
+    info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
+    db.wait_committed(epoch).await?;
+    Ok(Output::command("CREATE MATERIALIZED VIEW"))
+}
+
+fn allocate_id(catalog: &mut crate::catalog::Catalog) -> TableId {
+    let id = catalog.next_table_id;
+    catalog.next_table_id += 1;
+    id
+}
+
+/// The state table id behind a table or materialized view, if any.
+fn relation_id_of(catalog: &crate::catalog::Catalog, name: &str) -> Option<TableId> {
+    catalog
+        .tables
+        .get(name)
+        .map(|t| t.id)
+        .or_else(|| catalog.materialized_views.get(name).map(|v| v.id))
+}
+
+fn relation_id(snapshot: &DbSnapshot, name: &str) -> Option<TableId> {
+    relation_id_of(&snapshot.catalog, name)
+}
+
+/// Every row of each source in `snapshot`, in batches, as insertions.
+fn source_rows(
+    snapshot: &DbSnapshot,
+    sources: &BTreeSet<String>,
+) -> WeirResult<Vec<(String, Changes)>> {
+    let mut out = Vec::new();
+    for name in sources {
+        let (id, counted) = match relation_id_of(&snapshot.catalog, name) {
+            Some(id) => (id, snapshot.catalog.materialized_views.contains_key(name)),
+            None => return Err(crate::catalog::undefined_relation(name)),
+        };
+        let table = snapshot
+            .tables
+            .get(&id)
+            .ok_or_else(|| WeirError::internal(format!("no snapshot of {name}")))?;
+        for batch in table.scan(None, false)? {
+            let rows = if counted {
+                crate::views::expand_counted(&batch, None)?
+            } else {
+                batch
+            };
+            let mut offset = 0;
+            while offset < rows.num_rows() {
+                let len = BACKFILL_BATCH_ROWS.min(rows.num_rows() - offset);
+                out.push((name.clone(), Changes::inserts(rows.slice(offset, len))));
+                offset += len;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Rebuilds every materialized view's operators after a restart: plans
+/// its query again and loads each operator's state from the last
+/// checkpoint. A view that can no longer be planned is marked failed.
+pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult<()> {
+    let committed = db.committed();
+    let mut defs: Vec<MaterializedViewDef> = committed
+        .catalog
+        .materialized_views
+        .values()
+        .cloned()
+        .collect();
+    defs.sort_by_key(|d| d.id);
+    if defs.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let session = Session::new(db.clone(), runtime, "weir".into())?;
+    let mut restored = Vec::new();
+    let mut failed = Vec::new();
+    for def in defs.iter().filter(|d| d.failed.is_none()) {
+        session.pinned.pin(committed.clone());
+        let planned = match parse_query(&def.query) {
+            Ok(query) => plan_view(&session, &query, &[]).await,
+            Err(e) => Err(e),
+        };
+        let mut dataflow = match planned.and_then(|p| Ok(Dataflow::new(&p.plan)?)) {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(view = %def.name, error = %e, "materialized view cannot be planned again");
+                failed.push((def.name.clone(), e.to_string()));
+                continue;
+            }
+        };
+        let states = dataflow.state();
+        if states.len() != def.state_ids.len() {
+            failed.push((
+                def.name.clone(),
+                "its plan changed since it was created".into(),
+            ));
+            continue;
+        }
+        for (state, &id) in states.into_iter().zip(&def.state_ids) {
+            let table = db.load_state(id, state.state_spec()).await?;
+            state.restore(&table.snapshot().stored_rows()?)?;
+        }
+        restored.push(ViewRuntime {
+            name: def.name.clone(),
+            output: def.id,
+            state_ids: def.state_ids.clone(),
+            dataflow,
+        });
+    }
+    let mut working = db.working().await;
+    for (name, reason) in failed {
+        if let Some(def) = working.catalog.materialized_views.get_mut(&name) {
+            def.failed = Some(reason);
+        }
+        working.catalog_changed();
+    }
+    working.views = restored;
+    refresh_tracking(&mut working);
+    info!(
+        views = working.views.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "restored materialized views"
+    );
+    Ok(())
+}
+
+fn parse_query(sql: &str) -> WeirResult<Query> {
+    let mut statements = weir_sql::parse(sql)?;
+    match statements.pop() {
+        Some(weir_sql::WeirStatement::Sql(statement)) => match *statement {
+            Statement::Query(query) => Ok(*query),
+            other => Err(WeirError::internal(format!(
+                "view query is not a query: {other}"
+            ))),
+        },
+        _ => Err(WeirError::internal("view query is not a query")),
+    }
+}

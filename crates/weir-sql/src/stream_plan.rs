@@ -1,0 +1,384 @@
+//! From DataFusion's optimized `LogicalPlan` to a [`StreamPlan`]: the
+//! operators that maintain a materialized view incrementally.
+//!
+//! DataFusion has already done the hard parts: name resolution, type
+//! coercion, subquery decorrelation (`IN`, `EXISTS` and scalar subqueries
+//! become joins), `DISTINCT` as aggregation. What is left is a tree of
+//! relational operators; each maps to one streaming operator. A node the
+//! streaming engine cannot maintain is refused with `NotImplemented`
+//! (SQLSTATE 0A000) naming the construct.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{new_empty_array, ArrayRef};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, NullEquality, ScalarValue};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{
+    Expr, FetchType, Limit, LogicalPlan, SkipType, Sort, TableScan, Volatility,
+};
+use datafusion::physical_expr::{
+    create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
+};
+#[allow(deprecated)]
+use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
+use weir_stream::{AggregateSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
+
+/// Refuses expressions whose value can change without any input
+/// changing (`now()`, `random()`): a view of them could never be kept
+/// equal to its query. Run on the plan before the optimizer folds them.
+pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::ScalarFunction(f) = e {
+                    if f.func.signature().volatility != Volatility::Immutable {
+                        return Err(unsupported(format!(
+                            "function {}() in a materialized view: its result can change while its inputs do not",
+                            f.func.name()
+                        )));
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(())
+}
+
+/// The streaming operators for an optimized logical plan.
+pub fn stream_plan(plan: &LogicalPlan) -> Result<StreamPlan> {
+    let mut builder = Builder {
+        nodes: Vec::new(),
+        props: ExecutionProps::new(),
+    };
+    builder.add(plan)?;
+    Ok(StreamPlan {
+        nodes: builder.nodes,
+    })
+}
+
+/// The relations (tables and views) an optimized plan reads.
+pub fn source_relations(plan: &LogicalPlan) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            names.push(scan.table_name.table().to_owned());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+fn unsupported(what: impl Into<String>) -> DataFusionError {
+    DataFusionError::NotImplemented(what.into())
+}
+
+struct Builder {
+    nodes: Vec<NodeSpec>,
+    props: ExecutionProps,
+}
+
+impl Builder {
+    fn push(&mut self, kind: NodeKind, inputs: Vec<usize>, schema: SchemaRef) -> usize {
+        self.nodes.push(NodeSpec {
+            kind,
+            inputs,
+            schema,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<PhysicalExprRef> {
+        check_no_subquery(expr)?;
+        create_physical_expr(
+            expr,
+            schema,
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )
+    }
+
+    /// Adds the operators of `plan`; returns the index of its output node.
+    fn add(&mut self, plan: &LogicalPlan) -> Result<usize> {
+        let schema = || Arc::new(plan.schema().as_arrow().clone());
+        match plan {
+            LogicalPlan::TableScan(scan) => self.scan(scan),
+            LogicalPlan::Projection(p) => {
+                let input = self.add(&p.input)?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.physical(e, p.input.schema()))
+                    .collect::<Result<_>>()?;
+                Ok(self.push(NodeKind::Project { exprs }, vec![input], schema()))
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.add(&f.input)?;
+                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                Ok(self.push(NodeKind::Filter { predicate }, vec![input], schema()))
+            }
+            LogicalPlan::SubqueryAlias(a) => self.add(&a.input),
+            LogicalPlan::Aggregate(a) => {
+                let input = self.add(&a.input)?;
+                let input_schema = a.input.schema();
+                let mut group = Vec::new();
+                for (expr, field) in a.group_expr.iter().zip(plan.schema().fields()) {
+                    if matches!(expr, Expr::GroupingSet(_)) {
+                        return Err(unsupported(
+                            "GROUPING SETS, ROLLUP and CUBE in a materialized view",
+                        ));
+                    }
+                    group.push((self.physical(expr, input_schema)?, field.name().clone()));
+                }
+                let mut aggregates = Vec::new();
+                let mut filters = Vec::new();
+                for expr in &a.aggr_expr {
+                    check_aggregate(expr)?;
+                    #[allow(deprecated)]
+                    let (aggregate, filter, _) = create_aggregate_expr_and_maybe_filter(
+                        expr,
+                        input_schema,
+                        input_schema.as_arrow(),
+                        &self.props,
+                    )?;
+                    aggregates.push(aggregate);
+                    filters.push(filter);
+                }
+                let spec = AggregateSpec {
+                    group,
+                    aggregates,
+                    filters,
+                };
+                Ok(self.push(NodeKind::Aggregate(spec), vec![input], schema()))
+            }
+            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+                let index = self.add(input)?;
+                let group = input
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(|c| {
+                        let name = c.name.clone();
+                        Ok((self.physical(&Expr::Column(c), input.schema())?, name))
+                    })
+                    .collect::<Result<_>>()?;
+                let spec = AggregateSpec {
+                    group,
+                    aggregates: Vec::new(),
+                    filters: Vec::new(),
+                };
+                Ok(self.push(NodeKind::Aggregate(spec), vec![index], schema()))
+            }
+            LogicalPlan::Join(j) => {
+                if j.null_aware {
+                    return Err(unsupported(
+                        "NOT IN (subquery) in a materialized view; write it with NOT EXISTS",
+                    ));
+                }
+                let left = self.add(&j.left)?;
+                let right = self.add(&j.right)?;
+                let mut left_keys = Vec::new();
+                let mut right_keys = Vec::new();
+                for (l, r) in &j.on {
+                    left_keys.push(self.physical(l, j.left.schema())?);
+                    right_keys.push(self.physical(r, j.right.schema())?);
+                }
+                let filter = match &j.filter {
+                    Some(f) => {
+                        let both = j.left.schema().join(j.right.schema())?;
+                        Some(self.physical(f, &both)?)
+                    }
+                    None => None,
+                };
+                let spec = JoinSpec {
+                    join_type: j.join_type,
+                    left_keys,
+                    right_keys,
+                    filter,
+                    nulls_equal: j.null_equality == NullEquality::NullEqualsNull,
+                };
+                Ok(self.push(NodeKind::Join(spec), vec![left, right], schema()))
+            }
+            LogicalPlan::Union(u) => {
+                let inputs = u
+                    .inputs
+                    .iter()
+                    .map(|i| self.add(i))
+                    .collect::<Result<_>>()?;
+                Ok(self.push(NodeKind::Union, inputs, schema()))
+            }
+            LogicalPlan::Sort(sort) => match sort.fetch {
+                Some(fetch) => self.top_n(sort, 0, Some(fetch)),
+                // Rows of a view have no order; a plain ORDER BY only
+                // orders the reads that ask for it.
+                None => self.add(&sort.input),
+            },
+            LogicalPlan::Limit(limit) => self.limit(limit),
+            LogicalPlan::Values(values) => {
+                let rows = self.values(plan.schema(), &values.values)?;
+                Ok(self.push(NodeKind::Values { rows }, vec![], schema()))
+            }
+            LogicalPlan::EmptyRelation(empty) => {
+                let count = usize::from(empty.produce_one_row);
+                let schema = schema();
+                let columns: Vec<ArrayRef> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| datafusion::arrow::array::new_null_array(f.data_type(), count))
+                    .collect();
+                let rows = RecordBatch::try_new_with_options(
+                    schema.clone(),
+                    columns,
+                    &RecordBatchOptions::new().with_row_count(Some(count)),
+                )?;
+                Ok(self.push(NodeKind::Values { rows }, vec![], schema))
+            }
+            LogicalPlan::Window(_) => Err(unsupported("window functions in a materialized view")),
+            LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON in a materialized view")),
+            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST in a materialized view")),
+            LogicalPlan::RecursiveQuery(_) => {
+                Err(unsupported("recursive queries in a materialized view"))
+            }
+            other => Err(unsupported(format!(
+                "{} in a materialized view",
+                other
+                    .display()
+                    .to_string()
+                    .split(':')
+                    .next()
+                    .unwrap_or("this query")
+            ))),
+        }
+    }
+
+    fn scan(&mut self, scan: &TableScan) -> Result<usize> {
+        if scan.fetch.is_some() {
+            return Err(unsupported("LIMIT without ORDER BY in a materialized view"));
+        }
+        let relation = scan.table_name.table().to_owned();
+        let full: SchemaRef = scan.source.schema();
+        let full_df = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &full)?;
+        let mut index = self.push(NodeKind::Source { relation }, vec![], full.clone());
+        if !scan.filters.is_empty() {
+            let predicate = scan
+                .filters
+                .iter()
+                .cloned()
+                .reduce(|a, b| a.and(b))
+                .expect("filters are not empty");
+            let predicate = self.physical(&predicate, &full_df)?;
+            index = self.push(NodeKind::Filter { predicate }, vec![index], full.clone());
+        }
+        if let Some(projection) = &scan.projection {
+            let exprs = projection
+                .iter()
+                .map(|&i| {
+                    let column = Expr::Column(full_df.columns()[i].clone());
+                    self.physical(&column, &full_df)
+                })
+                .collect::<Result<_>>()?;
+            let schema = Arc::new(full.project(projection)?);
+            index = self.push(NodeKind::Project { exprs }, vec![index], schema);
+        }
+        Ok(index)
+    }
+
+    fn limit(&mut self, limit: &Limit) -> Result<usize> {
+        let skip = match limit.get_skip_type()? {
+            SkipType::Literal(n) => n,
+            SkipType::UnsupportedExpr => return Err(unsupported("OFFSET that is not a constant")),
+        };
+        let fetch = match limit.get_fetch_type()? {
+            FetchType::Literal(n) => n,
+            FetchType::UnsupportedExpr => return Err(unsupported("LIMIT that is not a constant")),
+        };
+        match limit.input.as_ref() {
+            LogicalPlan::Sort(sort) => self.top_n(sort, skip, fetch),
+            _ => Err(unsupported(
+                "LIMIT or OFFSET without ORDER BY in a materialized view (which rows it keeps would be arbitrary)",
+            )),
+        }
+    }
+
+    fn top_n(&mut self, sort: &Sort, skip: usize, fetch: Option<usize>) -> Result<usize> {
+        let input = self.add(&sort.input)?;
+        let order = create_physical_sort_exprs(
+            &sort.expr,
+            sort.input.schema(),
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )?;
+        let schema = Arc::new(sort.input.schema().as_arrow().clone());
+        let spec = TopNSpec { order, skip, fetch };
+        Ok(self.push(NodeKind::TopN(spec), vec![input], schema))
+    }
+
+    /// Constant rows, evaluated once.
+    fn values(&self, schema: &DFSchema, rows: &[Vec<Expr>]) -> Result<RecordBatch> {
+        let empty = DFSchema::empty();
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let arrow: SchemaRef = Arc::new(schema.as_arrow().clone());
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for (c, field) in arrow.fields().iter().enumerate() {
+            let mut cells = Vec::with_capacity(rows.len());
+            for row in rows {
+                let value = self.physical(&row[c], &empty)?.evaluate(&one_row)?;
+                let value = match value {
+                    datafusion::logical_expr::ColumnarValue::Scalar(s) => s,
+                    datafusion::logical_expr::ColumnarValue::Array(a) => {
+                        ScalarValue::try_from_array(&a, 0)?
+                    }
+                };
+                cells.push(value.cast_to(field.data_type())?);
+            }
+            columns.push(if cells.is_empty() {
+                new_empty_array(field.data_type())
+            } else {
+                ScalarValue::iter_to_array(cells)?
+            });
+        }
+        Ok(RecordBatch::try_new_with_options(
+            arrow,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?)
+    }
+}
+
+/// Refuses a subquery DataFusion could not turn into a join.
+fn check_no_subquery(expr: &Expr) -> Result<()> {
+    expr.apply(|e| match e {
+        Expr::ScalarSubquery(_)
+        | Expr::Exists(_)
+        | Expr::InSubquery(_)
+        | Expr::SetComparison(_) => Err(unsupported(
+            "a subquery that cannot be turned into a join in a materialized view",
+        )),
+        _ => Ok(TreeNodeRecursion::Continue),
+    })?;
+    Ok(())
+}
+
+/// Refuses aggregates the engine cannot recompute per group.
+fn check_aggregate(expr: &Expr) -> Result<()> {
+    let inner = match expr {
+        Expr::Alias(alias) => alias.expr.as_ref(),
+        other => other,
+    };
+    match inner {
+        Expr::AggregateFunction(AggregateFunction { .. }) => Ok(()),
+        other => Err(unsupported(format!("aggregate expression {other}"))),
+    }
+}

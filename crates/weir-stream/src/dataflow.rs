@@ -1,0 +1,152 @@
+//! [`Dataflow`]: one view's operators, driven an epoch at a time.
+//!
+//! The runtime is synchronous: for each epoch every source's changes are
+//! pushed through the operators in topological order, and an operator sees
+//! all of its inputs' changes of the epoch before the barrier. So barrier
+//! alignment holds by construction, and after [`Dataflow::step`] the
+//! operators' state deltas are exactly those of the epoch.
+
+use std::collections::BTreeSet;
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+use crate::aggregate::Aggregate;
+use crate::join::Join;
+use crate::map::{Filter, Project, Source, Values};
+use crate::plan::{NodeKind, StreamPlan};
+use crate::top_n::TopN;
+use crate::union::Union;
+use crate::{Changes, Multiset, Operator, Result};
+
+#[derive(Debug)]
+struct Node {
+    operator: Box<dyn Operator>,
+    inputs: Vec<usize>,
+    schema: SchemaRef,
+    /// The relation feeding a source node.
+    relation: Option<String>,
+}
+
+/// A view's running operators.
+#[derive(Debug)]
+pub struct Dataflow {
+    nodes: Vec<Node>,
+}
+
+impl Dataflow {
+    /// Instantiates the operators of `plan`, with empty state.
+    pub fn new(plan: &StreamPlan) -> Result<Self> {
+        let mut nodes: Vec<Node> = Vec::with_capacity(plan.nodes.len());
+        for spec in &plan.nodes {
+            let input_schema = |port: usize| nodes[spec.inputs[port]].schema.clone();
+            let schema = spec.schema.clone();
+            let operator: Box<dyn Operator> = match &spec.kind {
+                NodeKind::Source { .. } => Box::new(Source::new(schema.clone())),
+                NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
+                NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
+                NodeKind::Project { exprs } => {
+                    Box::new(Project::new(exprs.clone(), schema.clone()))
+                }
+                NodeKind::Aggregate(agg) => Box::new(Aggregate::new(
+                    agg.clone(),
+                    input_schema(0),
+                    schema.clone(),
+                )?),
+                NodeKind::Join(join) => Box::new(Join::new(
+                    join.clone(),
+                    input_schema(0),
+                    input_schema(1),
+                    schema.clone(),
+                )?),
+                NodeKind::Union => Box::new(Union::new(schema.clone())),
+                NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
+            };
+            let relation = match &spec.kind {
+                NodeKind::Source { relation } => Some(relation.clone()),
+                _ => None,
+            };
+            nodes.push(Node {
+                operator,
+                inputs: spec.inputs.clone(),
+                schema,
+                relation,
+            });
+        }
+        Ok(Dataflow { nodes })
+    }
+
+    /// Names of the relations the dataflow reads.
+    pub fn sources(&self) -> BTreeSet<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.relation.clone())
+            .collect()
+    }
+
+    /// The output that exists before any input: run once when the view is
+    /// created.
+    pub fn initial(&mut self) -> Result<Vec<Changes>> {
+        self.run(|_, operator| operator.initial())
+    }
+
+    /// Pushes one epoch's changes through the operators; `changes_of`
+    /// gives a relation's changes in the epoch. Returns the changes of the
+    /// view's output.
+    pub fn step(&mut self, changes_of: &dyn Fn(&str) -> Vec<Changes>) -> Result<Vec<Changes>> {
+        self.run(|node, operator| match &node.relation {
+            Some(relation) => {
+                let mut out = Vec::new();
+                for changes in changes_of(relation) {
+                    if !changes.is_empty() {
+                        out.extend(operator.process(0, changes)?);
+                    }
+                }
+                Ok(out)
+            }
+            None => Ok(Vec::new()),
+        })
+    }
+
+    fn run(
+        &mut self,
+        mut seed: impl FnMut(&NodeInfo, &mut dyn Operator) -> Result<Vec<Changes>>,
+    ) -> Result<Vec<Changes>> {
+        let mut outputs: Vec<Vec<Changes>> = Vec::with_capacity(self.nodes.len());
+        for node in self.nodes.iter_mut() {
+            let info = NodeInfo {
+                relation: node.relation.clone(),
+            };
+            let mut out = seed(&info, node.operator.as_mut())?;
+            for (port, &input) in node.inputs.iter().enumerate() {
+                let parts: Vec<Changes> = outputs[input]
+                    .iter()
+                    .filter(|c| !c.is_empty())
+                    .cloned()
+                    .collect();
+                if parts.is_empty() {
+                    continue;
+                }
+                let schema = parts[0].schema();
+                let merged = Changes::concat(&schema, &parts)?;
+                out.extend(node.operator.process(port, merged)?);
+            }
+            out.retain(|c| !c.is_empty());
+            outputs.push(out);
+        }
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Every operator's durable state, in a fixed order (the order state
+    /// tables are assigned ids in).
+    pub fn state(&mut self) -> Vec<&mut Multiset> {
+        self.nodes
+            .iter_mut()
+            .flat_map(|n| n.operator.state())
+            .collect()
+    }
+}
+
+/// What `run`'s seed function needs to know about a node.
+struct NodeInfo {
+    relation: Option<String>,
+}

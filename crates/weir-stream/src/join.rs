@@ -1,0 +1,314 @@
+//! Incremental joins: inner, outer, semi, anti and mark joins on equal
+//! keys, with an optional residual condition.
+//!
+//! Each side is kept as a bag of rows grouped by its join key. An inner
+//! join uses the delta rule `Δ(L⋈R) = ΔL⋈R + L'⋈ΔR`: a change on one side
+//! is joined with the other side's rows of the same keys. The other kinds
+//! depend on whether a row has any match, so for the keys a change touches
+//! they join the old and the new rows of those keys and emit the
+//! difference. Either way the cost is the size of the touched key groups.
+
+use std::collections::{BTreeSet, HashMap};
+
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, BooleanArray, Int64Array, UInt32Array,
+};
+use datafusion::arrow::compute::{and, is_not_null, take};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::common::JoinType;
+use datafusion::error::DataFusionError;
+
+use crate::plan::JoinSpec;
+use crate::{Changes, Multiset, Operator, Result};
+
+/// One side of a join: its rows and their encoded keys.
+struct Side<'a> {
+    rows: &'a Changes,
+    keys: Vec<Box<[u8]>>,
+    /// Whether each row's key can match (no NULL in it).
+    matchable: Vec<bool>,
+}
+
+/// A join of two changing inputs.
+#[derive(Debug)]
+pub struct Join {
+    spec: JoinSpec,
+    left: Multiset,
+    right: Multiset,
+    output_schema: SchemaRef,
+}
+
+impl Join {
+    /// A join of rows of `left_schema` and `right_schema`.
+    pub fn new(
+        spec: JoinSpec,
+        left_schema: SchemaRef,
+        right_schema: SchemaRef,
+        output_schema: SchemaRef,
+    ) -> Result<Self> {
+        for (l, r) in spec.left_keys.iter().zip(&spec.right_keys) {
+            let (lt, rt) = (l.data_type(&left_schema)?, r.data_type(&right_schema)?);
+            if lt != rt {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "join keys of different types ({lt} and {rt})"
+                )));
+            }
+        }
+        Ok(Join {
+            left: Multiset::new(left_schema, spec.left_keys.clone(), None)?,
+            right: Multiset::new(right_schema, spec.right_keys.clone(), None)?,
+            spec,
+            output_schema,
+        })
+    }
+
+    fn side<'a>(&self, bag: &Multiset, rows: &'a Changes) -> Result<Side<'a>> {
+        let columns = bag.key_columns(&rows.rows)?;
+        let keys = bag.encode_keys(&columns, rows.len())?;
+        let matchable = if self.spec.nulls_equal {
+            vec![true; rows.len()]
+        } else {
+            not_null_rows(&columns, rows.len())?
+        };
+        Ok(Side {
+            rows,
+            keys,
+            matchable,
+        })
+    }
+
+    /// The join of `left` and `right` (rows of the same keys), as `kind`.
+    fn join(&self, kind: JoinType, left: &Changes, right: &Changes) -> Result<Changes> {
+        let l = self.side(&self.left, left)?;
+        let r = self.side(&self.right, right)?;
+        // Probing a hash table is per row by nature; everything after it
+        // is done with `take` and filter kernels on whole columns.
+        let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        for (j, key) in r.keys.iter().enumerate() {
+            if r.matchable[j] {
+                by_key.entry(key.as_ref()).or_default().push(j as u32);
+            }
+        }
+        let (mut li, mut ri) = (Vec::new(), Vec::new());
+        for (i, key) in l.keys.iter().enumerate() {
+            if !l.matchable[i] {
+                continue;
+            }
+            if let Some(matches) = by_key.get(key.as_ref()) {
+                li.extend(std::iter::repeat_n(i as u32, matches.len()));
+                ri.extend_from_slice(matches);
+            }
+        }
+        let (li, ri) = (UInt32Array::from(li), UInt32Array::from(ri));
+        let mut pairs = self.pair_rows(&l, &r, &li, &ri)?;
+        let (mut li, mut ri) = (li, ri);
+        if let Some(filter) = &self.spec.filter {
+            let mask = filter.evaluate(&pairs.rows)?.into_array(pairs.len())?;
+            let mask = mask
+                .as_any()
+                .downcast_ref::<BooleanArray>()
+                .ok_or_else(|| DataFusionError::Internal("join filter is not boolean".into()))?;
+            let mask = datafusion::arrow::compute::prep_null_mask_filter(mask);
+            pairs = pairs.filter(&mask)?;
+            li = filter_indices(&li, &mask)?;
+            ri = filter_indices(&ri, &mask)?;
+        }
+        let left_matched = matched(left.len(), &li);
+        let right_matched = matched(right.len(), &ri);
+        let mut parts = Vec::new();
+        match kind {
+            JoinType::Inner => parts.push(pairs),
+            JoinType::Left => {
+                parts.push(pairs);
+                parts.push(self.padded(&l, &left_matched, true)?);
+            }
+            JoinType::Right => {
+                parts.push(pairs);
+                parts.push(self.padded(&r, &right_matched, false)?);
+            }
+            JoinType::Full => {
+                parts.push(pairs);
+                parts.push(self.padded(&l, &left_matched, true)?);
+                parts.push(self.padded(&r, &right_matched, false)?);
+            }
+            JoinType::LeftSemi => parts.push(left.filter(&BooleanArray::from(left_matched))?),
+            JoinType::LeftAnti => parts.push(left.filter(&negated(&left_matched))?),
+            JoinType::RightSemi => parts.push(right.filter(&BooleanArray::from(right_matched))?),
+            JoinType::RightAnti => parts.push(right.filter(&negated(&right_matched))?),
+            JoinType::LeftMark => parts.push(marked(left, left_matched)?),
+            JoinType::RightMark => parts.push(marked(right, right_matched)?),
+        }
+        let parts = parts
+            .into_iter()
+            .map(|p| p.with_schema(self.output_schema.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        Changes::concat(&self.output_schema, &parts)
+    }
+
+    /// Rows of both sides side by side, weights multiplied.
+    fn pair_rows(&self, l: &Side, r: &Side, li: &UInt32Array, ri: &UInt32Array) -> Result<Changes> {
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for c in l.rows.rows.columns().iter().chain(r.rows.rows.columns()) {
+            let indices = if columns.len() < l.rows.rows.num_columns() {
+                li
+            } else {
+                ri
+            };
+            columns.push(take(c.as_ref(), indices, None)?);
+        }
+        let lw = take(&l.rows.weights, li, None)?;
+        let rw = take(&r.rows.weights, ri, None)?;
+        let weights = datafusion::arrow::compute::kernels::numeric::mul(&lw, &rw)?;
+        let weights = crate::changes::as_weights(&weights)?;
+        let mut fields: Vec<_> = l.rows.schema().fields().iter().cloned().collect();
+        fields.extend(r.rows.schema().fields().iter().cloned());
+        let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(li.len())),
+        )?;
+        Changes::new(batch, weights)
+    }
+
+    /// The rows of one side that matched nothing, with NULLs for the
+    /// other side's columns.
+    fn padded(&self, side: &Side, matched: &[bool], side_is_left: bool) -> Result<Changes> {
+        let lonely = side.rows.filter(&negated(matched))?;
+        let other = if side_is_left {
+            self.right.schema()
+        } else {
+            self.left.schema()
+        };
+        let nulls: Vec<ArrayRef> = other
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), lonely.len()))
+            .collect();
+        let mut columns = Vec::new();
+        if side_is_left {
+            columns.extend(lonely.rows.columns().iter().cloned());
+            columns.extend(nulls);
+        } else {
+            columns.extend(nulls);
+            columns.extend(lonely.rows.columns().iter().cloned());
+        }
+        let batch = RecordBatch::try_new_with_options(
+            self.output_schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(lonely.len())),
+        )?;
+        Changes::new(batch, lonely.weights)
+    }
+}
+
+impl Operator for Join {
+    fn process(&mut self, port: usize, input: Changes) -> Result<Vec<Changes>> {
+        let from_left = port == 0;
+        let (this, other) = if from_left {
+            (&self.left, &self.right)
+        } else {
+            (&self.right, &self.left)
+        };
+        let columns = this.key_columns(&input.rows)?;
+        let keys = this.encode_keys(&columns, input.len())?;
+        let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+        let others = other.rows_with_keys(touched.iter().copied())?;
+        let out = if self.spec.join_type == JoinType::Inner {
+            let out = if from_left {
+                self.join(JoinType::Inner, &input, &others)?
+            } else {
+                self.join(JoinType::Inner, &others, &input)?
+            };
+            vec![out]
+        } else {
+            let before = this.rows_with_keys(touched.iter().copied())?;
+            let old = self.join_sides(from_left, &before, &others)?;
+            let this = if from_left {
+                &mut self.left
+            } else {
+                &mut self.right
+            };
+            this.update_with_keys(&input, &keys)?;
+            let this = if from_left { &self.left } else { &self.right };
+            let after = this.rows_with_keys(touched.iter().copied())?;
+            let new = self.join_sides(from_left, &after, &others)?;
+            return Ok(vec![old.negate(), new]);
+        };
+        let this = if from_left {
+            &mut self.left
+        } else {
+            &mut self.right
+        };
+        this.update_with_keys(&input, &keys)?;
+        Ok(out)
+    }
+
+    fn state(&mut self) -> Vec<&mut Multiset> {
+        vec![&mut self.left, &mut self.right]
+    }
+}
+
+impl Join {
+    fn join_sides(&self, this_is_left: bool, this: &Changes, other: &Changes) -> Result<Changes> {
+        if this_is_left {
+            self.join(self.spec.join_type, this, other)
+        } else {
+            self.join(self.spec.join_type, other, this)
+        }
+    }
+}
+
+/// Whether each row has no NULL in any of `columns`.
+fn not_null_rows(columns: &[ArrayRef], rows: usize) -> Result<Vec<bool>> {
+    let mut mask = BooleanArray::from(vec![true; rows]);
+    for column in columns {
+        if column.null_count() > 0 {
+            mask = and(&mask, &is_not_null(column.as_ref())?)?;
+        }
+    }
+    Ok(mask.values().iter().collect())
+}
+
+fn matched(len: usize, indices: &UInt32Array) -> Vec<bool> {
+    let mut matched = vec![false; len];
+    for &i in indices.values() {
+        matched[i as usize] = true;
+    }
+    matched
+}
+
+fn negated(mask: &[bool]) -> BooleanArray {
+    BooleanArray::from_iter(mask.iter().map(|m| Some(!m)))
+}
+
+fn filter_indices(indices: &UInt32Array, mask: &BooleanArray) -> Result<UInt32Array> {
+    let kept = datafusion::arrow::compute::filter(indices, mask)?;
+    Ok(kept
+        .as_any()
+        .downcast_ref::<UInt32Array>()
+        .expect("filtered indices")
+        .clone())
+}
+
+/// `rows` with a trailing boolean column: whether each row matched.
+fn marked(rows: &Changes, matched: Vec<bool>) -> Result<Changes> {
+    let mut columns = rows.rows.columns().to_vec();
+    columns.push(std::sync::Arc::new(BooleanArray::from(matched)));
+    let mut fields: Vec<_> = rows.schema().fields().iter().cloned().collect();
+    fields.push(std::sync::Arc::new(
+        datafusion::arrow::datatypes::Field::new(
+            "mark",
+            datafusion::arrow::datatypes::DataType::Boolean,
+            false,
+        ),
+    ));
+    let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+    let batch = RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+    )?;
+    Changes::new(batch, Int64Array::from(rows.weights.values().to_vec()))
+}

@@ -1,0 +1,329 @@
+//! [`Multiset`]: an operator's durable state, a bag of rows grouped by a
+//! key, with the rows changed since the last checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array};
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::physical_expr::PhysicalExprRef;
+use weir_state::{DeltaBatches, TableSpec};
+
+use crate::changes::{as_weights, row_converter, with_weight_column, WEIGHT_COLUMN};
+use crate::{Changes, Result};
+
+/// Bytes of one encoded key or row.
+type Bytes = Box<[u8]>;
+
+/// A bag of rows grouped by a key computed from each row, kept in key
+/// order (so a key with sort options gives `ORDER BY` order).
+///
+/// In memory every distinct row is its `arrow-row` encoding in a B-tree
+/// under its key's encoding, with its multiplicity. The durable form is a
+/// state table of the rows plus a weight column, keyed by the whole row;
+/// [`Multiset::take_delta`] yields what changed since the last call.
+#[derive(Debug)]
+pub struct Multiset {
+    schema: SchemaRef,
+    state_schema: SchemaRef,
+    key_exprs: Vec<PhysicalExprRef>,
+    /// `None` when there is no key: every row is in one group.
+    keys: Option<RowConverter>,
+    rows: RowConverter,
+    groups: BTreeMap<Bytes, BTreeMap<Bytes, i64>>,
+    dirty: BTreeSet<(Bytes, Bytes)>,
+    distinct_rows: usize,
+}
+
+impl Multiset {
+    /// An empty bag of rows of `schema`, grouped by `key_exprs` (evaluated
+    /// on the rows) and ordered by them with `key_options` (ascending,
+    /// nulls last when `None`).
+    pub fn new(
+        schema: SchemaRef,
+        key_exprs: Vec<PhysicalExprRef>,
+        key_options: Option<Vec<SortOptions>>,
+    ) -> Result<Self> {
+        let keys = if key_exprs.is_empty() {
+            None
+        } else {
+            let fields = key_exprs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let data_type = e.data_type(&schema)?;
+                    Ok(match &key_options {
+                        Some(options) => SortField::new_with_options(data_type, options[i]),
+                        None => SortField::new(data_type),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(RowConverter::new(fields)?)
+        };
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(WEIGHT_COLUMN, DataType::Int64, false));
+        Ok(Multiset {
+            rows: row_converter(&schema)?,
+            schema,
+            state_schema: Arc::new(Schema::new(fields)),
+            key_exprs,
+            keys,
+            groups: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            distinct_rows: 0,
+        })
+    }
+
+    /// The schema of the rows.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The shape of the durable state table: the rows plus a weight,
+    /// keyed by every row column.
+    pub fn state_spec(&self) -> TableSpec {
+        TableSpec::with_primary_key(
+            self.state_schema.clone(),
+            (0..self.schema.fields().len()).collect(),
+        )
+    }
+
+    /// Number of distinct rows held.
+    pub fn distinct_rows(&self) -> usize {
+        self.distinct_rows
+    }
+
+    /// The key columns of `rows`.
+    pub fn key_columns(&self, rows: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.key_exprs
+            .iter()
+            .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
+            .collect()
+    }
+
+    /// The encoded keys of `rows`, one per row (empty keys when the bag has
+    /// no key).
+    pub fn encode_keys(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Vec<Bytes>> {
+        match &self.keys {
+            None => Ok(vec![Bytes::default(); num_rows]),
+            Some(converter) => {
+                let rows = converter.convert_columns(columns)?;
+                Ok(rows.iter().map(|r| r.data().into()).collect())
+            }
+        }
+    }
+
+    /// Adds `changes` to the bag.
+    pub fn update(&mut self, changes: &Changes) -> Result<()> {
+        let columns = self.key_columns(&changes.rows)?;
+        let keys = self.encode_keys(&columns, changes.len())?;
+        self.update_with_keys(changes, &keys)
+    }
+
+    /// Adds `changes`, whose encoded keys are `keys`.
+    pub fn update_with_keys(&mut self, changes: &Changes, keys: &[Bytes]) -> Result<()> {
+        let rows = self.rows.convert_columns(changes.rows.columns())?;
+        for ((key, row), &weight) in keys.iter().zip(rows.iter()).zip(changes.weights.values()) {
+            if weight == 0 {
+                continue;
+            }
+            let group = self.groups.entry(key.clone()).or_default();
+            let row: Bytes = row.data().into();
+            let now = match group.get_mut(&row) {
+                Some(w) => {
+                    *w += weight;
+                    *w
+                }
+                None => {
+                    self.distinct_rows += 1;
+                    group.insert(row.clone(), weight);
+                    weight
+                }
+            };
+            if now == 0 {
+                group.remove(&row);
+                self.distinct_rows -= 1;
+                if group.is_empty() {
+                    self.groups.remove(key);
+                }
+            }
+            self.dirty.insert((key.clone(), row));
+        }
+        Ok(())
+    }
+
+    /// Every row whose key is one of `keys` (each key once), with its
+    /// multiplicity.
+    pub fn rows_with_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Changes> {
+        let mut found: Vec<(&[u8], i64)> = Vec::new();
+        for key in keys {
+            if let Some(group) = self.groups.get(key) {
+                found.extend(group.iter().map(|(row, &w)| (row.as_ref(), w)));
+            }
+        }
+        self.decode(&found)
+    }
+
+    /// Every row in key order, each with its multiplicity, lazily.
+    pub fn ordered(&self) -> impl Iterator<Item = (&[u8], i64)> {
+        self.groups
+            .values()
+            .flat_map(|group| group.iter().map(|(row, &w)| (row.as_ref(), w)))
+    }
+
+    /// Encoded rows (from this bag) back to Arrow.
+    pub fn decode(&self, rows: &[(&[u8], i64)]) -> Result<Changes> {
+        let parser = self.rows.parser();
+        let columns = self
+            .rows
+            .convert_rows(rows.iter().map(|(row, _)| parser.parse(row)))?;
+        let batch = if columns.is_empty() {
+            RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                columns,
+                &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                    .with_row_count(Some(rows.len())),
+            )?
+        } else {
+            RecordBatch::try_new(self.schema.clone(), columns)?
+        };
+        let weights = Int64Array::from_iter_values(rows.iter().map(|(_, w)| *w));
+        Changes::new(batch, weights)
+    }
+
+    /// Whether anything changed since the last [`Multiset::take_delta`].
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// The rows whose multiplicity changed since the last call: present
+    /// ones as upserts (with their weight), vanished ones as deletes.
+    pub fn take_delta(&mut self) -> Result<Option<DeltaBatches>> {
+        if self.dirty.is_empty() {
+            return Ok(None);
+        }
+        let mut present: Vec<(&[u8], i64)> = Vec::new();
+        let mut absent: Vec<&[u8]> = Vec::new();
+        for (key, row) in &self.dirty {
+            match self.groups.get(key).and_then(|g| g.get(row)) {
+                Some(&w) => present.push((row, w)),
+                None => absent.push(row),
+            }
+        }
+        let upserts = if present.is_empty() {
+            None
+        } else {
+            let changes = self.decode(&present)?;
+            Some(with_weight_column(
+                &self.state_schema,
+                &changes.rows,
+                changes.weights,
+            )?)
+        };
+        let deletes = if absent.is_empty() {
+            None
+        } else {
+            let absent: Vec<(&[u8], i64)> = absent.into_iter().map(|r| (r, 0)).collect();
+            Some(self.decode(&absent)?.rows)
+        };
+        self.dirty.clear();
+        Ok(Some(DeltaBatches { upserts, deletes }))
+    }
+
+    /// The whole bag in its durable form (rows plus weight).
+    pub fn dump(&self) -> Result<RecordBatch> {
+        let all: Vec<(&[u8], i64)> = self.ordered().collect();
+        let changes = self.decode(&all)?;
+        with_weight_column(&self.state_schema, &changes.rows, changes.weights)
+    }
+
+    /// Loads rows saved by [`Multiset::dump`] or accumulated from deltas
+    /// (recovery). Does not mark them changed.
+    pub fn restore(&mut self, state: &RecordBatch) -> Result<()> {
+        let width = self.schema.fields().len();
+        let rows = state.project(&(0..width).collect::<Vec<_>>())?;
+        let rows = RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec())?;
+        let weights = as_weights(state.column(width))?;
+        self.update(&Changes::new(rows, weights)?)?;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// Encoded rows of `batch`, for callers that compare rows.
+    pub fn encode_rows(&self, batch: &RecordBatch) -> Result<Rows> {
+        Ok(self.rows.convert_columns(batch.columns())?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    use datafusion::physical_expr::expressions::col;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, true),
+            Field::new("v", DataType::Utf8, true),
+        ]))
+    }
+
+    fn rows(k: &[Option<i32>], v: &[&str]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int32Array::from(k.to_vec())),
+                Arc::new(StringArray::from(v.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn bag() -> Multiset {
+        let key = col("k", &schema()).unwrap();
+        Multiset::new(schema(), vec![key], None).unwrap()
+    }
+
+    #[test]
+    fn groups_by_key_counts_duplicates_and_forgets_cancelled_rows() {
+        let mut bag = bag();
+        bag.update(&Changes::inserts(rows(
+            &[Some(1), Some(1), None],
+            &["a", "a", "b"],
+        )))
+        .unwrap();
+        assert_eq!(bag.distinct_rows(), 2);
+        let keys = bag.encode_keys(&bag.key_columns(&rows(&[Some(1)], &["x"])).unwrap(), 1);
+        let found = bag
+            .rows_with_keys(keys.unwrap().iter().map(|k| k.as_ref()))
+            .unwrap();
+        assert_eq!(found.weights.values().to_vec(), vec![2]);
+        bag.update(&Changes::deletes(rows(&[Some(1), Some(1)], &["a", "a"])))
+            .unwrap();
+        assert_eq!(bag.distinct_rows(), 1);
+    }
+
+    #[test]
+    fn deltas_and_dumps_restore_the_same_bag() {
+        let mut bag = bag();
+        bag.update(&Changes::inserts(rows(&[Some(1), Some(2)], &["a", "b"])))
+            .unwrap();
+        let first = bag.take_delta().unwrap().unwrap();
+        assert_eq!(first.upserts.unwrap().num_rows(), 2);
+        assert!(first.deletes.is_none());
+        bag.update(&Changes::deletes(rows(&[Some(2)], &["b"])))
+            .unwrap();
+        let second = bag.take_delta().unwrap().unwrap();
+        assert!(second.upserts.is_none());
+        assert_eq!(second.deletes.unwrap().num_rows(), 1);
+        assert!(bag.take_delta().unwrap().is_none());
+
+        let mut copy = self::bag();
+        copy.restore(&bag.dump().unwrap()).unwrap();
+        assert_eq!(copy.distinct_rows(), 1);
+        assert!(!copy.is_dirty());
+    }
+}
