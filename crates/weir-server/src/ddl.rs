@@ -281,7 +281,7 @@ pub async fn create_view(session: &mut Session, create: &CreateView) -> WeirResu
 }
 
 /// Names of the relations a query text refers to.
-fn references(query: &str) -> BTreeSet<String> {
+pub(crate) fn references(query: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     if let Ok(statements) = weir_sql::parse(query) {
         for statement in statements {

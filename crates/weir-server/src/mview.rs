@@ -63,7 +63,6 @@ pub async fn plan_view(
         .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
         .await?;
     weir_sql::check_deterministic(&plan)?;
-    let named = scanned_relations(&plan)?;
     let optimized = state.optimize(&plan)?;
     let catalog = session.pinned.get().catalog.clone();
     let mut sources = BTreeSet::new();
@@ -110,7 +109,11 @@ pub async fn plan_view(
             max_chars: None,
         });
     }
-    let mut depends_on: Vec<String> = named.into_iter().map(|(_, n)| n).collect();
+    // Plain views are inlined by the planner; the query text names them.
+    let mut depends_on: Vec<String> = crate::ddl::references(&query.to_string())
+        .into_iter()
+        .filter(|name| catalog.views.contains_key(name))
+        .collect();
     depends_on.extend(sources.iter().cloned());
     depends_on.sort();
     depends_on.dedup();

@@ -8,19 +8,20 @@
 //! streaming engine cannot maintain is refused with `NotImplemented`
 //! (SQLSTATE 0A000) naming the construct.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_empty_array, ArrayRef};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, NullEquality, ScalarValue};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema, JoinType, NullEquality, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    Expr, FetchType, Limit, LogicalPlan, SkipType, Sort, TableScan, Volatility,
+    Expr, FetchType, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan, Volatility,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
@@ -53,14 +54,131 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
 
 /// The streaming operators for an optimized logical plan.
 pub fn stream_plan(plan: &LogicalPlan) -> Result<StreamPlan> {
+    let plan = scalar_subqueries_to_joins(plan.clone(), &Cell::new(0))?;
     let mut builder = Builder {
         nodes: Vec::new(),
         props: ExecutionProps::new(),
     };
-    builder.add(plan)?;
+    builder.add(&plan)?;
     Ok(StreamPlan {
         nodes: builder.nodes,
     })
+}
+
+/// DataFusion leaves an uncorrelated scalar subquery (`x > (SELECT avg(x)
+/// FROM t)`) in the expression, for its executor to evaluate once. A view
+/// must follow the subquery's changes too, so here it becomes a left join
+/// with the subquery's single row, whose column replaces the subquery.
+/// `counter` numbers the joined subqueries so their names are stable.
+fn scalar_subqueries_to_joins(plan: LogicalPlan, counter: &Cell<usize>) -> Result<LogicalPlan> {
+    let rewritten = plan.transform_up(|node| {
+        let found = node.expressions().iter().any(has_scalar_subquery);
+        if !found {
+            return Ok(Transformed::no(node));
+        }
+        let rewritten = match node {
+            LogicalPlan::Filter(filter) => {
+                let original: Vec<Expr> = filter
+                    .input
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(Expr::Column)
+                    .collect();
+                let (input, exprs) =
+                    join_subqueries(filter.input.as_ref().clone(), vec![filter.predicate], counter)?;
+                LogicalPlanBuilder::from(input)
+                    .filter(exprs[0].clone())?
+                    .project(original)?
+                    .build()?
+            }
+            LogicalPlan::Projection(projection) => {
+                let names: Vec<String> = projection
+                    .expr
+                    .iter()
+                    .map(|e| e.schema_name().to_string())
+                    .collect();
+                let (input, exprs) =
+                    join_subqueries(projection.input.as_ref().clone(), projection.expr, counter)?;
+                let exprs: Vec<Expr> = exprs
+                    .into_iter()
+                    .zip(names)
+                    .map(|(e, name)| e.alias_if_changed(name))
+                    .collect::<Result<_>>()?;
+                LogicalPlanBuilder::from(input).project(exprs)?.build()?
+            }
+            other => {
+                return Err(unsupported(format!(
+                    "a scalar subquery in {} in a materialized view",
+                    other.display()
+                )))
+            }
+        };
+        Ok(Transformed::yes(rewritten))
+    })?;
+    Ok(rewritten.data)
+}
+
+fn has_scalar_subquery(expr: &Expr) -> bool {
+    expr.exists(|e| Ok(matches!(e, Expr::ScalarSubquery(_))))
+        .unwrap_or(false)
+}
+
+/// Joins `input` with each scalar subquery in `exprs` and returns the
+/// expressions with the subqueries replaced by the joined columns.
+fn join_subqueries(
+    mut input: LogicalPlan,
+    exprs: Vec<Expr>,
+    counter: &Cell<usize>,
+) -> Result<(LogicalPlan, Vec<Expr>)> {
+    let mut joined = Vec::new();
+    let mut rewritten = Vec::with_capacity(exprs.len());
+    for expr in exprs {
+        let expr = expr.transform_up(|e| match e {
+            Expr::ScalarSubquery(subquery) => {
+                if !subquery.outer_ref_columns.is_empty() {
+                    return Err(unsupported(
+                        "a correlated scalar subquery that cannot be turned into a join in a materialized view",
+                    ));
+                }
+                let plan = scalar_subqueries_to_joins(subquery.subquery.as_ref().clone(), counter)?;
+                if !at_most_one_row(&plan) {
+                    return Err(unsupported(
+                        "a scalar subquery in a materialized view must return at most one row by its form (an aggregate without GROUP BY, or LIMIT 1)",
+                    ));
+                }
+                let alias = format!("__weir_scalar_{}", counter.get());
+                counter.set(counter.get() + 1);
+                let field = plan.schema().field(0).name().clone();
+                joined.push(LogicalPlanBuilder::from(plan).alias(alias.clone())?.build()?);
+                Ok(Transformed::yes(Expr::Column(Column::new(Some(alias), field))))
+            }
+            other => Ok(Transformed::no(other)),
+        })?;
+        rewritten.push(expr.data);
+    }
+    for right in joined {
+        input = LogicalPlanBuilder::from(input)
+            .join_on(right, JoinType::Left, vec![datafusion::logical_expr::lit(true)])?
+            .build()?;
+    }
+    Ok((input, rewritten))
+}
+
+/// Whether a plan returns at most one row whatever its inputs hold.
+fn at_most_one_row(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Aggregate(a) => a.group_expr.is_empty(),
+        LogicalPlan::Limit(limit) => {
+            matches!(limit.get_fetch_type(), Ok(FetchType::Literal(Some(n))) if n <= 1)
+        }
+        LogicalPlan::Sort(sort) if sort.fetch.is_some_and(|n| n <= 1) => true,
+        LogicalPlan::Projection(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Sort(_) => plan.inputs().iter().all(|i| at_most_one_row(i)),
+        _ => false,
+    }
 }
 
 /// The relations (tables and views) an optimized plan reads.

@@ -1,7 +1,6 @@
 //! The change data model: a batch of rows with one signed weight per row.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::{concat, concat_batches, filter_record_batch, take_record_batch};
@@ -82,11 +81,7 @@ impl Changes {
 
     /// The rows where `mask` is true (null counts as false).
     pub fn filter(&self, mask: &BooleanArray) -> Result<Self> {
-        let mask = if mask.null_count() > 0 {
-            datafusion::arrow::compute::prep_null_mask_filter(mask)
-        } else {
-            mask.clone()
-        };
+        let mask = null_as_false(mask);
         let rows = filter_record_batch(&self.rows, &mask)?;
         let weights = datafusion::arrow::compute::filter(&self.weights, &mask)?;
         Changes::new(rows, as_weights(&weights)?)
@@ -94,7 +89,7 @@ impl Changes {
 
     /// The rows at `indices`, in that order.
     pub fn take(&self, indices: &UInt32Array) -> Result<Self> {
-        let rows = take_record_batch(&self.rows, indices)?;
+        let rows = take_rows(&self.rows, indices)?;
         let weights = datafusion::arrow::compute::take(&self.weights, indices, None)?;
         Changes::new(rows, as_weights(&weights)?)
     }
@@ -141,7 +136,7 @@ impl Changes {
             // columns are then gathered with one `take` kernel.
             indices.extend(std::iter::repeat_n(row as u32, weight as usize));
         }
-        Ok(take_record_batch(&self.rows, &UInt32Array::from(indices))?)
+        take_rows(&self.rows, &UInt32Array::from(indices))
     }
 
     /// Equal rows merged into one with the sum of their weights; rows
@@ -151,12 +146,12 @@ impl Changes {
             return Ok(self.clone());
         }
         let converter = row_converter(&self.schema())?;
-        let rows = converter.convert_columns(self.rows.columns())?;
+        let rows = encode_rows(&converter, &self.rows)?;
         let mut slots: HashMap<&[u8], usize> = HashMap::with_capacity(self.len());
         let mut first = Vec::new();
         let mut sums: Vec<i64> = Vec::new();
         for (i, (row, &w)) in rows.iter().zip(self.weights.values()).enumerate() {
-            let slot = *slots.entry(row.data()).or_insert_with(|| {
+            let slot = *slots.entry(row.as_ref()).or_insert_with(|| {
                 first.push(i as u32);
                 sums.push(0);
                 sums.len() - 1
@@ -166,8 +161,40 @@ impl Changes {
         let keep: Vec<usize> = (0..sums.len()).filter(|&s| sums[s] != 0).collect();
         let indices = UInt32Array::from_iter_values(keep.iter().map(|&s| first[s]));
         let weights = Int64Array::from_iter_values(keep.iter().map(|&s| sums[s]));
-        Changes::new(take_record_batch(&self.rows, &indices)?, weights)
+        Changes::new(take_rows(&self.rows, &indices)?, weights)
     }
+}
+
+/// The rows of `batch` at `indices`; also for batches without columns.
+fn take_rows(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch> {
+    if batch.num_columns() == 0 {
+        return Ok(RecordBatch::try_new_with_options(
+            batch.schema(),
+            Vec::new(),
+            &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                .with_row_count(Some(indices.len())),
+        )?);
+    }
+    Ok(take_record_batch(batch, indices)?)
+}
+
+/// `mask` with NULL read as false, as `WHERE` reads it.
+pub(crate) fn null_as_false(mask: &BooleanArray) -> BooleanArray {
+    if mask.null_count() > 0 {
+        datafusion::arrow::compute::prep_null_mask_filter(mask)
+    } else {
+        mask.clone()
+    }
+}
+
+/// Each row of `batch` encoded by `converter` (one empty encoding per row
+/// when the batch has no columns, as for `count(*)`'s input).
+pub(crate) fn encode_rows(converter: &RowConverter, batch: &RecordBatch) -> Result<Vec<Box<[u8]>>> {
+    if batch.num_columns() == 0 {
+        return Ok(vec![Box::default(); batch.num_rows()]);
+    }
+    let rows = converter.convert_columns(batch.columns())?;
+    Ok(rows.iter().map(|r| r.data().into()).collect())
 }
 
 /// A converter of whole rows of `schema` to comparable bytes.
@@ -192,20 +219,13 @@ pub(crate) fn as_weights(array: &ArrayRef) -> Result<Int64Array> {
 /// The weight column's name in durable state.
 pub const WEIGHT_COLUMN: &str = "__weir_weight";
 
-/// `rows` with a trailing weight column (the durable form of a multiset).
-pub(crate) fn with_weight_column(
-    schema: &SchemaRef,
-    rows: &RecordBatch,
-    weights: Int64Array,
-) -> Result<RecordBatch> {
-    let mut columns = rows.columns().to_vec();
-    columns.push(Arc::new(weights));
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
-}
+/// The key column of durable state for rows that have no columns.
+pub const UNIT_COLUMN: &str = "__weir_unit";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use datafusion::arrow::array::Int32Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 

@@ -109,7 +109,7 @@ impl Join {
                 .as_any()
                 .downcast_ref::<BooleanArray>()
                 .ok_or_else(|| DataFusionError::Internal("join filter is not boolean".into()))?;
-            let mask = datafusion::arrow::compute::prep_null_mask_filter(mask);
+            let mask = crate::changes::null_as_false(mask);
             pairs = pairs.filter(&mask)?;
             li = filter_indices(&li, &mask)?;
             ri = filter_indices(&ri, &mask)?;

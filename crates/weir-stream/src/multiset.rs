@@ -4,15 +4,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, TableSpec};
 
-use crate::changes::{as_weights, row_converter, with_weight_column, WEIGHT_COLUMN};
+use crate::changes::{as_weights, encode_rows, row_converter, UNIT_COLUMN, WEIGHT_COLUMN};
 use crate::{Changes, Result};
 
 /// Bytes of one encoded key or row.
@@ -64,6 +64,11 @@ impl Multiset {
             Some(RowConverter::new(fields)?)
         };
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        if fields.is_empty() {
+            // A state table needs a key column; rows without columns (the
+            // input of `count(*)`) are all the same row.
+            fields.push(Field::new(UNIT_COLUMN, DataType::Boolean, false));
+        }
         fields.push(Field::new(WEIGHT_COLUMN, DataType::Int64, false));
         Ok(Multiset {
             rows: row_converter(&schema)?,
@@ -87,7 +92,7 @@ impl Multiset {
     pub fn state_spec(&self) -> TableSpec {
         TableSpec::with_primary_key(
             self.state_schema.clone(),
-            (0..self.schema.fields().len()).collect(),
+            (0..self.state_schema.fields().len() - 1).collect(),
         )
     }
 
@@ -125,13 +130,12 @@ impl Multiset {
 
     /// Adds `changes`, whose encoded keys are `keys`.
     pub fn update_with_keys(&mut self, changes: &Changes, keys: &[Bytes]) -> Result<()> {
-        let rows = self.rows.convert_columns(changes.rows.columns())?;
-        for ((key, row), &weight) in keys.iter().zip(rows.iter()).zip(changes.weights.values()) {
+        let rows = encode_rows(&self.rows, &changes.rows)?;
+        for ((key, row), &weight) in keys.iter().zip(rows).zip(changes.weights.values()) {
             if weight == 0 {
                 continue;
             }
             let group = self.groups.entry(key.clone()).or_default();
-            let row: Bytes = row.data().into();
             let now = match group.get_mut(&row) {
                 Some(w) => {
                     *w += weight;
@@ -176,10 +180,13 @@ impl Multiset {
 
     /// Encoded rows (from this bag) back to Arrow.
     pub fn decode(&self, rows: &[(&[u8], i64)]) -> Result<Changes> {
-        let parser = self.rows.parser();
-        let columns = self
-            .rows
-            .convert_rows(rows.iter().map(|(row, _)| parser.parse(row)))?;
+        let columns = if self.schema.fields().is_empty() {
+            Vec::new()
+        } else {
+            let parser = self.rows.parser();
+            self.rows
+                .convert_rows(rows.iter().map(|(row, _)| parser.parse(row)))?
+        };
         let batch = if columns.is_empty() {
             RecordBatch::try_new_with_options(
                 self.schema.clone(),
@@ -217,17 +224,15 @@ impl Multiset {
             None
         } else {
             let changes = self.decode(&present)?;
-            Some(with_weight_column(
-                &self.state_schema,
-                &changes.rows,
-                changes.weights,
-            )?)
+            Some(self.to_state(changes)?)
         };
         let deletes = if absent.is_empty() {
             None
         } else {
             let absent: Vec<(&[u8], i64)> = absent.into_iter().map(|r| (r, 0)).collect();
-            Some(self.decode(&absent)?.rows)
+            let keys = self.to_state(self.decode(&absent)?)?;
+            let width = keys.num_columns() - 1;
+            Some(keys.project(&(0..width).collect::<Vec<_>>())?)
         };
         self.dirty.clear();
         Ok(Some(DeltaBatches { upserts, deletes }))
@@ -237,25 +242,36 @@ impl Multiset {
     pub fn dump(&self) -> Result<RecordBatch> {
         let all: Vec<(&[u8], i64)> = self.ordered().collect();
         let changes = self.decode(&all)?;
-        with_weight_column(&self.state_schema, &changes.rows, changes.weights)
+        self.to_state(changes)
+    }
+
+    /// Changes in the durable form: the rows (or the unit column), then
+    /// the weight.
+    fn to_state(&self, changes: Changes) -> Result<RecordBatch> {
+        let mut columns = changes.rows.columns().to_vec();
+        if columns.is_empty() {
+            columns.push(Arc::new(BooleanArray::from(vec![true; changes.len()])));
+        }
+        columns.push(Arc::new(changes.weights));
+        Ok(RecordBatch::try_new(self.state_schema.clone(), columns)?)
     }
 
     /// Loads rows saved by [`Multiset::dump`] or accumulated from deltas
     /// (recovery). Does not mark them changed.
     pub fn restore(&mut self, state: &RecordBatch) -> Result<()> {
         let width = self.schema.fields().len();
-        let rows = state.project(&(0..width).collect::<Vec<_>>())?;
-        let rows = RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec())?;
-        let weights = as_weights(state.column(width))?;
+        let rows = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            state.columns()[..width].to_vec(),
+            &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                .with_row_count(Some(state.num_rows())),
+        )?;
+        let weights = as_weights(state.column(state.num_columns() - 1))?;
         self.update(&Changes::new(rows, weights)?)?;
         self.dirty.clear();
         Ok(())
     }
 
-    /// Encoded rows of `batch`, for callers that compare rows.
-    pub fn encode_rows(&self, batch: &RecordBatch) -> Result<Rows> {
-        Ok(self.rows.convert_columns(batch.columns())?)
-    }
 }
 
 #[cfg(test)]
