@@ -9,3 +9,4 @@ mod protocol;
 mod psql;
 mod s3;
 mod slt;
+mod view_property;
