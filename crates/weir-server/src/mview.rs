@@ -75,7 +75,7 @@ pub async fn plan_view(
             && !crate::system::SYSTEM_TABLES.contains(&name.as_str());
         if !readable {
             return Err(WeirError::unsupported(format!(
-                "reading \"{name}\" in a materialized view: only tables and materialized views can feed one"
+                "materialized views can only read tables and other materialized views, not \"{name}\""
             )));
         }
         sources.insert(name);

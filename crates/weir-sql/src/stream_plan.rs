@@ -40,7 +40,7 @@ pub fn check_deterministic(plan: &LogicalPlan) -> Result<()> {
                 if let Expr::ScalarFunction(f) = e {
                     if f.func.signature().volatility != Volatility::Immutable {
                         return Err(unsupported(format!(
-                            "function {}() in a materialized view: its result can change while its inputs do not",
+                            "function {}(): its result can change while its inputs do not",
                             f.func.name()
                         )));
                     }
@@ -85,8 +85,11 @@ fn scalar_subqueries_to_joins(plan: LogicalPlan, counter: &Cell<usize>) -> Resul
                     .into_iter()
                     .map(Expr::Column)
                     .collect();
-                let (input, exprs) =
-                    join_subqueries(filter.input.as_ref().clone(), vec![filter.predicate], counter)?;
+                let (input, exprs) = join_subqueries(
+                    filter.input.as_ref().clone(),
+                    vec![filter.predicate],
+                    counter,
+                )?;
                 LogicalPlanBuilder::from(input)
                     .filter(exprs[0].clone())?
                     .project(original)?
@@ -109,7 +112,7 @@ fn scalar_subqueries_to_joins(plan: LogicalPlan, counter: &Cell<usize>) -> Resul
             }
             other => {
                 return Err(unsupported(format!(
-                    "a scalar subquery in {} in a materialized view",
+                    "a scalar subquery in {}",
                     other.display()
                 )))
             }
@@ -138,13 +141,13 @@ fn join_subqueries(
             Expr::ScalarSubquery(subquery) => {
                 if !subquery.outer_ref_columns.is_empty() {
                     return Err(unsupported(
-                        "a correlated scalar subquery that cannot be turned into a join in a materialized view",
+                        "a correlated scalar subquery that cannot be turned into a join",
                     ));
                 }
                 let plan = scalar_subqueries_to_joins(subquery.subquery.as_ref().clone(), counter)?;
                 if !at_most_one_row(&plan) {
                     return Err(unsupported(
-                        "a scalar subquery in a materialized view must return at most one row by its form (an aggregate without GROUP BY, or LIMIT 1)",
+                        "a scalar subquery that may return more than one row (use an aggregate without GROUP BY, or LIMIT 1)",
                     ));
                 }
                 let alias = format!("__weir_scalar_{}", counter.get());
@@ -159,7 +162,11 @@ fn join_subqueries(
     }
     for right in joined {
         input = LogicalPlanBuilder::from(input)
-            .join_on(right, JoinType::Left, vec![datafusion::logical_expr::lit(true)])?
+            .join_on(
+                right,
+                JoinType::Left,
+                vec![datafusion::logical_expr::lit(true)],
+            )?
             .build()?;
     }
     Ok((input, rewritten))
@@ -195,8 +202,9 @@ pub fn source_relations(plan: &LogicalPlan) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// The 0A000 error for a construct a view cannot maintain.
 fn unsupported(what: impl Into<String>) -> DataFusionError {
-    DataFusionError::NotImplemented(what.into())
+    DataFusionError::NotImplemented(format!("materialized views do not support {}", what.into()))
 }
 
 struct Builder {
@@ -250,9 +258,7 @@ impl Builder {
                 let mut group = Vec::new();
                 for (expr, field) in a.group_expr.iter().zip(plan.schema().fields()) {
                     if matches!(expr, Expr::GroupingSet(_)) {
-                        return Err(unsupported(
-                            "GROUPING SETS, ROLLUP and CUBE in a materialized view",
-                        ));
+                        return Err(unsupported("GROUPING SETS, ROLLUP and CUBE"));
                     }
                     group.push((self.physical(expr, input_schema)?, field.name().clone()));
                 }
@@ -297,9 +303,7 @@ impl Builder {
             }
             LogicalPlan::Join(j) => {
                 if j.null_aware {
-                    return Err(unsupported(
-                        "NOT IN (subquery) in a materialized view; write it with NOT EXISTS",
-                    ));
+                    return Err(unsupported("NOT IN (subquery); write it with NOT EXISTS"));
                 }
                 let left = self.add(&j.left)?;
                 let right = self.add(&j.right)?;
@@ -359,14 +363,12 @@ impl Builder {
                 )?;
                 Ok(self.push(NodeKind::Values { rows }, vec![], schema))
             }
-            LogicalPlan::Window(_) => Err(unsupported("window functions in a materialized view")),
-            LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON in a materialized view")),
-            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST in a materialized view")),
-            LogicalPlan::RecursiveQuery(_) => {
-                Err(unsupported("recursive queries in a materialized view"))
-            }
+            LogicalPlan::Window(_) => Err(unsupported("window functions")),
+            LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON")),
+            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
+            LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive queries")),
             other => Err(unsupported(format!(
-                "{} in a materialized view",
+                "{}",
                 other
                     .display()
                     .to_string()
@@ -379,7 +381,7 @@ impl Builder {
 
     fn scan(&mut self, scan: &TableScan) -> Result<usize> {
         if scan.fetch.is_some() {
-            return Err(unsupported("LIMIT without ORDER BY in a materialized view"));
+            return Err(unsupported("LIMIT without ORDER BY"));
         }
         let relation = scan.table_name.table().to_owned();
         let full: SchemaRef = scan.source.schema();
@@ -421,7 +423,7 @@ impl Builder {
         match limit.input.as_ref() {
             LogicalPlan::Sort(sort) => self.top_n(sort, skip, fetch),
             _ => Err(unsupported(
-                "LIMIT or OFFSET without ORDER BY in a materialized view (which rows it keeps would be arbitrary)",
+                "LIMIT or OFFSET without ORDER BY (which rows it keeps would be arbitrary)",
             )),
         }
     }
@@ -481,9 +483,9 @@ fn check_no_subquery(expr: &Expr) -> Result<()> {
         Expr::ScalarSubquery(_)
         | Expr::Exists(_)
         | Expr::InSubquery(_)
-        | Expr::SetComparison(_) => Err(unsupported(
-            "a subquery that cannot be turned into a join in a materialized view",
-        )),
+        | Expr::SetComparison(_) => {
+            Err(unsupported("a subquery that cannot be turned into a join"))
+        }
         _ => Ok(TreeNodeRecursion::Continue),
     })?;
     Ok(())

@@ -101,3 +101,82 @@ impl Operator for Aggregate {
         vec![&mut self.input]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, net, rows};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::functions_aggregate::min_max::max_udaf;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::col;
+
+    fn aggregate(grouped: bool) -> Aggregate {
+        let schema = kv_schema();
+        let v = col("v", &schema).unwrap();
+        let count = AggregateExprBuilder::new(count_udaf(), vec![v.clone()])
+            .schema(schema.clone())
+            .alias("n")
+            .build()
+            .unwrap();
+        let max = AggregateExprBuilder::new(max_udaf(), vec![v])
+            .schema(schema.clone())
+            .alias("mx")
+            .build()
+            .unwrap();
+        let group = if grouped {
+            vec![(col("k", &schema).unwrap(), "k".to_owned())]
+        } else {
+            Vec::new()
+        };
+        let mut fields = Vec::new();
+        if grouped {
+            fields.push(Field::new("k", DataType::Int32, true));
+        }
+        fields.push(Field::new("n", DataType::Int64, false));
+        fields.push(Field::new("mx", DataType::Int32, true));
+        let spec = AggregateSpec {
+            group,
+            aggregates: vec![Arc::new(count), Arc::new(max)],
+            filters: vec![None, None],
+        };
+        Aggregate::new(spec, schema, Arc::new(Schema::new(fields))).unwrap()
+    }
+
+    #[test]
+    fn max_stays_right_when_the_maximum_is_deleted() {
+        let mut agg = aggregate(true);
+        let mut out = agg.initial().unwrap();
+        out.extend(
+            agg.process(
+                0,
+                kv(&[
+                    (Some(1), Some(5), 1),
+                    (Some(1), Some(9), 1),
+                    (None, None, 1),
+                ]),
+            )
+            .unwrap(),
+        );
+        assert_eq!(net(&out), rows(&[("1,2,9", 1), ("NULL,0,NULL", 1)]));
+        out.extend(agg.process(0, kv(&[(Some(1), Some(9), -1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,1,5", 1), ("NULL,0,NULL", 1)]));
+        out.extend(
+            agg.process(0, kv(&[(Some(1), Some(5), -1), (None, None, -1)]))
+                .unwrap(),
+        );
+        assert!(net(&out).is_empty(), "groups without rows disappear");
+    }
+
+    #[test]
+    fn a_global_aggregate_always_has_one_row() {
+        let mut agg = aggregate(false);
+        let mut out = agg.initial().unwrap();
+        assert_eq!(net(&out), rows(&[("0,NULL", 1)]));
+        out.extend(agg.process(0, kv(&[(Some(1), Some(3), 2)])).unwrap());
+        assert_eq!(net(&out), rows(&[("2,3", 1)]));
+        out.extend(agg.process(0, kv(&[(Some(1), Some(3), -2)])).unwrap());
+        assert_eq!(net(&out), rows(&[("0,NULL", 1)]));
+    }
+}

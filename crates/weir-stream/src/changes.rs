@@ -225,9 +225,9 @@ pub const UNIT_COLUMN: &str = "__weir_unit";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use datafusion::arrow::array::Int32Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
 
     pub(crate) fn ints(values: &[i32]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, true)]));

@@ -312,3 +312,78 @@ fn marked(rows: &Changes, matched: Vec<bool>) -> Result<Changes> {
     )?;
     Changes::new(batch, Int64Array::from(rows.weights.values().to_vec()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, net, rows};
+    use datafusion::arrow::datatypes::Schema;
+    use datafusion::physical_expr::expressions::col;
+    use std::sync::Arc;
+
+    fn join(join_type: JoinType) -> Join {
+        let schema = kv_schema();
+        let spec = JoinSpec {
+            join_type,
+            left_keys: vec![col("k", &schema).unwrap()],
+            right_keys: vec![col("k", &schema).unwrap()],
+            filter: None,
+            nulls_equal: false,
+        };
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        fields.extend(schema.fields().iter().cloned());
+        let out = match join_type {
+            JoinType::LeftSemi | JoinType::LeftAnti => schema.clone(),
+            _ => Arc::new(Schema::new(fields)),
+        };
+        Join::new(spec, schema.clone(), schema, out).unwrap()
+    }
+
+    #[test]
+    fn inner_join_multiplies_duplicates_and_retracts_on_delete() {
+        let mut join = join(JoinType::Inner);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 2), (None, Some(0), 1)]))
+            .unwrap();
+        assert!(net(&out).is_empty(), "nothing on the right yet");
+        out.extend(
+            join.process(1, kv(&[(Some(1), Some(7), 1), (None, Some(0), 1)]))
+                .unwrap(),
+        );
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 2)]), "NULL keys never match");
+        out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
+        let state = join.state();
+        assert_eq!(state[0].distinct_rows(), 2);
+        assert_eq!(state[1].distinct_rows(), 2);
+    }
+
+    #[test]
+    fn left_join_pads_rows_until_a_match_arrives_and_after_it_leaves() {
+        let mut join = join(JoinType::Left);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 1), (None, Some(5), 1)]))
+            .unwrap();
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10,NULL,NULL", 1), ("NULL,5,NULL,NULL", 1)])
+        );
+        out.extend(join.process(1, kv(&[(Some(1), Some(7), 1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 1), ("NULL,5,NULL,NULL", 1)]));
+        out.extend(join.process(1, kv(&[(Some(1), Some(7), -1)])).unwrap());
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10,NULL,NULL", 1), ("NULL,5,NULL,NULL", 1)])
+        );
+    }
+
+    #[test]
+    fn anti_join_keeps_rows_without_a_match() {
+        let mut join = join(JoinType::LeftAnti);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(20), 1)]))
+            .unwrap();
+        out.extend(join.process(1, kv(&[(Some(2), None, 1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10", 1)]));
+    }
+}

@@ -19,6 +19,9 @@ mod plan;
 mod top_n;
 mod union;
 
+#[cfg(test)]
+mod testing;
+
 pub use changes::Changes;
 pub use dataflow::Dataflow;
 pub use multiset::Multiset;

@@ -271,7 +271,6 @@ impl Multiset {
         self.dirty.clear();
         Ok(())
     }
-
 }
 
 #[cfg(test)]

@@ -65,3 +65,48 @@ impl Operator for TopN {
         vec![&mut self.input]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, net, rows};
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::PhysicalSortExpr;
+
+    #[test]
+    fn the_window_follows_inserts_and_deletes() {
+        let schema = kv_schema();
+        let spec = TopNSpec {
+            order: vec![PhysicalSortExpr::new(
+                col("v", &schema).unwrap(),
+                SortOptions::new(true, false),
+            )],
+            skip: 1,
+            fetch: Some(2),
+        };
+        let mut top = TopN::new(&spec, schema).unwrap();
+        let mut out = top
+            .process(
+                0,
+                kv(&[
+                    (Some(1), Some(10), 1),
+                    (Some(2), Some(30), 1),
+                    (Some(3), Some(20), 1),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10", 1), ("3,20", 1)]),
+            "30 is skipped"
+        );
+        out.extend(top.process(0, kv(&[(Some(4), Some(40), 2)])).unwrap());
+        assert_eq!(
+            net(&out),
+            rows(&[("2,30", 1), ("4,40", 1)]),
+            "one copy of 40 is skipped"
+        );
+        out.extend(top.process(0, kv(&[(Some(4), Some(40), -2)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10", 1), ("3,20", 1)]));
+    }
+}

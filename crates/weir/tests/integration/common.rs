@@ -199,3 +199,36 @@ pub async fn sqlstate(client: &Client, sql: &str) -> String {
         .code()
         .to_owned()
 }
+
+/// The rows of a query as text, sorted (a view's rows have no order).
+pub async fn sorted_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut rows: Vec<Vec<Option<String>>> = messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Asserts that each materialized view in `views` (name, query) holds what
+/// its query returns, all read at one epoch.
+pub async fn assert_views_match(client: &Client, views: &[(&str, &str)], context: &str) {
+    client.batch_execute("FLUSH; BEGIN").await.unwrap();
+    for (name, query) in views {
+        let view = sorted_rows(client, &format!("SELECT * FROM {name}")).await;
+        let batch = sorted_rows(client, query).await;
+        assert_eq!(view, batch, "{context}: view {name} differs from its query");
+    }
+    client.batch_execute("COMMIT").await.unwrap();
+}

@@ -8,9 +8,9 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
-use crate::common::TestServer;
+use crate::common::{sorted_rows as rows, TestServer};
 
 /// A view under test: its query, and the same query over base tables only
 /// (different from the view's query only for views on views).
@@ -106,27 +106,6 @@ const CASES: &[Case] = &[
         "SELECT x.k, x.n, y.d FROM (SELECT k, count(*) AS n FROM a GROUP BY k) x JOIN (SELECT k, count(DISTINCT v) AS d FROM a GROUP BY k) y ON x.k = y.k",
     ),
 ];
-
-/// Text rows of a query, sorted (views have no order).
-async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let messages = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let mut rows: Vec<Vec<Option<String>>> = messages
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_owned))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
-    rows.sort();
-    rows
-}
 
 fn pick<T: Copy>(rng: &mut StdRng, values: &[T]) -> T {
     values[rng.random_range(0..values.len())]
@@ -243,7 +222,10 @@ async fn view_property() {
     let (early, late) = CASES.split_at(CASES.len() / 2);
     for case in early {
         client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {} AS {}", case.name, case.view))
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {} AS {}",
+                case.name, case.view
+            ))
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", case.name));
     }
@@ -251,7 +233,10 @@ async fn view_property() {
         if round == 1 {
             for case in late {
                 client
-                    .batch_execute(&format!("CREATE MATERIALIZED VIEW {} AS {}", case.name, case.view))
+                    .batch_execute(&format!(
+                        "CREATE MATERIALIZED VIEW {} AS {}",
+                        case.name, case.view
+                    ))
                     .await
                     .unwrap_or_else(|e| panic!("{}: {e}", case.name));
             }
