@@ -4,9 +4,11 @@
 //! ```text
 //! cargo build --release -p weir -p weir-bench
 //! target/release/weir-bench commit --connections 50 --statements 200
+//! target/release/weir-bench views --connections 8 --batches 50 --rows 500
 //! ```
 
 mod server;
+mod views;
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,22 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         statements: usize,
     },
+    /// Materialized views: rows/s of INSERTs through a group-by view and a
+    /// join view, FLUSH after a burst, and backfill time.
+    Views {
+        /// Concurrent connections.
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// INSERT statements per connection.
+        #[arg(long, default_value_t = 50)]
+        batches: usize,
+        /// Rows per INSERT.
+        #[arg(long, default_value_t = 500)]
+        rows: usize,
+        /// Distinct customers: group keys and join keys.
+        #[arg(long, default_value_t = 10_000)]
+        keys: usize,
+    },
 }
 
 #[tokio::main]
@@ -52,6 +70,20 @@ async fn main() -> anyhow::Result<()> {
             connections,
             statements,
         } => commit(connections, statements).await,
+        Bench::Views {
+            connections,
+            batches,
+            rows,
+            keys,
+        } => {
+            views::run(views::ViewLoad {
+                connections,
+                batches,
+                rows,
+                keys,
+            })
+            .await
+        }
     }
 }
 

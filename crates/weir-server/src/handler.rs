@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{stream, Sink, SinkExt};
@@ -219,6 +219,41 @@ async fn guarded<T>(work: impl std::future::Future<Output = WeirResult<T>>) -> W
 }
 
 impl Connection {
+    /// Runs one statement like [`Connection::run`], sending the progress
+    /// NOTICEs it reports (a long backfill's) to the client as they come.
+    async fn run_reporting<C>(
+        &self,
+        client: &mut C,
+        session: &mut Session,
+        statement: &WeirStatement,
+        params: &Params,
+    ) -> PgWireResult<WeirResult<Output>>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
+        session.progress = Some(sender);
+        let result = {
+            let run = self.run(session, statement, params);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    result = &mut run => break result,
+                    Some(message) = progress.recv() => {
+                        let info = ErrorInfo::new("NOTICE".into(), "00000".into(), message);
+                        client
+                            .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info)))
+                            .await?;
+                    }
+                }
+            }
+        };
+        session.progress = None;
+        Ok(result)
+    }
+
     /// Runs one statement (starting a COPY if it is one), catching panics.
     async fn run(
         &self,
@@ -262,7 +297,9 @@ impl SimpleQueryHandler for Connection {
         let mut session = self.session(client).await?;
         let mut responses = Vec::with_capacity(statements.len());
         for statement in &statements {
-            let result = self.run(&mut session, statement, &None).await;
+            let result = self
+                .run_reporting(client, &mut session, statement, &None)
+                .await?;
             send_notices(client, &mut session).await?;
             match result {
                 Ok(output) => {
@@ -414,6 +451,11 @@ async fn describe(
         }
     };
     let plan = match sql.as_ref() {
+        Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
+        {
+            let schema = Schema::new(vec![Field::new("QUERY PLAN", DataType::Utf8, false)]);
+            return Ok((types, Some(Arc::new(schema))));
+        }
         Statement::Query(_) | Statement::Explain { .. } => {
             Some(session.plan(sql.as_ref().clone(), &None).await?)
         }
@@ -491,7 +533,9 @@ impl ExtendedQueryHandler for Connection {
         };
         let options = format_options(client);
         let mut session = self.session(client).await?;
-        let result = self.run(&mut session, statement, &params).await;
+        let result = self
+            .run_reporting(client, &mut session, statement, &params)
+            .await?;
         send_notices(client, &mut session).await?;
         into_response(result?, &portal.result_column_format, options)
     }

@@ -29,6 +29,7 @@ pub mod handler;
 pub mod metrics;
 mod mview;
 pub mod provider;
+mod relkind;
 pub mod server;
 pub mod session;
 mod settings;

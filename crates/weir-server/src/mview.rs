@@ -215,9 +215,13 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let mut dataflow = Dataflow::new(&planned.plan)?;
     let inputs = source_rows(&snapshot, &planned.sources)?;
     let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
+    let progress = session.progress.clone();
+    let view = name.clone();
     let (dataflow, backfilled) = tokio::task::spawn_blocking(move || {
         let mut output = dataflow.initial()?;
+        let mut done = 0;
         for (relation, rows) in inputs {
+            done += rows.len();
             output.extend(dataflow.step(&|r: &str| {
                 if r == relation {
                     vec![rows.clone()]
@@ -225,17 +229,18 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
                     Vec::new()
                 }
             })?);
+            if input_rows >= BACKFILL_BATCH_ROWS {
+                if let Some(progress) = &progress {
+                    let _ = progress.send(format!(
+                        "materialized view \"{view}\": backfilled {done} of {input_rows} rows"
+                    ));
+                }
+            }
         }
         Ok::<_, datafusion::error::DataFusionError>((dataflow, output))
     })
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
-    if input_rows >= BACKFILL_BATCH_ROWS {
-        session.notice(format!(
-            "materialized view \"{name}\": backfilled from {input_rows} rows in {:.1} s",
-            started.elapsed().as_secs_f64()
-        ));
-    }
 
     // 3. Catch up on what changed since the snapshot and start running.
     let mut dataflow = dataflow;

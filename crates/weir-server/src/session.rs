@@ -100,6 +100,8 @@ pub struct Session {
     pub user: String,
     /// NOTICE messages for the client, sent before the statement's result.
     pub notices: Vec<String>,
+    /// While a statement runs: NOTICEs sent to the client at once (progress).
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Session {
@@ -135,6 +137,12 @@ impl Session {
         ctx.register_catalog(DATABASE, Arc::new(catalog));
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
             .map_err(|e| WeirError::from_datafusion(*e))?;
+        if let Some(catalog) = ctx.catalog(DATABASE) {
+            if let Some(pg_catalog) = catalog.schema("pg_catalog") {
+                let wrapped = crate::relkind::PgCatalog::new(pg_catalog, pinned.clone());
+                catalog.register_schema("pg_catalog", Arc::new(wrapped))?;
+            }
+        }
         ctx.register_udf(version_udf());
         ctx.register_udf(constant_text_udf("session_user", &user));
         ctx.register_udf(constant_text_udf("current_user", &user));
@@ -146,6 +154,7 @@ impl Session {
             transaction: None,
             user,
             notices: Vec::new(),
+            progress: None,
         })
     }
 

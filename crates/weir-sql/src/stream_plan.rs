@@ -302,9 +302,6 @@ impl Builder {
                 Ok(self.push(NodeKind::Aggregate(spec), vec![index], schema()))
             }
             LogicalPlan::Join(j) => {
-                if j.null_aware {
-                    return Err(unsupported("NOT IN (subquery); write it with NOT EXISTS"));
-                }
                 let left = self.add(&j.left)?;
                 let right = self.add(&j.right)?;
                 let mut left_keys = Vec::new();
@@ -326,6 +323,7 @@ impl Builder {
                     right_keys,
                     filter,
                     nulls_equal: j.null_equality == NullEquality::NullEqualsNull,
+                    null_aware: j.null_aware,
                 };
                 Ok(self.push(NodeKind::Join(spec), vec![left, right], schema()))
             }
@@ -367,15 +365,10 @@ impl Builder {
             LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON")),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive queries")),
-            other => Err(unsupported(format!(
-                "{}",
-                other
-                    .display()
-                    .to_string()
-                    .split(':')
-                    .next()
-                    .unwrap_or("this query")
-            ))),
+            other => {
+                let node = other.display().to_string();
+                Err(unsupported(node.split(':').next().unwrap_or("this query")))
+            }
         }
     }
 

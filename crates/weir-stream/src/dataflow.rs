@@ -180,6 +180,7 @@ mod tests {
                 right_keys: vec![col("k", &schema).unwrap()],
                 filter: None,
                 nulls_equal: false,
+                null_aware: false,
             }),
             inputs: vec![0, 1],
             schema: Arc::new(Schema::new(fields)),

@@ -37,6 +37,16 @@ pub struct Join {
     left: Multiset,
     right: Multiset,
     output_schema: SchemaRef,
+    /// The encoding of a NULL right key (null-aware anti joins only).
+    null_key: Option<Box<[u8]>>,
+}
+
+/// What a null-aware anti join needs to know about its right side as a
+/// whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RightStatus {
+    empty: bool,
+    has_null: bool,
 }
 
 impl Join {
@@ -55,11 +65,25 @@ impl Join {
                 )));
             }
         }
+        let right = Multiset::new(right_schema.clone(), spec.right_keys.clone(), None)?;
+        let null_key = if spec.null_aware {
+            if spec.right_keys.len() != 1 || spec.filter.is_some() {
+                return Err(DataFusionError::NotImplemented(
+                    "materialized views do not support NOT IN with several columns or extra conditions".into(),
+                ));
+            }
+            let data_type = spec.right_keys[0].data_type(&right_schema)?;
+            let keys = right.encode_keys(&[new_null_array(&data_type, 1)], 1)?;
+            keys.into_iter().next()
+        } else {
+            None
+        };
         Ok(Join {
             left: Multiset::new(left_schema, spec.left_keys.clone(), None)?,
-            right: Multiset::new(right_schema, spec.right_keys.clone(), None)?,
+            right,
             spec,
             output_schema,
+            null_key,
         })
     }
 
@@ -203,9 +227,69 @@ impl Join {
     }
 }
 
+impl Join {
+    fn right_status(&self) -> RightStatus {
+        RightStatus {
+            empty: self.right.is_empty(),
+            has_null: self
+                .null_key
+                .as_ref()
+                .is_some_and(|k| self.right.has_key(k)),
+        }
+    }
+
+    /// `left NOT IN right` for left rows and the right rows of their keys.
+    fn not_in(&self, left: &Changes, right: &Changes, status: RightStatus) -> Result<Changes> {
+        if status.empty {
+            return left.clone().with_schema(self.output_schema.clone());
+        }
+        if status.has_null {
+            return Ok(Changes::empty(self.output_schema.clone()));
+        }
+        let unmatched = self.join(JoinType::LeftAnti, left, right)?;
+        // `NULL NOT IN (non-empty set)` is NULL, so those rows drop out.
+        let columns = self.left.key_columns(&unmatched.rows)?;
+        let known = not_null_rows(&columns, unmatched.len())?;
+        unmatched.filter(&BooleanArray::from(known))
+    }
+
+    /// A null-aware anti join's step: the touched keys' rows before and
+    /// after, and, when the right side's emptiness or NULL-ness flipped,
+    /// every other left row too (their answer depends on it).
+    fn process_not_in(&mut self, from_left: bool, input: Changes) -> Result<Vec<Changes>> {
+        let this = if from_left { &self.left } else { &self.right };
+        let columns = this.key_columns(&input.rows)?;
+        let keys = this.encode_keys(&columns, input.len())?;
+        let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+        let before = self.right_status();
+        let left_before = self.left.rows_with_keys(touched.iter().copied())?;
+        let right_before = self.right.rows_with_keys(touched.iter().copied())?;
+        let mut out = vec![self.not_in(&left_before, &right_before, before)?.negate()];
+        if from_left {
+            self.left.update_with_keys(&input, &keys)?;
+        } else {
+            self.right.update_with_keys(&input, &keys)?;
+        }
+        let after = self.right_status();
+        let left_after = self.left.rows_with_keys(touched.iter().copied())?;
+        let right_after = self.right.rows_with_keys(touched.iter().copied())?;
+        out.push(self.not_in(&left_after, &right_after, after)?);
+        if before != after {
+            let (rest, rest_keys) = self.left.rows_without_keys(&touched)?;
+            let rights = self.right.rows_with_keys(rest_keys)?;
+            out.push(self.not_in(&rest, &rights, before)?.negate());
+            out.push(self.not_in(&rest, &rights, after)?);
+        }
+        Ok(out)
+    }
+}
+
 impl Operator for Join {
     fn process(&mut self, port: usize, input: Changes) -> Result<Vec<Changes>> {
         let from_left = port == 0;
+        if self.spec.null_aware {
+            return self.process_not_in(from_left, input);
+        }
         let (this, other) = if from_left {
             (&self.left, &self.right)
         } else {
@@ -329,6 +413,7 @@ mod tests {
             right_keys: vec![col("k", &schema).unwrap()],
             filter: None,
             nulls_equal: false,
+            null_aware: false,
         };
         let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
         fields.extend(schema.fields().iter().cloned());

@@ -171,6 +171,30 @@ impl Multiset {
         self.decode(&found)
     }
 
+    /// Whether some row has the encoded key `key`.
+    pub fn has_key(&self, key: &[u8]) -> bool {
+        self.groups.contains_key(key)
+    }
+
+    /// Whether the bag holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Every row whose key is not among `keys`, with its multiplicity, and
+    /// those rows' distinct keys.
+    pub fn rows_without_keys(&self, keys: &BTreeSet<&[u8]>) -> Result<(Changes, Vec<&[u8]>)> {
+        let mut found: Vec<(&[u8], i64)> = Vec::new();
+        let mut other_keys = Vec::new();
+        for (key, group) in &self.groups {
+            if !keys.contains(key.as_ref()) {
+                other_keys.push(key.as_ref());
+                found.extend(group.iter().map(|(row, &w)| (row.as_ref(), w)));
+            }
+        }
+        Ok((self.decode(&found)?, other_keys))
+    }
+
     /// Every row in key order, each with its multiplicity, lazily.
     pub fn ordered(&self) -> impl Iterator<Item = (&[u8], i64)> {
         self.groups

@@ -87,6 +87,10 @@ pub struct JoinSpec {
     pub filter: Option<PhysicalExprRef>,
     /// Whether NULL keys match each other (`INTERSECT`, `EXCEPT`).
     pub nulls_equal: bool,
+    /// A left anti join with `NOT IN` semantics: a NULL on either side
+    /// makes the comparison unknown, so no row passes while the right side
+    /// holds a NULL key, and a NULL left key passes only an empty right.
+    pub null_aware: bool,
 }
 
 /// An ordering and a window of it.
@@ -141,7 +145,12 @@ impl NodeSpec {
                     .as_ref()
                     .map(|f| format!(" filter={f}"))
                     .unwrap_or_default();
-                format!("HashJoin: type={} keys=[{keys}]{filter}", spec.join_type)
+                let kind = if spec.null_aware {
+                    format!("{} (null-aware)", spec.join_type)
+                } else {
+                    spec.join_type.to_string()
+                };
+                format!("HashJoin: type={kind} keys=[{keys}]{filter}")
             }
             NodeKind::Union => "Union".to_owned(),
             NodeKind::TopN(spec) => format!(

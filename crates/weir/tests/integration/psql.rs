@@ -56,6 +56,25 @@ async fn meta_commands_describe_the_catalog() {
         assert!(out.contains(expected), "missing {expected:?} in {out}");
     }
 
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW spend AS SELECT customer, sum(total) AS spent FROM orders GROUP BY customer",
+        )
+        .await
+        .unwrap();
+    let (ok, out, err) = psql(&server, &["-c", "\\dm"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("spend") && out.contains("materialized view") && !out.contains("big_orders"),
+        "{out}"
+    );
+    let (ok, out, err) = psql(&server, &["-c", "\\d spend"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("Materialized view \"public.spend\"") && out.contains("spent"),
+        "{out}"
+    );
+
     let (ok, out, err) = psql(&server, &["-c", "\\l"]);
     assert!(ok, "{err}");
     assert!(out.contains("weir"), "{out}");

@@ -72,6 +72,7 @@ const CASES: &[Case] = &[
     case("s_in", "SELECT id FROM a WHERE k IN (SELECT k FROM b)"),
     case("s_exists", "SELECT id FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.w > a.v)"),
     case("s_not_exists", "SELECT id FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)"),
+    case("s_not_in", "SELECT id, k FROM a WHERE k NOT IN (SELECT k FROM b WHERE w > 3)"),
     case("s_scalar_filter", "SELECT id, v FROM a WHERE v > (SELECT avg(w) FROM b)"),
     case("s_scalar_select", "SELECT id, (SELECT max(w) FROM b) AS mw FROM a"),
     case("s_scalar_self", "SELECT id, v FROM a WHERE v = (SELECT max(v) FROM a)"),
