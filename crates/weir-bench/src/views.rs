@@ -1,11 +1,12 @@
 //! `weir-bench views`: how fast INSERTs flow through materialized views.
 //!
 //! Each configuration runs on a fresh server: no view, a group-by view, a
-//! two-table join view, and both. Connections insert multi-row batches into
-//! `orders`; every INSERT returns only after its epoch, view updates
-//! included, is committed. Reports rows/s per configuration, the time a
-//! FLUSH takes after a burst, and the time to create each view over the
-//! rows already loaded (backfill).
+//! global aggregate, a two-table join view, and group-by and join together.
+//! Connections insert multi-row batches into `orders`; every INSERT returns
+//! only after its epoch, view updates included, is committed. Reports
+//! rows/s per configuration, the time a FLUSH takes after the burst, the
+//! time to create each view over the rows already loaded (backfill), and
+//! the latency of a lone single-row INSERT into the loaded table.
 
 use std::time::Instant;
 
@@ -26,6 +27,8 @@ pub struct ViewLoad {
 const GROUP_BY: &str = "CREATE MATERIALIZED VIEW by_customer AS
     SELECT customer, count(*) AS orders, sum(amount) AS total, max(amount) AS biggest
     FROM orders GROUP BY customer";
+const GLOBAL: &str = "CREATE MATERIALIZED VIEW totals AS
+    SELECT count(*) AS orders, sum(amount) AS total, avg(amount) AS mean FROM orders";
 const JOIN: &str = "CREATE MATERIALIZED VIEW with_region AS
     SELECT o.id, o.amount, c.region FROM orders o JOIN customers c ON o.customer = c.id";
 
@@ -39,6 +42,7 @@ pub async fn run(load: ViewLoad) -> anyhow::Result<()> {
     for (label, views) in [
         ("no view", vec![]),
         ("group-by view", vec![GROUP_BY]),
+        ("global view", vec![GLOBAL]),
         ("join view", vec![JOIN]),
         ("both views", vec![GROUP_BY, JOIN]),
     ] {
@@ -60,11 +64,13 @@ pub async fn run(load: ViewLoad) -> anyhow::Result<()> {
             flush * 1e3
         );
     }
-    // Backfill: views created over rows already loaded.
+    // Backfill: views created over rows already loaded; and the latency of
+    // a lone single-row INSERT into the loaded table, without and with them.
     let server = setup(&load).await?;
     insert(&server, &load, 0).await?;
     let client = server.client().await?;
-    for (label, view) in [("group-by", GROUP_BY), ("join", JOIN)] {
+    let (alone, _) = trickle(&client, total as u64, 100).await?;
+    for (label, view) in [("group-by", GROUP_BY), ("global", GLOBAL), ("join", JOIN)] {
         let started = Instant::now();
         client.batch_execute(view).await?;
         println!(
@@ -72,8 +78,35 @@ pub async fn run(load: ViewLoad) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
     }
-    check(&client, total, &[GROUP_BY, JOIN]).await?;
+    let (with_views, p99) = trickle(&client, total as u64 + 100, 100).await?;
+    println!(
+        "  one single-row INSERT into the {total}-row table: p50 {:.2} ms without views, p50 {:.2} ms (p99 {:.2} ms) with the three views",
+        alone * 1e3,
+        with_views * 1e3,
+        p99 * 1e3
+    );
+    check(&client, total + 200, &[GROUP_BY, GLOBAL, JOIN]).await?;
     Ok(())
+}
+
+/// `count` single-row INSERTs one after another; the p50 and p99 latency
+/// in seconds.
+async fn trickle(
+    client: &tokio_postgres::Client,
+    first_id: u64,
+    count: u64,
+) -> anyhow::Result<(f64, f64)> {
+    let mut latencies = Vec::new();
+    for id in first_id..first_id + count {
+        let started = Instant::now();
+        client
+            .batch_execute(&format!("INSERT INTO orders VALUES ({id}, {}, 5)", id % 7))
+            .await?;
+        latencies.push(started.elapsed().as_secs_f64());
+    }
+    latencies.sort_by(f64::total_cmp);
+    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    Ok((at(0.5), at(0.99)))
 }
 
 async fn setup(load: &ViewLoad) -> anyhow::Result<Server> {
@@ -142,6 +175,10 @@ async fn check(
     if views.contains(&GROUP_BY) {
         let n = count("SELECT sum(orders)::BIGINT FROM by_customer").await?;
         anyhow::ensure!(n as usize == total, "group-by view counts {n} of {total}");
+    }
+    if views.contains(&GLOBAL) {
+        let n = count("SELECT orders FROM totals").await?;
+        anyhow::ensure!(n as usize == total, "global view counts {n} of {total}");
     }
     if views.contains(&JOIN) {
         let n = count("SELECT count(*) FROM with_region").await?;

@@ -407,6 +407,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             let table = db.load_state(id, state.state_spec()).await?;
             state.restore(&table.snapshot().stored_rows()?)?;
         }
+        dataflow.restored()?;
         restored.push(ViewRuntime {
             name: def.name.clone(),
             output: def.id,

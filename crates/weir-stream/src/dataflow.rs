@@ -14,6 +14,7 @@ use crate::aggregate::Aggregate;
 use crate::join::Join;
 use crate::map::{Filter, Project, Source, Values};
 use crate::plan::{NodeKind, StreamPlan};
+use crate::running::{is_running, RunningAggregate};
 use crate::top_n::TopN;
 use crate::union::Union;
 use crate::{Changes, Multiset, Operator, Result};
@@ -47,6 +48,11 @@ impl Dataflow {
                 NodeKind::Project { exprs } => {
                     Box::new(Project::new(exprs.clone(), schema.clone()))
                 }
+                NodeKind::Aggregate(agg) if is_running(agg) => Box::new(RunningAggregate::new(
+                    agg.clone(),
+                    input_schema(0),
+                    schema.clone(),
+                )?),
                 NodeKind::Aggregate(agg) => Box::new(Aggregate::new(
                     agg.clone(),
                     input_schema(0),
@@ -136,6 +142,14 @@ impl Dataflow {
         Ok(outputs.pop().unwrap_or_default())
     }
 
+    /// Lets every operator rebuild what it derives from its state, once
+    /// recovery has loaded it.
+    pub fn restored(&mut self) -> Result<()> {
+        self.nodes
+            .iter_mut()
+            .try_for_each(|n| n.operator.restored())
+    }
+
     /// Every operator's durable state, in a fixed order (the order state
     /// tables are assigned ids in).
     pub fn state(&mut self) -> Vec<&mut Multiset> {
@@ -215,6 +229,7 @@ mod tests {
             assert!(from.take_delta().unwrap().is_some());
             to.restore(&from.dump().unwrap()).unwrap();
         }
+        copy.restored().unwrap();
         let (l, r) = (kv(&[(Some(2), Some(21), 1)]), kv(&[(Some(1), Some(11), 1)]));
         let a = flow.step(&changes_of(&l, &r)).unwrap();
         let b = copy.step(&changes_of(&l, &r)).unwrap();

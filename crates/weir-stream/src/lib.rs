@@ -16,6 +16,7 @@ mod map;
 mod multiset;
 mod operator;
 mod plan;
+mod running;
 mod top_n;
 mod union;
 

@@ -21,4 +21,10 @@ pub trait Operator: Send + std::fmt::Debug {
     fn state(&mut self) -> Vec<&mut Multiset> {
         Vec::new()
     }
+
+    /// Called after recovery has loaded [`Operator::state`]: rebuilds
+    /// whatever the operator derives from it.
+    fn restored(&mut self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -108,6 +108,9 @@ impl NodeSpec {
     /// Names of the operator's state tables, in checkpoint order.
     pub fn state_tables(&self) -> &'static [&'static str] {
         match &self.kind {
+            NodeKind::Aggregate(spec) if crate::running::is_running(spec) => {
+                &["running totals by group key"]
+            }
             NodeKind::Aggregate(_) => &["input rows by group key"],
             NodeKind::Join(_) => &["left rows by join key", "right rows by join key"],
             NodeKind::TopN(_) => &["input rows in sort order"],
@@ -128,7 +131,12 @@ impl NodeSpec {
                 )
             }
             NodeKind::Aggregate(spec) => format!(
-                "HashAggregate: group=[{}] aggregates=[{}]",
+                "{}: group=[{}] aggregates=[{}]",
+                if crate::running::is_running(spec) {
+                    "RunningAggregate"
+                } else {
+                    "HashAggregate"
+                },
                 list(&mut spec.group.iter().map(|(e, _)| e.to_string())),
                 list(&mut spec.aggregates.iter().map(|a| a.name().to_owned()))
             ),
