@@ -59,6 +59,8 @@ pub struct DbSnapshot {
     pub catalog: Arc<Catalog>,
     /// Table contents by id.
     pub tables: HashMap<TableId, TableSnapshot>,
+    /// Distinct rows of each operator state table, by id.
+    pub operator_rows: HashMap<TableId, usize>,
 }
 
 /// The state DML and DDL change, one statement at a time.
@@ -90,6 +92,7 @@ impl WorkingState {
                 .iter()
                 .map(|(&id, t)| (id, t.snapshot()))
                 .collect(),
+            operator_rows: HashMap::new(),
         }
     }
 
@@ -161,8 +164,10 @@ impl WorkingState {
             );
             snapshots.insert(id, snapshot);
         }
+        let mut operator_rows = HashMap::new();
         for view in &mut self.views {
             for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
+                operator_rows.insert(id, state.distinct_rows());
                 let due = config.base_due(previous.and_then(|m| m.tables.get(&id)));
                 let snapshot = if due {
                     let rows = state.dump().map_err(WeirError::from_datafusion)?;
@@ -194,6 +199,7 @@ impl WorkingState {
             epoch,
             catalog: Arc::new(self.catalog.clone()),
             tables: snapshots,
+            operator_rows,
         };
         Ok((delta, snapshot))
     }

@@ -3,7 +3,8 @@
 //!
 //! - `weir_checkpoints`: the recent commits (epoch, start time, duration,
 //!   objects and bytes written, failed attempts);
-//! - `weir_state_tables`: each table's rows and files in the newest
+//! - `weir_state_tables`: each table's, view's and operator state's rows
+//!   (distinct rows for views and operators) and files in the newest
 //!   manifest (base size, delta count and size).
 
 use std::sync::Arc;
@@ -83,26 +84,26 @@ fn checkpoints(db: &Database) -> Result<Arc<dyn TableProvider>> {
 fn state_tables(db: &Database) -> Result<Arc<dyn TableProvider>> {
     let snapshot = db.committed();
     let manifest = db.last_manifest();
-    let mut names = Vec::new();
-    let mut ids = Vec::new();
-    let mut rows = Vec::new();
-    let mut base_bytes = Vec::new();
-    let mut deltas = Vec::new();
-    let mut delta_bytes = Vec::new();
-    for def in snapshot.catalog.tables.values() {
-        let files = manifest.as_ref().and_then(|m| m.tables.get(&def.id));
-        names.push(def.name.clone());
-        ids.push(def.id);
-        rows.push(
-            snapshot
-                .tables
-                .get(&def.id)
-                .map_or(0, |t| t.num_rows() as u64),
-        );
-        base_bytes.push(files.map_or(0, |f| f.base_bytes));
-        deltas.push(files.map_or(0, |f| f.deltas.len() as u64));
-        delta_bytes.push(files.map_or(0, |f| f.delta_bytes));
+    let catalog = &snapshot.catalog;
+    // (name, kind, id, rows): tables, each view's output, each operator's state.
+    let mut entries: Vec<(String, &str, u64, u64)> = Vec::new();
+    let rows_of = |id: u64| snapshot.tables.get(&id).map_or(0, |t| t.num_rows() as u64);
+    for def in catalog.tables.values() {
+        entries.push((def.name.clone(), "table", def.id, rows_of(def.id)));
     }
+    for def in catalog.materialized_views.values() {
+        entries.push((
+            def.name.clone(),
+            "materialized view",
+            def.id,
+            rows_of(def.id),
+        ));
+        for (i, &id) in def.state_ids.iter().enumerate() {
+            let rows = snapshot.operator_rows.get(&id).copied().unwrap_or(0) as u64;
+            entries.push((format!("{}#{i}", def.name), "operator state", id, rows));
+        }
+    }
+    let files = |id: u64| manifest.as_ref().and_then(|m| m.tables.get(&id));
     mem_table(
         vec![
             Field::new("name", DataType::Utf8, false),
@@ -111,14 +112,30 @@ fn state_tables(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Field::new("base_bytes", DataType::UInt64, false),
             Field::new("deltas", DataType::UInt64, false),
             Field::new("delta_bytes", DataType::UInt64, false),
+            Field::new("kind", DataType::Utf8, false),
         ],
         vec![
-            Arc::new(StringArray::from(names)),
-            Arc::new(UInt64Array::from(ids)),
-            Arc::new(UInt64Array::from(rows)),
-            Arc::new(UInt64Array::from(base_bytes)),
-            Arc::new(UInt64Array::from(deltas)),
-            Arc::new(UInt64Array::from(delta_bytes)),
+            Arc::new(StringArray::from_iter_values(
+                entries.iter().map(|e| e.0.clone()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(entries.iter().map(|e| e.2))),
+            Arc::new(UInt64Array::from_iter_values(entries.iter().map(|e| e.3))),
+            Arc::new(UInt64Array::from_iter_values(
+                entries
+                    .iter()
+                    .map(|e| files(e.2).map_or(0, |f| f.base_bytes)),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                entries
+                    .iter()
+                    .map(|e| files(e.2).map_or(0, |f| f.deltas.len() as u64)),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                entries
+                    .iter()
+                    .map(|e| files(e.2).map_or(0, |f| f.delta_bytes)),
+            )),
+            Arc::new(StringArray::from_iter_values(entries.iter().map(|e| e.1))),
         ],
     )
 }

@@ -390,7 +390,8 @@ impl Builder {
             let predicate = self.physical(&predicate, &full_df)?;
             index = self.push(NodeKind::Filter { predicate }, vec![index], full.clone());
         }
-        if let Some(projection) = &scan.projection {
+        let identity = |p: &Vec<usize>| p.iter().copied().eq(0..full.fields().len());
+        if let Some(projection) = scan.projection.as_ref().filter(|p| !identity(p)) {
             let exprs = projection
                 .iter()
                 .map(|&i| {
