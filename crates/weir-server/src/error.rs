@@ -91,6 +91,11 @@ impl WeirError {
     /// Classifies a DataFusion error by its root cause.
     pub fn from_datafusion(error: DataFusionError) -> Self {
         let root = error.find_root();
+        if let DataFusionError::External(inner) = root {
+            if let Some(weir) = inner.downcast_ref::<WeirError>() {
+                return weir.clone();
+            }
+        }
         let message = root_message(root);
         let code = match root {
             DataFusionError::SQL(..) => SqlState::SYNTAX_ERROR,

@@ -138,9 +138,12 @@ impl SchemaProvider for PublicSchema {
         }
         if let Some(view) = snapshot.catalog.materialized_views.get(name) {
             if let Some(reason) = &view.failed {
-                return Err(DataFusionError::Execution(format!(
-                    "materialized view \"{name}\" failed and is no longer maintained: {reason}; drop it and create it again"
-                )));
+                let error = crate::error::WeirError::new(
+                    crate::error::SqlState("55000"),
+                    format!("materialized view \"{name}\" is no longer maintained: {reason}"),
+                )
+                .with_detail("Drop the view and create it again.");
+                return Err(DataFusionError::External(Box::new(error)));
             }
             let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("no snapshot of materialized view {name}"))

@@ -61,8 +61,10 @@ pub fn run_epoch(working: &mut WorkingState) {
         tables,
         views,
         pending,
+        epoch,
         ..
     } = working;
+    let epoch = *epoch;
     let mut changes: RelationChanges = HashMap::new();
     for def in catalog.tables.values() {
         if let Some(table) = tables.get_mut(&def.id) {
@@ -96,23 +98,24 @@ pub fn run_epoch(working: &mut WorkingState) {
                 .is_some_and(|d| d.failed.is_some())
         });
         let outcome = match failed_source {
-            Some(source) => Err(DataFusionError::Execution(format!(
-                "materialized view \"{source}\" it reads failed"
-            ))),
-            None => step(view, tables, &changes),
+            Some(source) => Err(format!("it reads \"{source}\", which failed")),
+            None => step(view, tables, &changes).map_err(|e| {
+                let error = crate::error::WeirError::from_datafusion(e);
+                format!("{} (SQLSTATE {})", error.message, error.code.0)
+            }),
         };
         match outcome {
             Ok(out) if out.is_empty() => {}
             Ok(out) => {
                 changes.insert(view.name.clone(), vec![out]);
             }
-            Err(e) => {
-                warn!(view = %view.name, error = %e, "materialized view failed");
+            Err(reason) => {
+                warn!(view = %view.name, %reason, "materialized view failed");
                 let def = catalog
                     .materialized_views
                     .get_mut(&view.name)
                     .expect("running views are in the catalog");
-                def.failed = Some(e.to_string());
+                def.failed = Some(format!("{reason} at epoch {epoch}"));
             }
         }
     }
