@@ -64,18 +64,19 @@ impl MaterializedViewDef {
     /// The output state table: the columns plus a count, keyed by all
     /// the columns (a view may hold equal rows; they are stored once).
     pub fn spec(&self) -> TableSpec {
-        let mut fields: Vec<Field> = self
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
-        TableSpec::with_primary_key(
-            Arc::new(Schema::new(fields)),
-            (0..self.columns.len()).collect(),
-        )
+        view_output_spec(&self.columns)
     }
+}
+
+/// The state table of a view with `columns`: see [`MaterializedViewDef::spec`].
+pub fn view_output_spec(columns: &[ColumnDef]) -> TableSpec {
+    let mut fields: Vec<Field> = columns_schema(columns)
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
+    TableSpec::with_primary_key(Arc::new(Schema::new(fields)), (0..columns.len()).collect())
 }
 
 fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {

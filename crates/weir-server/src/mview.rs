@@ -6,9 +6,10 @@
 //!    through the existing views, take a snapshot S of every table and view
 //!    (one consistent point), and register the new view as pending, so that
 //!    from now on every epoch's changes to its inputs are queued for it.
-//! 2. Without the lock: push S through the new view's operators.
-//! 3. Under the lock: push the queued changes (everything after S), create
-//!    the output table, and start running the view with the others. The
+//! 2. Without the lock: push S through the new view's operators and fill
+//!    the view's output table with the result.
+//! 3. Under the lock: push the queued changes (everything after S) and add
+//!    their output to the table, and start running the view with the others. The
 //!    statement returns once the epoch holding all this is committed.
 //!
 //! So the view starts from S and then sees every change after S exactly
@@ -217,7 +218,8 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
     let progress = session.progress.clone();
     let view = name.clone();
-    let (dataflow, backfilled) = tokio::task::spawn_blocking(move || {
+    let spec = crate::catalog::view_output_spec(&planned.columns);
+    let (dataflow, table) = tokio::task::spawn_blocking(move || {
         let mut output = dataflow.initial()?;
         let mut done = 0;
         for (relation, rows) in inputs {
@@ -237,7 +239,10 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
                 }
             }
         }
-        Ok::<_, datafusion::error::DataFusionError>((dataflow, output))
+        let mut table = weir_state::StateTable::new(spec)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        apply_output(&mut table, output)?;
+        Ok::<_, datafusion::error::DataFusionError>((dataflow, table))
     })
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
@@ -274,9 +279,9 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         .position(|p| p.token == guard.token)
         .ok_or_else(|| WeirError::internal("pending view vanished"))?;
     let pending = working.pending.remove(position);
-    let mut output = backfilled;
+    let mut caught_up = Vec::new();
     for epoch in &pending.queue {
-        output.extend(dataflow.step(&|r: &str| epoch.get(r).cloned().unwrap_or_default())?);
+        caught_up.extend(dataflow.step(&|r: &str| epoch.get(r).cloned().unwrap_or_default())?);
     }
     let id = allocate_id(&mut working.catalog);
     let state_ids: Vec<TableId> = (0..dataflow.state().len())
@@ -291,8 +296,8 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         depends_on: planned.depends_on,
         failed: None,
     };
-    let mut table = weir_state::StateTable::new(def.spec())?;
-    apply_output(&mut table, output)?;
+    let mut table = table;
+    apply_output(&mut table, caught_up)?;
     working.tables.insert(id, table);
     working.catalog.materialized_views.insert(name.clone(), def);
     working.views.push(ViewRuntime {

@@ -2,6 +2,7 @@
 //! free loopback port with its own data folder and talks to it over the
 //! wire; servers are stopped by their process id when the test ends.
 
+mod backfill;
 mod bad_input;
 mod common;
 mod crash;
