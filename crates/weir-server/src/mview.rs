@@ -262,7 +262,9 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             working.catalog.kind_of(source),
         ) {
             (Some(a), Some(b)) => {
-                a == b && relation_id(&snapshot, source) == relation_id_of(&working.catalog, source)
+                a == b
+                    && relation_id_of(&snapshot.catalog, source)
+                        == relation_id_of(&working.catalog, source)
             }
             _ => false,
         };
@@ -329,10 +331,6 @@ fn relation_id_of(catalog: &crate::catalog::Catalog, name: &str) -> Option<Table
         .get(name)
         .map(|t| t.id)
         .or_else(|| catalog.materialized_views.get(name).map(|v| v.id))
-}
-
-fn relation_id(snapshot: &DbSnapshot, name: &str) -> Option<TableId> {
-    relation_id_of(&snapshot.catalog, name)
 }
 
 /// Every row of each source in `snapshot`, in batches, as insertions.

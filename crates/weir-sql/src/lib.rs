@@ -7,6 +7,8 @@
 //!               DDL   → catalog
 //!               DML   → a DataFusion query over the working state
 //!               query → a DataFusion query over the committed epoch
+//!               CREATE MATERIALIZED VIEW → check_deterministic, DataFusion's
+//!                 optimizer, then stream_plan → weir_stream::StreamPlan
 //! ```
 //!
 //! ```
@@ -22,4 +24,4 @@ mod parse;
 mod stream_plan;
 
 pub use parse::{parse, ParseError, WeirStatement};
-pub use stream_plan::{check_deterministic, source_relations, stream_plan};
+pub use stream_plan::{check_deterministic, stream_plan};

@@ -188,20 +188,6 @@ fn at_most_one_row(plan: &LogicalPlan) -> bool {
     }
 }
 
-/// The relations (tables and views) an optimized plan reads.
-pub fn source_relations(plan: &LogicalPlan) -> Result<Vec<String>> {
-    let mut names = Vec::new();
-    plan.apply(|node| {
-        if let LogicalPlan::TableScan(scan) = node {
-            names.push(scan.table_name.table().to_owned());
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
 /// The 0A000 error for a construct a view cannot maintain.
 fn unsupported(what: impl Into<String>) -> DataFusionError {
     DataFusionError::NotImplemented(format!("materialized views do not support {}", what.into()))

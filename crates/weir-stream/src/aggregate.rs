@@ -69,8 +69,12 @@ impl Aggregate {
         )?;
         let schema = exec.schema();
         // Everything is in memory and the plan has one partition, so
-        // collecting it never waits on I/O or on other tasks.
-        let batches = futures::executor::block_on(collect(Arc::new(exec), self.task.clone()))?;
+        // collecting it never waits on I/O or on other tasks. DataFusion's
+        // streams take part in tokio's cooperative scheduling; run inside a
+        // tokio task, an exhausted budget would park this poll until the
+        // task yields, which it never does here. So the budget is lifted.
+        let run = tokio::task::coop::unconstrained(collect(Arc::new(exec), self.task.clone()));
+        let batches = futures::executor::block_on(run)?;
         let batch: RecordBatch = concat_batches(&schema, &batches)?;
         Changes::inserts(batch).with_schema(self.output_schema.clone())
     }

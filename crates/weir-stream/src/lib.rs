@@ -7,6 +7,18 @@
 //! set of [`Multiset`]s whose per-epoch deltas are checkpointed with the
 //! epoch that produced them. Nothing here knows about sessions, SQL text or
 //! the object store.
+//!
+//! | module | operator |
+//! |---|---|
+//! | `map` | `Source`, `Filter`, `Project`, `Values` (stateless) |
+//! | `aggregate` | `Aggregate`: recomputes each changed group |
+//! | `running` | `RunningAggregate`: `count`/`sum`/`avg` as retractable totals |
+//! | `join` | `Join`: every join type, by the delta rule or per changed key |
+//! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` |
+//! | `union` | `Union` |
+//!
+//! [`Dataflow`] instantiates a [`StreamPlan`] and drives it an epoch at a
+//! time.
 
 mod aggregate;
 mod changes;

@@ -104,3 +104,43 @@ async fn views_created_under_writes_follow_every_change_once() {
         "a large backfill reports progress: {progress:?}"
     );
 }
+
+/// Many views recomputing groups in one epoch: every recomputation runs
+/// DataFusion's executor inside the epoch's tokio task, which must not
+/// stall on tokio's cooperative budget (it once did, and hung the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_views_recompute_in_one_epoch() {
+    const VIEWS: usize = 80;
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (k INT, v INT); INSERT INTO t VALUES (1, 1), (2, 2)")
+        .await
+        .unwrap();
+    for i in 0..VIEWS {
+        client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW m{i} AS SELECT k, max(v) + {i} AS top FROM t GROUP BY k"
+            ))
+            .await
+            .unwrap();
+    }
+    let insert = client.batch_execute("INSERT INTO t VALUES (1, 10), (2, 20), (3, 30)");
+    tokio::time::timeout(std::time::Duration::from_secs(120), insert)
+        .await
+        .expect("the epoch commits")
+        .unwrap();
+    let views: Vec<(String, String)> = (0..VIEWS)
+        .map(|i| {
+            (
+                format!("m{i}"),
+                format!("SELECT k, max(v) + {i} AS top FROM t GROUP BY k"),
+            )
+        })
+        .collect();
+    let views: Vec<(&str, &str)> = views
+        .iter()
+        .map(|(n, q)| (n.as_str(), q.as_str()))
+        .collect();
+    assert_views_match(&client, &views, "after one epoch through every view").await;
+}
