@@ -8,8 +8,9 @@
 //!    from now on every epoch's changes to its inputs are queued for it.
 //! 2. Without the lock: push S through the new view's operators and fill
 //!    the view's output table with the result.
-//! 3. Under the lock: push the queued changes (everything after S) and add
-//!    their output to the table, and start running the view with the others. The
+//! 3. Push the queued changes (everything after S) through, in rounds off
+//!    the lock while much has queued up, the rest under the lock, and start
+//!    running the view with the others. The
 //!    statement returns once the epoch holding all this is committed.
 //!
 //! So the view starts from S and then sees every change after S exactly
@@ -37,6 +38,10 @@ use crate::views::{apply_output, refresh_tracking, PendingView, ViewRuntime};
 
 /// Rows per batch pushed through a new view's operators during backfill.
 const BACKFILL_BATCH_ROWS: usize = 64 * 1024;
+
+/// Rounds of catching up off the lock before the last one under it; each
+/// round handles what queued up during the previous one.
+const CATCH_UP_ROUNDS: usize = 3;
 
 /// A view's query, planned for streaming.
 pub struct PlannedView {
@@ -247,8 +252,28 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
 
-    // 3. Catch up on what changed since the snapshot and start running.
-    let mut dataflow = dataflow;
+    // 3. Catch up on what changed since the snapshot: off the lock while
+    // much has queued up, then the rest under it, and start running.
+    let (mut dataflow, mut table) = (dataflow, table);
+    for _ in 0..CATCH_UP_ROUNDS {
+        let queued = {
+            let mut working = db.working().await;
+            match working.pending.iter_mut().find(|p| p.token == guard.token) {
+                Some(pending) => std::mem::take(&mut pending.queue),
+                None => return Err(WeirError::internal("pending view vanished")),
+            }
+        };
+        if queued.is_empty() {
+            break;
+        }
+        (dataflow, table) = tokio::task::spawn_blocking(move || {
+            let out = catch_up(&mut dataflow, queued)?;
+            apply_output(&mut table, out)?;
+            Ok::<_, datafusion::error::DataFusionError>((dataflow, table))
+        })
+        .await
+        .map_err(|e| WeirError::internal(format!("catch-up task: {e}")))??;
+    }
     let mut working = db.working().await;
     if working.catalog.kind_of(&name).is_some() {
         return Err(WeirError::new(
@@ -281,10 +306,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         .position(|p| p.token == guard.token)
         .ok_or_else(|| WeirError::internal("pending view vanished"))?;
     let pending = working.pending.remove(position);
-    let mut caught_up = Vec::new();
-    for epoch in &pending.queue {
-        caught_up.extend(dataflow.step(&|r: &str| epoch.get(r).cloned().unwrap_or_default())?);
-    }
+    let caught_up = catch_up(&mut dataflow, pending.queue)?;
     let id = allocate_id(&mut working.catalog);
     let state_ids: Vec<TableId> = (0..dataflow.state().len())
         .map(|_| allocate_id(&mut working.catalog))
@@ -298,7 +320,6 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         depends_on: planned.depends_on,
         failed: None,
     };
-    let mut table = table;
     apply_output(&mut table, caught_up)?;
     working.tables.insert(id, table);
     working.catalog.materialized_views.insert(name.clone(), def);
@@ -316,6 +337,25 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE MATERIALIZED VIEW"))
+}
+
+/// Pushes queued epochs of changes through a new view's operators, as
+/// one step: the operators' results do not depend on how changes are cut
+/// into batches.
+fn catch_up(
+    dataflow: &mut Dataflow,
+    queue: Vec<crate::views::RelationChanges>,
+) -> datafusion::error::Result<Vec<Changes>> {
+    if queue.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut merged = crate::views::RelationChanges::new();
+    for epoch in queue {
+        for (relation, changes) in epoch {
+            merged.entry(relation).or_default().extend(changes);
+        }
+    }
+    dataflow.step(&|r: &str| merged.get(r).cloned().unwrap_or_default())
 }
 
 fn allocate_id(catalog: &mut crate::catalog::Catalog) -> TableId {

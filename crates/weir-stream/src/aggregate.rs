@@ -109,7 +109,7 @@ impl Operator for Aggregate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, kv_schema, net, rows};
+    use crate::testing::{group_by_k, kv, kv_schema, net, rows};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::functions_aggregate::count::count_udaf;
     use datafusion::functions_aggregate::min_max::max_udaf;
@@ -129,15 +129,7 @@ mod tests {
             .alias("mx")
             .build()
             .unwrap();
-        let group = if grouped {
-            vec![(col("k", &schema).unwrap(), "k".to_owned())]
-        } else {
-            Vec::new()
-        };
-        let mut fields = Vec::new();
-        if grouped {
-            fields.push(Field::new("k", DataType::Int32, true));
-        }
+        let (group, mut fields) = group_by_k(grouped);
         fields.push(Field::new("n", DataType::Int64, false));
         fields.push(Field::new("mx", DataType::Int32, true));
         let spec = AggregateSpec {

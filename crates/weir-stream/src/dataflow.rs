@@ -12,11 +12,10 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::aggregate::Aggregate;
 use crate::join::Join;
-use crate::map::{Filter, Project, Source, Values};
+use crate::map::{Filter, Project, Rename, Values};
 use crate::plan::{NodeKind, StreamPlan};
 use crate::running::{is_running, RunningAggregate};
 use crate::top_n::TopN;
-use crate::union::Union;
 use crate::{Changes, Multiset, Operator, Result};
 
 #[derive(Debug)]
@@ -42,7 +41,7 @@ impl Dataflow {
             let input_schema = |port: usize| nodes[spec.inputs[port]].schema.clone();
             let schema = spec.schema.clone();
             let operator: Box<dyn Operator> = match &spec.kind {
-                NodeKind::Source { .. } => Box::new(Source::new(schema.clone())),
+                NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema.clone())),
                 NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
                 NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
                 NodeKind::Project { exprs } => {
@@ -64,7 +63,6 @@ impl Dataflow {
                     input_schema(1),
                     schema.clone(),
                 )?),
-                NodeKind::Union => Box::new(Union::new(schema.clone())),
                 NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
             };
             let relation = match &spec.kind {

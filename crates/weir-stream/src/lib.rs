@@ -10,12 +10,11 @@
 //!
 //! | module | operator |
 //! |---|---|
-//! | `map` | `Source`, `Filter`, `Project`, `Values` (stateless) |
+//! | `map` | `Filter`, `Project`, `Values`, `Rename` (sources and `UNION ALL`): stateless |
 //! | `aggregate` | `Aggregate`: recomputes each changed group |
 //! | `running` | `RunningAggregate`: `count`/`sum`/`avg` as retractable totals |
 //! | `join` | `Join`: every join type, by the delta rule or per changed key |
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` |
-//! | `union` | `Union` |
 //!
 //! [`Dataflow`] instantiates a [`StreamPlan`] and drives it an epoch at a
 //! time.
@@ -30,7 +29,6 @@ mod operator;
 mod plan;
 mod running;
 mod top_n;
-mod union;
 
 #[cfg(test)]
 mod testing;

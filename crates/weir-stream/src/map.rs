@@ -1,4 +1,4 @@
-//! Stateless operators: filter, projection and constant input.
+//! Stateless operators: filter, projection, renaming and constant input.
 
 use datafusion::arrow::array::{Array, BooleanArray};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -91,21 +91,22 @@ impl Operator for Values {
     }
 }
 
-/// Where a relation's changes enter the dataflow; forwards them as the
-/// plan's schema names them.
+/// Forwards its inputs' changes under the output schema's column names:
+/// where a relation's changes enter the dataflow, and `UNION ALL` (whose
+/// inputs' columns already have the output's types).
 #[derive(Debug)]
-pub struct Source {
+pub struct Rename {
     schema: SchemaRef,
 }
 
-impl Source {
-    /// A source producing rows of `schema`.
+impl Rename {
+    /// Changes renamed to `schema`.
     pub fn new(schema: SchemaRef) -> Self {
-        Source { schema }
+        Rename { schema }
     }
 }
 
-impl Operator for Source {
+impl Operator for Rename {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
         Ok(vec![input.with_schema(self.schema.clone())?])
     }

@@ -372,7 +372,7 @@ impl Operator for RunningAggregate {
 mod tests {
     use super::*;
     use crate::aggregate::Aggregate;
-    use crate::testing::{kv, kv_schema, net};
+    use crate::testing::{group_by_k, kv, kv_schema, net};
     use datafusion::functions_aggregate::average::avg_udaf;
     use datafusion::functions_aggregate::count::count_udaf;
     use datafusion::functions_aggregate::sum::sum_udaf;
@@ -401,15 +401,7 @@ mod tests {
         ];
         let big = binary(v.clone(), BinOp::Gt, lit(5), &schema).unwrap();
         let filters = vec![None, None, None, Some(big)];
-        let group = if grouped {
-            vec![(col("k", &schema).unwrap(), "k".to_owned())]
-        } else {
-            Vec::new()
-        };
-        let mut fields = Vec::new();
-        if grouped {
-            fields.push(Field::new("k", DataType::Int32, true));
-        }
+        let (group, mut fields) = group_by_k(grouped);
         for a in &aggregates {
             fields.push(a.field().as_ref().clone());
         }

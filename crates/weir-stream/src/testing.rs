@@ -7,6 +7,8 @@ use datafusion::arrow::array::{Array, Int32Array, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::PhysicalExprRef;
 
 use crate::Changes;
 
@@ -16,6 +18,20 @@ pub fn kv_schema() -> SchemaRef {
         Field::new("k", DataType::Int32, true),
         Field::new("v", DataType::Int32, true),
     ]))
+}
+
+/// Grouping by `k` of [`kv_schema`] (or no grouping), and the output
+/// fields that grouping contributes.
+pub fn group_by_k(grouped: bool) -> (Vec<(PhysicalExprRef, String)>, Vec<Field>) {
+    if grouped {
+        let k = col("k", &kv_schema()).unwrap();
+        (
+            vec![(k, "k".to_owned())],
+            vec![Field::new("k", DataType::Int32, true)],
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    }
 }
 
 /// `(k, v, weight)` rows as changes of [`kv_schema`].

@@ -180,6 +180,18 @@ fn statement(rng: &mut StdRng) -> String {
     }
 }
 
+async fn create_views(client: &Client, cases: &[Case]) {
+    for case in cases {
+        client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {} AS {}",
+                case.name, case.view
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    }
+}
+
 async fn check(client: &Client, round: usize, seed: u64) {
     client.batch_execute("FLUSH; BEGIN").await.unwrap();
     for case in CASES {
@@ -221,26 +233,10 @@ async fn view_property() {
     // Half the views start over empty tables, the others are backfilled
     // from rows already there.
     let (early, late) = CASES.split_at(CASES.len() / 2);
-    for case in early {
-        client
-            .batch_execute(&format!(
-                "CREATE MATERIALIZED VIEW {} AS {}",
-                case.name, case.view
-            ))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-    }
+    create_views(&client, early).await;
     for round in 0..rounds {
         if round == 1 {
-            for case in late {
-                client
-                    .batch_execute(&format!(
-                        "CREATE MATERIALIZED VIEW {} AS {}",
-                        case.name, case.view
-                    ))
-                    .await
-                    .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-            }
+            create_views(&client, late).await;
         }
         for _ in 0..rng.random_range(4..12) {
             let sql = statement(&mut rng);
