@@ -76,6 +76,9 @@ pub struct WorkingState {
     pub views: Vec<ViewRuntime>,
     /// Views being created: the changes they must catch up on.
     pub pending: Vec<PendingView>,
+    /// Deltas of the open epoch taken before the cut, by state table: a new
+    /// view's backfilled state, gathered off the lock.
+    pub early_deltas: HashMap<TableId, Vec<weir_state::DeltaBatches>>,
     catalog_changed: bool,
     /// A CHECKPOINT asked for a commit even without changes.
     forced: bool,
@@ -157,7 +160,13 @@ impl WorkingState {
             changes.insert(
                 id,
                 TableChange {
-                    delta: table.take_delta()?,
+                    deltas: self
+                        .early_deltas
+                        .remove(&id)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .chain(table.take_delta()?)
+                        .collect(),
                     next_row_id: table.next_row_id(),
                     snapshot: Some(snapshot.clone()),
                 },
@@ -176,16 +185,19 @@ impl WorkingState {
                     None
                 };
                 let delta = state.take_delta().map_err(WeirError::from_datafusion)?;
+                let early = self.early_deltas.remove(&id).unwrap_or_default();
                 changes.insert(
                     id,
                     TableChange {
-                        delta,
+                        deltas: early.into_iter().chain(delta).collect(),
                         next_row_id: 0,
                         snapshot,
                     },
                 );
             }
         }
+        // Early deltas of a view dropped within the epoch have no table.
+        self.early_deltas.clear();
         let catalog = serde_json::to_value(&self.catalog).map_err(WeirError::internal)?;
         self.epoch += 1;
         self.catalog_changed = false;
@@ -289,6 +301,7 @@ impl Database {
             epoch: epoch + 1,
             views: Vec::new(),
             pending: Vec::new(),
+            early_deltas: HashMap::new(),
             catalog_changed: false,
             forced: false,
         };
@@ -455,10 +468,18 @@ impl Database {
             if !working.is_dirty() {
                 return;
             }
+            let locked = Instant::now();
             crate::views::run_epoch(&mut working);
+            let processed = locked.elapsed();
             let previous = self.last_manifest();
             let cut = working.cut(previous.as_deref(), &self.store_config);
             self.open_epoch.store(working.epoch, Ordering::Relaxed);
+            debug!(
+                epoch = working.epoch - 1,
+                views_ms = processed.as_secs_f64() * 1e3,
+                cut_ms = (locked.elapsed() - processed).as_secs_f64() * 1e3,
+                "cut epoch"
+            );
             cut
         };
         let (delta, snapshot) = match cut {

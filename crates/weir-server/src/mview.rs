@@ -224,7 +224,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let progress = session.progress.clone();
     let view = name.clone();
     let spec = crate::catalog::view_output_spec(&planned.columns);
-    let (dataflow, table) = tokio::task::spawn_blocking(move || {
+    let (dataflow, table, early) = tokio::task::spawn_blocking(move || {
         let mut output = dataflow.initial()?;
         let mut done = 0;
         for (relation, rows) in inputs {
@@ -247,14 +247,16 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         let mut table = weir_state::StateTable::new(spec)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
         apply_output(&mut table, output)?;
-        Ok::<_, datafusion::error::DataFusionError>((dataflow, table))
+        let mut early = EarlyDeltas::default();
+        early.take(&mut dataflow, &mut table)?;
+        Ok::<_, datafusion::error::DataFusionError>((dataflow, table, early))
     })
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
 
     // 3. Catch up on what changed since the snapshot: off the lock while
     // much has queued up, then the rest under it, and start running.
-    let (mut dataflow, mut table) = (dataflow, table);
+    let (mut dataflow, mut table, mut early) = (dataflow, table, early);
     for _ in 0..CATCH_UP_ROUNDS {
         let queued = {
             let mut working = db.working().await;
@@ -266,10 +268,11 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         if queued.is_empty() {
             break;
         }
-        (dataflow, table) = tokio::task::spawn_blocking(move || {
+        (dataflow, table, early) = tokio::task::spawn_blocking(move || {
             let out = catch_up(&mut dataflow, queued)?;
             apply_output(&mut table, out)?;
-            Ok::<_, datafusion::error::DataFusionError>((dataflow, table))
+            early.take(&mut dataflow, &mut table)?;
+            Ok::<_, datafusion::error::DataFusionError>((dataflow, table, early))
         })
         .await
         .map_err(|e| WeirError::internal(format!("catch-up task: {e}")))??;
@@ -321,6 +324,10 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         failed: None,
     };
     apply_output(&mut table, caught_up)?;
+    working.early_deltas.insert(id, early.output);
+    for (&state_id, deltas) in state_ids.iter().zip(early.states) {
+        working.early_deltas.insert(state_id, deltas);
+    }
     working.tables.insert(id, table);
     working.catalog.materialized_views.insert(name.clone(), def);
     working.views.push(ViewRuntime {
@@ -337,6 +344,35 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE MATERIALIZED VIEW"))
+}
+
+/// A new view's state deltas taken off the lock (its backfill, catch-up
+/// rounds), for the epoch that registers it; gathering a large view's
+/// state at the cut would hold every writer that long.
+#[derive(Default)]
+struct EarlyDeltas {
+    output: Vec<weir_state::DeltaBatches>,
+    states: Vec<Vec<weir_state::DeltaBatches>>,
+}
+
+impl EarlyDeltas {
+    /// Takes what changed in the operators' states and the output table.
+    fn take(
+        &mut self,
+        dataflow: &mut Dataflow,
+        table: &mut weir_state::StateTable,
+    ) -> datafusion::error::Result<()> {
+        let states = dataflow.state();
+        self.states.resize_with(states.len(), Vec::new);
+        for (state, early) in states.into_iter().zip(&mut self.states) {
+            early.extend(state.take_delta()?);
+        }
+        let output = table
+            .take_delta()
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        self.output.extend(output);
+        Ok(())
+    }
 }
 
 /// Pushes queued epochs of changes through a new view's operators, as

@@ -61,8 +61,9 @@ impl Default for StoreConfig {
 /// One table's part of an epoch to commit.
 #[derive(Debug)]
 pub struct TableChange {
-    /// The rows changed in this epoch, if any.
-    pub delta: Option<DeltaBatches>,
+    /// The rows changed in this epoch, as one or more deltas applied in
+    /// order (a new view's state comes as its backfill, then its catch-up).
+    pub deltas: Vec<DeltaBatches>,
     /// The table's next hidden row id after this epoch.
     pub next_row_id: u64,
     /// The table's contents after this epoch, written out as a new base
@@ -387,7 +388,7 @@ impl StateStore {
                 .cloned()
                 .unwrap_or_default();
             files.next_row_id = change.next_row_id;
-            if let Some(batches) = &change.delta {
+            for batches in &change.deltas {
                 let mut slice = |batch: &Option<RecordBatch>| -> StateResult<Option<FileSlice>> {
                     let Some(batch) = batch else { return Ok(None) };
                     let bytes = codec::encode(batch)?;
@@ -518,7 +519,7 @@ mod tests {
 
     fn change(table: &mut StateTable) -> TableChange {
         TableChange {
-            delta: table.take_delta().unwrap(),
+            deltas: table.take_delta().unwrap().into_iter().collect(),
             next_row_id: table.next_row_id(),
             snapshot: Some(table.snapshot()),
         }

@@ -50,7 +50,7 @@ async fn write(conn: String, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_created_under_writes_follow_every_change_once() {
-    let server = TestServer::start().await;
+    let mut server = TestServer::start().await;
     let client = server.client().await;
     client
         .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, k INT, v INT)")
@@ -94,6 +94,15 @@ async fn views_created_under_writes_follow_every_change_once() {
     writer.await.unwrap();
     assert!(done.load(Ordering::Relaxed) > 0, "the writer made progress");
     assert_views_match(&client, VIEWS, "after creating views under writes").await;
+    // The backfilled state was checkpointed: it survives a SIGKILL.
+    drop(client);
+    server.restart_after_kill().await;
+    let client = server.client().await;
+    client
+        .batch_execute("INSERT INTO big VALUES (-1, 3, 5); DELETE FROM big WHERE id = 7")
+        .await
+        .unwrap();
+    assert_views_match(&client, VIEWS, "after a restart").await;
 
     let mut progress = Vec::new();
     while let Ok(message) = notices.try_recv() {
