@@ -1,9 +1,9 @@
 //! Incremental aggregation: `GROUP BY` and global aggregates.
 //!
 //! The operator keeps its input as a bag of rows grouped by the group key.
-//! For every group a batch of changes touches, it computes the group's new
-//! row with DataFusion's own `AggregateExec`, and emits the difference from
-//! the row it emitted last (kept per group: old row out, new row in).
+//! For every group a batch of changes touches, it computes the group's
+//! aggregates before and after the change with DataFusion's own
+//! `AggregateExec` and emits the difference (old row out, new row in).
 //! Every aggregate DataFusion has therefore works, and works under deletes:
 //! min/max, `count(DISTINCT)`, `string_agg`, `FILTER (WHERE ...)`. The
 //! cost of a change is the size of the groups it touches, not of the input.
@@ -15,12 +15,9 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::PhysicalExprRef;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
-use datafusion::physical_plan::{collect, ExecutionPlan as _};
+use datafusion::physical_plan::collect;
 
 use crate::plan::AggregateSpec;
 use crate::{Changes, Multiset, Operator, Result};
@@ -30,9 +27,6 @@ use crate::{Changes, Multiset, Operator, Result};
 pub struct Aggregate {
     spec: AggregateSpec,
     input: Multiset,
-    /// The last output row of each group, so a change computes only the
-    /// group's new row.
-    output: Multiset,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
     task: Arc<TaskContext>,
@@ -47,22 +41,8 @@ impl Aggregate {
         output_schema: SchemaRef,
     ) -> Result<Self> {
         let keys = spec.group.iter().map(|(e, _)| e.clone()).collect();
-        // Output rows are keyed by their group columns, which must encode
-        // like the group expressions do.
-        let mut output_keys: Vec<PhysicalExprRef> = Vec::new();
-        for (i, (expr, _)) in spec.group.iter().enumerate() {
-            let field = output_schema.field(i);
-            if expr.data_type(&input_schema)? != *field.data_type() {
-                return Err(DataFusionError::Internal(format!(
-                    "group column {} changes type",
-                    field.name()
-                )));
-            }
-            output_keys.push(Arc::new(Column::new(field.name(), i)));
-        }
         Ok(Aggregate {
             input: Multiset::new(input_schema.clone(), keys, None)?,
-            output: Multiset::new(output_schema.clone(), output_keys, None)?,
             spec,
             input_schema,
             output_schema,
@@ -100,13 +80,13 @@ impl Aggregate {
     }
 }
 
+use datafusion::physical_plan::ExecutionPlan as _;
+
 impl Operator for Aggregate {
     fn initial(&mut self) -> Result<Vec<Changes>> {
         if self.is_global() {
             let nothing = Changes::empty(self.input_schema.clone());
-            let row = self.compute(&nothing)?;
-            self.output.update(&row)?;
-            return Ok(vec![row]);
+            return Ok(vec![self.compute(&nothing)?]);
         }
         Ok(Vec::new())
     }
@@ -115,20 +95,14 @@ impl Operator for Aggregate {
         let columns = self.input.key_columns(&input.rows)?;
         let keys = self.input.encode_keys(&columns, input.len())?;
         let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
-        let retracted = self
-            .output
-            .rows_with_keys(touched.iter().copied())?
-            .negate();
+        let before = self.input.rows_with_keys(touched.iter().copied())?;
         self.input.update_with_keys(&input, &keys)?;
-        let rows = self.input.rows_with_keys(touched.iter().copied())?;
-        let added = self.compute(&rows)?;
-        self.output.update(&retracted)?;
-        self.output.update(&added)?;
-        Ok(vec![retracted, added])
+        let after = self.input.rows_with_keys(touched.iter().copied())?;
+        Ok(vec![self.compute(&before)?.negate(), self.compute(&after)?])
     }
 
     fn state(&mut self) -> Vec<&mut Multiset> {
-        vec![&mut self.input, &mut self.output]
+        vec![&mut self.input]
     }
 }
 

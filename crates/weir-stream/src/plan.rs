@@ -111,7 +111,7 @@ impl NodeSpec {
             NodeKind::Aggregate(spec) if crate::running::is_running(spec) => {
                 &["running totals by group key"]
             }
-            NodeKind::Aggregate(_) => &["input rows by group key", "output row by group key"],
+            NodeKind::Aggregate(_) => &["input rows by group key"],
             NodeKind::Join(_) => &["left rows by join key", "right rows by join key"],
             NodeKind::TopN(_) => &["input rows in sort order"],
             _ => &[],
