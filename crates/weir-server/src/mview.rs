@@ -218,38 +218,23 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
 
     // 2. Backfill from the snapshot, without the lock.
     let started = Instant::now();
-    let mut dataflow = Dataflow::new(&planned.plan)?;
+    let dataflow = Dataflow::new(&planned.plan)?;
     let inputs = source_rows(&snapshot, &planned.sources)?;
     let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
     let progress = session.progress.clone();
     let view = name.clone();
     let spec = crate::catalog::view_output_spec(&planned.columns);
     let (dataflow, table, early) = tokio::task::spawn_blocking(move || {
-        let mut output = dataflow.initial()?;
-        let mut done = 0;
-        for (relation, rows) in inputs {
-            done += rows.len();
-            output.extend(dataflow.step(&|r: &str| {
-                if r == relation {
-                    vec![rows.clone()]
-                } else {
-                    Vec::new()
-                }
-            })?);
-            if input_rows >= BACKFILL_BATCH_ROWS {
-                if let Some(progress) = &progress {
-                    let _ = progress.send(format!(
-                        "materialized view \"{view}\": backfilled {done} of {input_rows} rows"
-                    ));
-                }
+        backfill(dataflow, spec, inputs, |done| {
+            if let Some(progress) = progress
+                .as_ref()
+                .filter(|_| input_rows >= BACKFILL_BATCH_ROWS)
+            {
+                let _ = progress.send(format!(
+                    "materialized view \"{view}\": backfilled {done} of {input_rows} rows"
+                ));
             }
-        }
-        let mut table = weir_state::StateTable::new(spec)
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        apply_output(&mut table, output)?;
-        let mut early = EarlyDeltas::default();
-        early.take(&mut dataflow, &mut table)?;
-        Ok::<_, datafusion::error::DataFusionError>((dataflow, table, early))
+        })
     })
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
@@ -373,6 +358,37 @@ impl EarlyDeltas {
         self.output.extend(output);
         Ok(())
     }
+}
+
+/// Pushes a snapshot's rows through a new view's operators batch by batch,
+/// adding each batch's output to a fresh output table of `spec`, and takes
+/// the resulting state deltas. `progress` hears the rows done so far.
+fn backfill(
+    mut dataflow: Dataflow,
+    spec: weir_state::TableSpec,
+    inputs: Vec<(String, Changes)>,
+    progress: impl Fn(usize),
+) -> datafusion::error::Result<(Dataflow, weir_state::StateTable, EarlyDeltas)> {
+    let to_df =
+        |e: weir_state::StateError| datafusion::error::DataFusionError::External(Box::new(e));
+    let mut table = weir_state::StateTable::new(spec).map_err(to_df)?;
+    apply_output(&mut table, dataflow.initial()?)?;
+    let mut done = 0;
+    for (relation, rows) in inputs {
+        done += rows.len();
+        let out = dataflow.step(&|r: &str| {
+            if r == relation {
+                vec![rows.clone()]
+            } else {
+                Vec::new()
+            }
+        })?;
+        apply_output(&mut table, out)?;
+        progress(done);
+    }
+    let mut early = EarlyDeltas::default();
+    early.take(&mut dataflow, &mut table)?;
+    Ok((dataflow, table, early))
 }
 
 /// Pushes queued epochs of changes through a new view's operators, as

@@ -148,7 +148,7 @@ impl SchemaProvider for PublicSchema {
             let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("no snapshot of materialized view {name}"))
             })?;
-            return Ok(Some(Arc::new(SnapshotTable::counted(table))));
+            return Ok(Some(Arc::new(SnapshotTable::counted(table, view.schema()))));
         }
         system::table(&self.db, name).transpose()
     }
@@ -185,9 +185,9 @@ pub struct SnapshotTable {
 
 impl SnapshotTable {
     /// A provider over a materialized view's output table, whose rows
-    /// carry counts; scans repeat each row by its count.
-    pub fn counted(table: TableSnapshot) -> Self {
-        let schema = crate::views::uncounted(&table.spec().visible_schema());
+    /// carry counts; scans repeat each row by its count. `schema` is the
+    /// view's.
+    pub fn counted(table: TableSnapshot, schema: SchemaRef) -> Self {
         SnapshotTable {
             table,
             schema,

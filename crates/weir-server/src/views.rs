@@ -13,14 +13,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, Int64Array};
-use datafusion::arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use tracing::warn;
 use weir_state::{StateTable, TableId};
 use weir_stream::{Changes, Dataflow};
 
-use crate::catalog::COUNT_COLUMN;
 use crate::database::WorkingState;
 
 /// One running materialized view.
@@ -219,17 +218,6 @@ pub fn expand_counted(
     let all: Vec<usize> = (0..width).collect();
     let rows = batch.project(projection.unwrap_or(&all))?;
     Changes::new(rows, counts)?.expand()
-}
-
-/// The schema of a view's output table without the count column.
-pub fn uncounted(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .filter(|f| f.name() != COUNT_COLUMN)
-        .map(|f| f.as_ref().clone())
-        .collect();
-    Arc::new(Schema::new(fields))
 }
 
 /// Turns table change tracking on exactly for the tables that running or

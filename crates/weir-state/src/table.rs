@@ -89,6 +89,12 @@ impl TableSpec {
         }
     }
 
+    /// The visible columns of a batch of stored rows.
+    pub fn visible_columns(&self, stored: &RecordBatch) -> StateResult<RecordBatch> {
+        let visible: Vec<usize> = (0..self.visible_len()).collect();
+        Ok(stored.project(&visible)?)
+    }
+
     /// The schema of a delete batch: the key columns only.
     pub fn key_schema(&self) -> SchemaRef {
         Arc::new(self.schema.project(&self.key).expect("key columns exist"))
@@ -251,9 +257,7 @@ impl StateTable {
 
     /// The visible columns of the rows at `positions`, in that order.
     pub fn rows_at(&self, positions: &[RowPosition]) -> StateResult<RecordBatch> {
-        let stored = self.gather(positions)?;
-        let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
-        Ok(stored.project(&visible)?)
+        self.spec.visible_columns(&self.gather(positions)?)
     }
 
     fn gather(&self, positions: &[RowPosition]) -> StateResult<RecordBatch> {
@@ -306,8 +310,7 @@ impl StateTable {
             let gone = self.gather(deletes)?;
             let removed = self.encode_keys(&gone, &self.spec.key)?;
             if let Some(changes) = &mut self.changes {
-                let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
-                changes.push((gone.project(&visible)?, -1));
+                changes.push((self.spec.visible_columns(&gone)?, -1));
             }
             for key in removed.iter() {
                 self.index.remove(key.as_ref());
@@ -320,8 +323,7 @@ impl StateTable {
                 self.next_row_id += batch.num_rows() as u64;
             }
             if let Some(changes) = &mut self.changes {
-                let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
-                changes.push((batch.project(&visible)?, 1));
+                changes.push((self.spec.visible_columns(&batch)?, 1));
             }
             let id = self.push_chunk(batch);
             for (row, key) in keys.iter().enumerate() {

@@ -97,7 +97,7 @@ impl Dataflow {
     /// gives a relation's changes in the epoch. Returns the changes of the
     /// view's output.
     pub fn step(&mut self, changes_of: &dyn Fn(&str) -> Vec<Changes>) -> Result<Vec<Changes>> {
-        self.run(|node, operator| match &node.relation {
+        self.run(|relation, operator| match relation {
             Some(relation) => {
                 let mut out = Vec::new();
                 for changes in changes_of(relation) {
@@ -111,16 +111,15 @@ impl Dataflow {
         })
     }
 
+    /// Runs every node in order: `seed` gives a node its own output (from its
+    /// relation, if it is a source), then its inputs' outputs go through it.
     fn run(
         &mut self,
-        mut seed: impl FnMut(&NodeInfo, &mut dyn Operator) -> Result<Vec<Changes>>,
+        mut seed: impl FnMut(Option<&str>, &mut dyn Operator) -> Result<Vec<Changes>>,
     ) -> Result<Vec<Changes>> {
         let mut outputs: Vec<Vec<Changes>> = Vec::with_capacity(self.nodes.len());
         for node in self.nodes.iter_mut() {
-            let info = NodeInfo {
-                relation: node.relation.clone(),
-            };
-            let mut out = seed(&info, node.operator.as_mut())?;
+            let mut out = seed(node.relation.as_deref(), node.operator.as_mut())?;
             for (port, &input) in node.inputs.iter().enumerate() {
                 let parts: Vec<Changes> = outputs[input]
                     .iter()
@@ -156,11 +155,6 @@ impl Dataflow {
             .flat_map(|n| n.operator.state())
             .collect()
     }
-}
-
-/// What `run`'s seed function needs to know about a node.
-struct NodeInfo {
-    relation: Option<String>,
 }
 
 #[cfg(test)]

@@ -10,9 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, BooleanArray, Int64Array, UInt32Array,
-};
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::{and, is_not_null, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -172,15 +170,12 @@ impl Join {
 
     /// Rows of both sides side by side, weights multiplied.
     fn pair_rows(&self, l: &Side, r: &Side, li: &UInt32Array, ri: &UInt32Array) -> Result<Changes> {
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        for c in l.rows.rows.columns().iter().chain(r.rows.rows.columns()) {
-            let indices = if columns.len() < l.rows.rows.num_columns() {
-                li
-            } else {
-                ri
-            };
-            columns.push(take(c.as_ref(), indices, None)?);
-        }
+        let left = l.rows.rows.columns().iter().map(|c| (c, li));
+        let right = r.rows.rows.columns().iter().map(|c| (c, ri));
+        let columns = left
+            .chain(right)
+            .map(|(c, indices)| take(c.as_ref(), indices, None))
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
         let lw = take(&l.rows.weights, li, None)?;
         let rw = take(&r.rows.weights, ri, None)?;
         let weights = datafusion::arrow::compute::kernels::numeric::mul(&lw, &rw)?;
@@ -257,7 +252,7 @@ impl Join {
     /// after, and, when the right side's emptiness or NULL-ness flipped,
     /// every other left row too (their answer depends on it).
     fn process_not_in(&mut self, from_left: bool, input: Changes) -> Result<Vec<Changes>> {
-        let this = if from_left { &self.left } else { &self.right };
+        let this = self.side_state(from_left);
         let columns = this.key_columns(&input.rows)?;
         let keys = this.encode_keys(&columns, input.len())?;
         let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
@@ -265,11 +260,8 @@ impl Join {
         let left_before = self.left.rows_with_keys(touched.iter().copied())?;
         let right_before = self.right.rows_with_keys(touched.iter().copied())?;
         let mut out = vec![self.not_in(&left_before, &right_before, before)?.negate()];
-        if from_left {
-            self.left.update_with_keys(&input, &keys)?;
-        } else {
-            self.right.update_with_keys(&input, &keys)?;
-        }
+        self.side_state_mut(from_left)
+            .update_with_keys(&input, &keys)?;
         let after = self.right_status();
         let left_after = self.left.rows_with_keys(touched.iter().copied())?;
         let right_after = self.right.rows_with_keys(touched.iter().copied())?;
@@ -290,42 +282,34 @@ impl Operator for Join {
         if self.spec.null_aware {
             return self.process_not_in(from_left, input);
         }
-        let (this, other) = if from_left {
-            (&self.left, &self.right)
-        } else {
-            (&self.right, &self.left)
-        };
+        let this = self.side_state(from_left);
         let columns = this.key_columns(&input.rows)?;
         let keys = this.encode_keys(&columns, input.len())?;
         let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
-        let others = other.rows_with_keys(touched.iter().copied())?;
-        let out = if self.spec.join_type == JoinType::Inner {
-            let out = if from_left {
-                self.join(JoinType::Inner, &input, &others)?
-            } else {
-                self.join(JoinType::Inner, &others, &input)?
-            };
-            vec![out]
+        let others = self
+            .side_state(!from_left)
+            .rows_with_keys(touched.iter().copied())?;
+        let kind = self.spec.join_type;
+        let mut out = Vec::with_capacity(2);
+        if kind == JoinType::Inner {
+            // The delta rule: the change joined with the other side.
+            out.push(self.join_sides(kind, from_left, &input, &others)?);
         } else {
-            let before = this.rows_with_keys(touched.iter().copied())?;
-            let old = self.join_sides(from_left, &before, &others)?;
-            let this = if from_left {
-                &mut self.left
-            } else {
-                &mut self.right
-            };
-            this.update_with_keys(&input, &keys)?;
-            let this = if from_left { &self.left } else { &self.right };
-            let after = this.rows_with_keys(touched.iter().copied())?;
-            let new = self.join_sides(from_left, &after, &others)?;
-            return Ok(vec![old.negate(), new]);
-        };
-        let this = if from_left {
-            &mut self.left
-        } else {
-            &mut self.right
-        };
-        this.update_with_keys(&input, &keys)?;
+            // Whether a row matches can flip: the touched keys' rows
+            // before the change go out, after it come in.
+            let before = self
+                .side_state(from_left)
+                .rows_with_keys(touched.iter().copied())?;
+            out.push(self.join_sides(kind, from_left, &before, &others)?.negate());
+        }
+        self.side_state_mut(from_left)
+            .update_with_keys(&input, &keys)?;
+        if kind != JoinType::Inner {
+            let after = self
+                .side_state(from_left)
+                .rows_with_keys(touched.iter().copied())?;
+            out.push(self.join_sides(kind, from_left, &after, &others)?);
+        }
         Ok(out)
     }
 
@@ -335,11 +319,34 @@ impl Operator for Join {
 }
 
 impl Join {
-    fn join_sides(&self, this_is_left: bool, this: &Changes, other: &Changes) -> Result<Changes> {
+    /// `kind` join of one side's rows with the other side's.
+    fn join_sides(
+        &self,
+        kind: JoinType,
+        this_is_left: bool,
+        this: &Changes,
+        other: &Changes,
+    ) -> Result<Changes> {
         if this_is_left {
-            self.join(self.spec.join_type, this, other)
+            self.join(kind, this, other)
         } else {
-            self.join(self.spec.join_type, other, this)
+            self.join(kind, other, this)
+        }
+    }
+
+    fn side_state(&self, left: bool) -> &Multiset {
+        if left {
+            &self.left
+        } else {
+            &self.right
+        }
+    }
+
+    fn side_state_mut(&mut self, left: bool) -> &mut Multiset {
+        if left {
+            &mut self.left
+        } else {
+            &mut self.right
         }
     }
 }
@@ -394,7 +401,7 @@ fn marked(rows: &Changes, matched: Vec<bool>) -> Result<Changes> {
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows.len())),
     )?;
-    Changes::new(batch, Int64Array::from(rows.weights.values().to_vec()))
+    Changes::new(batch, rows.weights.clone())
 }
 
 #[cfg(test)]
