@@ -27,6 +27,45 @@ pub struct Catalog {
     /// Materialized views by name.
     #[serde(default)]
     pub materialized_views: BTreeMap<String, MaterializedViewDef>,
+    /// Sources by name.
+    #[serde(default)]
+    pub sources: BTreeMap<String, SourceDef>,
+}
+
+/// A source: rows the server generates or pulls, read by materialized
+/// views and never stored as a table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceDef {
+    /// Stable id (from the same sequence as tables).
+    pub id: TableId,
+    /// Its name.
+    pub name: String,
+    /// Its columns.
+    pub columns: Vec<ColumnDef>,
+    /// The connector (`datagen`).
+    pub connector: String,
+    /// The connector's options, keys lowercased.
+    pub options: BTreeMap<String, String>,
+    /// When it was created (unix microseconds): the base of event-time
+    /// columns, so that every reader generates the same rows.
+    pub created_micros: i64,
+}
+
+impl SourceDef {
+    /// The source's schema.
+    pub fn schema(&self) -> SchemaRef {
+        columns_schema(&self.columns)
+    }
+
+    /// Its row generator.
+    pub fn generator(&self) -> WeirResult<weir_connectors::datagen::DatagenSpec> {
+        weir_connectors::datagen::DatagenSpec::new(
+            self.schema(),
+            &self.options,
+            self.created_micros,
+        )
+        .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
+    }
 }
 
 /// A materialized view: its query, its output table and its operators'
@@ -158,6 +197,8 @@ pub enum ObjectKind {
     View,
     /// A materialized view.
     MaterializedView,
+    /// A source.
+    Source,
 }
 
 impl Catalog {
@@ -169,6 +210,8 @@ impl Catalog {
             Some(ObjectKind::View)
         } else if self.materialized_views.contains_key(name) {
             Some(ObjectKind::MaterializedView)
+        } else if self.sources.contains_key(name) {
+            Some(ObjectKind::Source)
         } else {
             None
         }
@@ -190,6 +233,10 @@ impl Catalog {
                 SqlState::WRONG_OBJECT_TYPE,
                 format!("cannot change materialized view \"{name}\""),
             )),
+            None if self.sources.contains_key(name) => Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot change source \"{name}\"; its rows come from its connector"),
+            )),
             None => Err(undefined_relation(name)),
         }
     }
@@ -200,6 +247,7 @@ impl Catalog {
             .keys()
             .chain(self.views.keys())
             .chain(self.materialized_views.keys())
+            .chain(self.sources.keys())
             .cloned()
             .collect()
     }

@@ -3,21 +3,27 @@
 //! other.
 //!
 //! ```text
-//!  DML ──lock──▶ WorkingState (open epoch E) ──cut──▶ EpochDelta(E) ──▶ StateStore::commit
-//!                                                                        │ manifest written
-//!  SELECT ◀── committed: Arc<DbSnapshot> (epoch E) ◀── publish ──────────┘
+//!  DML ──lock──▶ WorkingState (open epoch E) ──cut──▶ tables' part of E ─────────┐
+//!                      │ table changes, Barrier(E)                              ▼
+//!                      └──────────────────────▶ stream worker ──views' part──▶ committer
+//!                                                                               │ manifest written
+//!  SELECT ◀── committed: Arc<DbSnapshot> (epoch E) ◀── publish ─────────────────┘
 //! ```
+//!
+//! The coordinator cuts epochs; the committer uploads them, in order, while
+//! the working state and the stream worker go on with the next epochs. At
+//! most [`MAX_EPOCHS_IN_FLIGHT`] epochs are cut and not yet committed.
 //!
 //! A statement that changed something waits until its epoch is committed,
 //! so every acknowledged write is durable and visible to every later query.
 //! Statements that wait together share an epoch (group commit).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{watch, Mutex, MutexGuard, Notify};
+use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
 use tracing::{debug, info, warn};
 use weir_state::{
     EpochDelta, Manifest, StateStore, StateTable, StoreConfig, TableChange, TableId, TableSnapshot,
@@ -26,12 +32,19 @@ use weir_state::{
 
 use crate::catalog::{Catalog, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
-use crate::views::{PendingView, ViewRuntime};
+use crate::worker::{Control, ViewCounters, ViewPart, Worker};
+
+/// How many epochs may be cut and not yet committed. Beyond that the
+/// coordinator waits, the stream worker waits to hand over its state, and
+/// back-pressure reaches the sources.
+pub const MAX_EPOCHS_IN_FLIGHT: usize = 2;
 
 /// Settings of the epoch machinery.
 #[derive(Debug, Clone)]
 pub struct EpochConfig {
-    /// How often an epoch is committed when nobody is waiting.
+    /// How often an epoch is committed when nobody is waiting; zero turns
+    /// periodic checkpoints off (epochs are then cut only for statements
+    /// that wait, `FLUSH` and `CHECKPOINT`).
     pub checkpoint_interval: Duration,
     /// The least time between the starts of two commits; bounds the
     /// objects written per second however many statements wait.
@@ -72,21 +85,19 @@ pub struct WorkingState {
     pub tables: HashMap<TableId, StateTable>,
     /// The epoch that changes made now belong to.
     pub epoch: u64,
-    /// Running materialized views, in creation (and so dependency) order.
-    pub views: Vec<ViewRuntime>,
-    /// Views being created: the changes they must catch up on.
-    pub pending: Vec<PendingView>,
-    /// Deltas of the open epoch taken before the cut, by state table: a new
-    /// view's backfilled state, gathered off the lock.
-    pub early_deltas: HashMap<TableId, Vec<weir_state::DeltaBatches>>,
+    /// Views being created, by token: the relations they read (so that
+    /// those tables record their changes).
+    pub pending: HashMap<u64, BTreeSet<String>>,
     catalog_changed: bool,
     /// A CHECKPOINT asked for a commit even without changes.
     forced: bool,
 }
 
 impl WorkingState {
-    /// A snapshot of the working state (DML plans read it).
-    pub fn snapshot(&self) -> DbSnapshot {
+    /// A snapshot of the working state's tables (without materialized
+    /// views, which the stream worker holds; see
+    /// [`Database::working_snapshot`]).
+    fn snapshot(&self) -> DbSnapshot {
         DbSnapshot {
             epoch: self.epoch,
             catalog: Arc::new(self.catalog.clone()),
@@ -125,15 +136,6 @@ impl WorkingState {
         }
     }
 
-    /// Removes a materialized view, its rows and its operators.
-    pub fn drop_materialized_view(&mut self, name: &str) {
-        if let Some(def) = self.catalog.materialized_views.remove(name) {
-            self.tables.remove(&def.id);
-            self.views.retain(|v| v.name != name);
-            self.catalog_changed = true;
-        }
-    }
-
     /// Marks the catalog changed (views).
     pub fn catalog_changed(&mut self) {
         self.catalog_changed = true;
@@ -143,15 +145,9 @@ impl WorkingState {
         self.forced || self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
     }
 
-    /// Closes the open epoch: takes every table's and operator's delta and
-    /// the snapshot readers will see once the epoch is committed.
-    /// `previous` (the last manifest) and `config` tell which operator
-    /// states are due for a new base and must give their contents.
-    fn cut(
-        &mut self,
-        previous: Option<&Manifest>,
-        config: &StoreConfig,
-    ) -> WeirResult<(EpochDelta, DbSnapshot)> {
+    /// Closes the open epoch: takes every table's delta and the tables'
+    /// snapshot readers will see once the epoch is committed.
+    fn cut(&mut self) -> WeirResult<TablePart> {
         let epoch = self.epoch;
         let mut changes = BTreeMap::new();
         let mut snapshots = HashMap::new();
@@ -160,61 +156,32 @@ impl WorkingState {
             changes.insert(
                 id,
                 TableChange {
-                    deltas: self
-                        .early_deltas
-                        .remove(&id)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .chain(table.take_delta()?)
-                        .collect(),
+                    deltas: table.take_delta()?.into_iter().collect(),
                     next_row_id: table.next_row_id(),
                     snapshot: Some(snapshot.clone()),
                 },
             );
             snapshots.insert(id, snapshot);
         }
-        let mut operator_rows = HashMap::new();
-        for view in &mut self.views {
-            for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
-                operator_rows.insert(id, state.distinct_rows());
-                let due = config.base_due(previous.and_then(|m| m.tables.get(&id)));
-                let snapshot = if due {
-                    let rows = state.dump().map_err(WeirError::from_datafusion)?;
-                    Some(TableSnapshot::from_rows(state.state_spec(), rows))
-                } else {
-                    None
-                };
-                let delta = state.take_delta().map_err(WeirError::from_datafusion)?;
-                let early = self.early_deltas.remove(&id).unwrap_or_default();
-                changes.insert(
-                    id,
-                    TableChange {
-                        deltas: early.into_iter().chain(delta).collect(),
-                        next_row_id: 0,
-                        snapshot,
-                    },
-                );
-            }
-        }
-        // Early deltas of a view dropped within the epoch have no table.
-        self.early_deltas.clear();
-        let catalog = serde_json::to_value(&self.catalog).map_err(WeirError::internal)?;
         self.epoch += 1;
         self.catalog_changed = false;
         self.forced = false;
-        let delta = EpochDelta {
+        Ok(TablePart {
             epoch,
-            catalog,
+            catalog: self.catalog.clone(),
             tables: changes,
-        };
-        let snapshot = DbSnapshot {
-            epoch,
-            catalog: Arc::new(self.catalog.clone()),
-            tables: snapshots,
-            operator_rows,
-        };
-        Ok((delta, snapshot))
+            snapshots,
+        })
     }
+}
+
+/// The tables' share of one checkpoint, cut under the working lock.
+#[derive(Debug)]
+struct TablePart {
+    epoch: u64,
+    catalog: Catalog,
+    tables: BTreeMap<TableId, TableChange>,
+    snapshots: HashMap<TableId, TableSnapshot>,
 }
 
 /// One committed epoch, for the `weir_checkpoints` system table.
@@ -265,6 +232,20 @@ pub struct Database {
     /// The working state's open epoch, readable without its lock.
     open_epoch: AtomicU64,
     store_config: StoreConfig,
+    /// To the stream worker, in order with the epochs' barriers.
+    control: mpsc::UnboundedSender<Control>,
+    /// The worker's end, until the coordinator starts it.
+    control_receiver: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
+    /// Source rows arrived since the last barrier: the epoch has changes
+    /// even if no table does.
+    stream_dirty: AtomicBool,
+    /// Views that failed, with the reason, until the catalog says so.
+    failures: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Rows into and out of each view.
+    view_counters: std::sync::Mutex<BTreeMap<String, ViewCounters>>,
+    /// Materialized views' output tables loaded at startup, until their
+    /// views are restored.
+    restored_outputs: std::sync::Mutex<HashMap<TableId, StateTable>>,
 }
 
 impl Database {
@@ -274,46 +255,48 @@ impl Database {
         let started = Instant::now();
         let manifest = store.recover().await?;
         let last_manifest = manifest.clone().map(Arc::new);
-        let (catalog, epoch, tables) = match manifest {
-            None => (Catalog::default(), 0, HashMap::new()),
+        let (catalog, epoch, tables, outputs) = match manifest {
+            None => (Catalog::default(), 0, HashMap::new(), HashMap::new()),
             Some(manifest) => {
                 let catalog: Catalog =
                     serde_json::from_value(manifest.catalog.clone()).map_err(|e| {
                         WeirError::new(SqlState::IO_ERROR, format!("unreadable catalog: {e}"))
                     })?;
                 let mut tables = HashMap::new();
-                let specs = catalog.tables.values().map(|t| (t.id, t.spec())).chain(
-                    catalog
-                        .materialized_views
-                        .values()
-                        .map(|v| (v.id, v.spec())),
-                );
-                for (id, spec) in specs {
-                    let files = manifest.tables.get(&id).cloned().unwrap_or_default();
-                    tables.insert(id, store.load_table(spec, &files).await?);
+                for def in catalog.tables.values() {
+                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                    tables.insert(def.id, store.load_table(def.spec(), &files).await?);
                 }
-                (catalog, manifest.epoch, tables)
+                let mut outputs = HashMap::new();
+                for def in catalog.materialized_views.values() {
+                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                    outputs.insert(def.id, store.load_table(def.spec(), &files).await?);
+                }
+                (catalog, manifest.epoch, tables, outputs)
             }
         };
         let working = WorkingState {
             catalog,
             tables,
             epoch: epoch + 1,
-            views: Vec::new(),
-            pending: Vec::new(),
-            early_deltas: HashMap::new(),
+            pending: HashMap::new(),
             catalog_changed: false,
             forced: false,
         };
         let mut committed = working.snapshot();
         committed.epoch = epoch;
+        committed
+            .tables
+            .extend(outputs.iter().map(|(&id, t)| (id, t.snapshot())));
         info!(
             epoch,
             tables = working.tables.len(),
+            views = outputs.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered state"
         );
         let store_config = store.config().clone();
+        let (control, control_receiver) = mpsc::unbounded_channel();
         Ok(Arc::new(Database {
             store_config,
             working: Mutex::new(working),
@@ -327,6 +310,12 @@ impl Database {
             history: std::sync::Mutex::new(VecDeque::new()),
             last_manifest: RwLock::new(last_manifest),
             open_epoch: AtomicU64::new(epoch + 1),
+            control,
+            control_receiver: std::sync::Mutex::new(Some(control_receiver)),
+            stream_dirty: AtomicBool::new(false),
+            failures: std::sync::Mutex::new(BTreeMap::new()),
+            view_counters: std::sync::Mutex::new(BTreeMap::new()),
+            restored_outputs: std::sync::Mutex::new(outputs),
         }))
     }
 
@@ -340,15 +329,107 @@ impl Database {
         Ok(self.store.lock().await.load_table(spec, &files).await?)
     }
 
+    /// A materialized view's output table as loaded at startup.
+    pub fn take_restored_output(&self, id: TableId) -> Option<StateTable> {
+        self.restored_outputs
+            .lock()
+            .expect("outputs lock")
+            .remove(&id)
+    }
+
     /// The newest committed snapshot.
     pub fn committed(&self) -> Arc<DbSnapshot> {
         self.committed.read().expect("snapshot lock").clone()
+    }
+
+    /// What DML and DDL plans read: the working state's tables, and
+    /// materialized views as of the last committed epoch (the stream
+    /// worker, not the working state, holds their newer rows).
+    pub fn working_snapshot(&self, working: &WorkingState) -> DbSnapshot {
+        let mut snapshot = working.snapshot();
+        let committed = self.committed();
+        for def in working.catalog.materialized_views.values() {
+            if let Some(table) = committed.tables.get(&def.id) {
+                snapshot.tables.insert(def.id, table.clone());
+            }
+        }
+        snapshot
     }
 
     /// Exclusive access to the working state. DML and DDL hold it while
     /// they compute and apply their changes, never while they wait.
     pub async fn working(&self) -> MutexGuard<'_, WorkingState> {
         self.working.lock().await
+    }
+
+    /// Sends a message to the stream worker. Callers that change the
+    /// catalog send it while they hold the working lock, so it reaches the
+    /// worker before the barrier of the epoch that commits the change.
+    pub fn send_control(&self, message: Control) {
+        if self.control.send(message).is_err() {
+            warn!("the stream worker is gone");
+        }
+    }
+
+    /// The store's tunables.
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.store_config
+    }
+
+    /// Source rows arrived: the open epoch has changes.
+    pub fn stream_dirty(&self) {
+        self.stream_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// The stream worker took its state at a barrier.
+    pub fn stream_clean(&self) {
+        self.stream_dirty.store(false, Ordering::Relaxed);
+    }
+
+    /// Records that a view failed; the next commit writes it into the
+    /// catalog.
+    pub fn view_failed(&self, name: &str, reason: String) {
+        self.failures
+            .lock()
+            .expect("failures lock")
+            .insert(name.to_owned(), reason);
+    }
+
+    /// Forgets a dropped view's failure and counters.
+    pub fn view_counters_remove(&self, name: &str) {
+        self.failures.lock().expect("failures lock").remove(name);
+        self.view_counters
+            .lock()
+            .expect("counters lock")
+            .remove(name);
+    }
+
+    /// Counts rows a view consumed and produced.
+    pub fn count_view_rows(&self, name: &str, rows_in: u64, rows_out: u64) {
+        let mut counters = self.view_counters.lock().expect("counters lock");
+        let entry = counters.entry(name.to_owned()).or_default();
+        entry.rows_in += rows_in;
+        entry.rows_out += rows_out;
+    }
+
+    /// Rows into and out of every view since the server started.
+    pub fn view_counters(&self) -> BTreeMap<String, ViewCounters> {
+        self.view_counters.lock().expect("counters lock").clone()
+    }
+
+    /// Marks the catalog's views that failed.
+    fn record_failures(&self, catalog: &mut Catalog) -> bool {
+        let failures = self.failures.lock().expect("failures lock");
+        let mut changed = false;
+        for (name, reason) in failures.iter() {
+            if let Some(def) = catalog.materialized_views.get_mut(name) {
+                if def.failed.is_none() {
+                    def.failed = Some(reason.clone());
+                    changed = true;
+                }
+            }
+        }
+        changed
     }
 
     /// Waits until `epoch` is committed, asking the coordinator to commit
@@ -387,17 +468,22 @@ impl Database {
         }
     }
 
-    /// Returns once every change made before the call is committed.
+    /// Returns once every change made before the call is committed
+    /// (source rows included).
     pub async fn flush(&self) -> WeirResult<()> {
         let epoch = {
             let working = self.working.lock().await;
-            if working.is_dirty() {
+            if self.is_dirty(&working) {
                 working.epoch
             } else {
                 working.epoch - 1
             }
         };
         self.wait_committed(epoch).await
+    }
+
+    fn is_dirty(&self, working: &WorkingState) -> bool {
+        working.is_dirty() || self.stream_dirty.load(Ordering::Relaxed)
     }
 
     /// Commits an epoch now, even if nothing changed, and returns it once
@@ -439,55 +525,156 @@ impl Database {
         *self.committed_epoch.borrow()
     }
 
-    /// Runs the epoch coordinator until `shutdown` turns true, then commits
-    /// what is pending one last time.
+    /// Runs the epoch machinery until `shutdown` turns true: starts the
+    /// stream worker (on a thread of its own: its operators compute
+    /// without yielding) and the committer, and cuts epochs every
+    /// checkpoint interval and whenever a statement waits. At shutdown it
+    /// cuts what is pending one last time and waits for its commit.
     pub async fn run_coordinator(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(self.config.checkpoint_interval);
+        let (parts, parts_receiver) = mpsc::channel(MAX_EPOCHS_IN_FLIGHT);
+        let (tables, tables_receiver) = mpsc::unbounded_channel();
+        let control = self
+            .control_receiver
+            .lock()
+            .expect("control lock")
+            .take()
+            .expect("the coordinator runs once");
+        let worker = Worker::new(self.clone(), control, parts);
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("weir-stream".into())
+            .spawn(move || runtime.block_on(worker.run()))
+            .expect("spawn the stream worker");
+        let committer = tokio::spawn(self.clone().run_committer(tables_receiver, parts_receiver));
+
+        let periodic = !self.config.checkpoint_interval.is_zero();
+        let mut ticker = tokio::time::interval(if periodic {
+            self.config.checkpoint_interval
+        } else {
+            Duration::from_secs(3600)
+        });
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = ticker.tick() => {}
+                _ = ticker.tick(), if periodic => {}
                 _ = self.commit_requested.notified() => {}
                 _ = shutdown.changed() => break,
             }
             let started = Instant::now();
-            self.commit_pending().await;
+            self.cut_epoch(&tables).await;
             let elapsed = started.elapsed();
             if elapsed < self.config.min_commit_gap {
                 tokio::time::sleep(self.config.min_commit_gap - elapsed).await;
             }
         }
-        self.commit_pending().await;
+        self.cut_epoch(&tables).await;
+        drop(tables);
+        if tokio::time::timeout(self.config.commit_timeout, committer)
+            .await
+            .is_err()
+        {
+            warn!("the last epoch did not commit before shutdown");
+        }
     }
 
-    /// Commits the open epoch if it holds changes, retrying with backoff
-    /// until the store takes it.
-    async fn commit_pending(&self) {
-        let cut = {
-            let mut working = self.working.lock().await;
-            if !working.is_dirty() {
-                return;
-            }
-            let locked = Instant::now();
-            crate::views::run_epoch(&mut working);
-            let processed = locked.elapsed();
-            let previous = self.last_manifest();
-            let cut = working.cut(previous.as_deref(), &self.store_config);
-            self.open_epoch.store(working.epoch, Ordering::Relaxed);
-            debug!(
-                epoch = working.epoch - 1,
-                views_ms = processed.as_secs_f64() * 1e3,
-                cut_ms = (locked.elapsed() - processed).as_secs_f64() * 1e3,
-                "cut epoch"
-            );
-            cut
+    /// Cuts the open epoch if it holds changes: the tables' part goes to
+    /// the committer, their changes and the barrier to the stream worker.
+    /// Waits first while too many epochs are in flight.
+    async fn cut_epoch(&self, tables: &mpsc::UnboundedSender<TablePart>) {
+        let mut committed = self.committed_epoch.subscribe();
+        let in_flight = |committed: u64| {
+            self.open_epoch.load(Ordering::Relaxed) - 1 - committed >= MAX_EPOCHS_IN_FLIGHT as u64
         };
-        let (delta, snapshot) = match cut {
-            Ok(cut) => cut,
-            Err(e) => {
-                warn!(error = %e, "could not cut epoch");
+        if committed.wait_for(|&c| !in_flight(c)).await.is_err() {
+            return;
+        }
+        let mut working = self.working.lock().await;
+        if !self.is_dirty(&working) {
+            return;
+        }
+        let locked = Instant::now();
+        if self.record_failures(&mut working.catalog) {
+            working.catalog_changed();
+        }
+        let changes = crate::views::take_table_changes(&mut working);
+        let epoch = working.epoch;
+        match working.cut() {
+            Ok(part) => {
+                if !changes.is_empty() {
+                    self.send_control(Control::Changes(changes));
+                }
+                self.send_control(Control::Barrier(epoch));
+                let _ = tables.send(part);
+                self.open_epoch.store(working.epoch, Ordering::Relaxed);
+                debug!(
+                    epoch,
+                    cut_ms = locked.elapsed().as_secs_f64() * 1e3,
+                    "cut epoch"
+                );
+            }
+            Err(e) => warn!(epoch, error = %e, "could not cut epoch"),
+        }
+    }
+
+    /// Commits epochs in order: each one's tables' part with the stream
+    /// worker's views' part, retrying with backoff until the store takes
+    /// it, then publishes it to readers.
+    async fn run_committer(
+        self: Arc<Self>,
+        mut tables: mpsc::UnboundedReceiver<TablePart>,
+        mut views: mpsc::Receiver<ViewPart>,
+    ) {
+        while let Some(part) = tables.recv().await {
+            let Some(view_part) = views.recv().await else {
+                warn!(
+                    epoch = part.epoch,
+                    "the stream worker is gone; epoch not committed"
+                );
+                return;
+            };
+            if view_part.epoch != part.epoch {
+                warn!(
+                    tables = part.epoch,
+                    views = view_part.epoch,
+                    "epoch parts out of step; stopping commits"
+                );
                 return;
             }
+            if let Err(e) = self.commit(part, view_part).await {
+                warn!(error = %e, "could not commit epoch");
+            }
+        }
+    }
+
+    async fn commit(&self, part: TablePart, views: ViewPart) -> WeirResult<()> {
+        let TablePart {
+            epoch,
+            mut catalog,
+            mut tables,
+            mut snapshots,
+        } = part;
+        self.record_failures(&mut catalog);
+        tables.extend(views.tables);
+        // Failed views' state is gone from the worker: the catalog says so.
+        tables.retain(|id, _| {
+            catalog.tables.values().any(|t| t.id == *id)
+                || catalog
+                    .materialized_views
+                    .values()
+                    .any(|v| v.failed.is_none() && (v.id == *id || v.state_ids.contains(id)))
+        });
+        snapshots.extend(views.snapshots);
+        let delta = EpochDelta {
+            epoch,
+            catalog: serde_json::to_value(&catalog).map_err(WeirError::internal)?,
+            tables,
+            sources: views.offsets,
+        };
+        let snapshot = DbSnapshot {
+            epoch,
+            catalog: Arc::new(catalog),
+            tables: snapshots,
+            operator_rows: views.operator_rows,
         };
         let started_at = SystemTime::now();
         let started = Instant::now();
@@ -499,7 +686,7 @@ impl Database {
                 Ok(done) => break done,
                 Err(e) => {
                     retries += 1;
-                    warn!(epoch = delta.epoch, error = %e, "commit failed; retrying");
+                    warn!(epoch, error = %e, "commit failed; retrying");
                     *self.last_commit_error.lock().expect("error lock") = Some(e.to_string());
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -507,7 +694,6 @@ impl Database {
             }
         };
         *self.last_commit_error.lock().expect("error lock") = None;
-        let epoch = snapshot.epoch;
         *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
         *self.last_manifest.write().expect("manifest lock") = Some(Arc::new(manifest));
         let mut history = self.history.lock().expect("history lock");
@@ -537,6 +723,7 @@ impl Database {
             bytes = stats.bytes,
             "committed epoch"
         );
+        Ok(())
     }
 }
 

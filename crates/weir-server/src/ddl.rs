@@ -30,7 +30,7 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
         }
         return Err(duplicate_relation(&name));
     }
-    session.pinned.pin(Arc::new(working.snapshot()));
+    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
     let plan = session
         .plan(Statement::CreateTable(create.clone()), &None)
         .await?;
@@ -120,7 +120,7 @@ fn char_limit(data_type: &datafusion::sql::sqlparser::ast::DataType) -> Option<u
 
 /// Types are stored as DataFusion plans them, except that a time zone is
 /// always UTC: Weir stores instants, as PostgreSQL does for timestamptz.
-fn storage_type(data_type: &DataType) -> DataType {
+pub fn storage_type(data_type: &DataType) -> DataType {
     match data_type {
         DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
         other => other.clone(),
@@ -249,7 +249,7 @@ pub async fn create_view(session: &mut Session, create: &CreateView) -> WeirResu
         ));
     }
     // Plan once now, so a view that cannot be planned is refused here.
-    session.pinned.pin(Arc::new(working.snapshot()));
+    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
     let plan = session
         .plan(Statement::Query(create.query.clone()), &None)
         .await?;
@@ -318,30 +318,37 @@ fn kind_noun(kind: ObjectKind) -> &'static str {
         ObjectKind::Table => "table",
         ObjectKind::View => "view",
         ObjectKind::MaterializedView => "materialized view",
+        ObjectKind::Source => "source",
     }
 }
 
-/// `DROP TABLE` / `DROP VIEW` `[IF EXISTS] names [CASCADE]`.
+/// The kind of relation a `DROP` of `object_type` drops.
+pub fn drop_kind(object_type: ObjectType) -> WeirResult<ObjectKind> {
+    match object_type {
+        ObjectType::Table => Ok(ObjectKind::Table),
+        ObjectType::View => Ok(ObjectKind::View),
+        ObjectType::MaterializedView => Ok(ObjectKind::MaterializedView),
+        other => Err(WeirError::unsupported(format!(
+            "DROP {other} is not supported"
+        ))),
+    }
+}
+
+/// `DROP TABLE` / `VIEW` / `MATERIALIZED VIEW` / `SOURCE`
+/// `[IF EXISTS] names [CASCADE]`.
 pub async fn drop_relations(
     session: &mut Session,
-    object_type: ObjectType,
+    wanted: ObjectKind,
     names: &[ObjectName],
     if_exists: bool,
     cascade: bool,
 ) -> WeirResult<Output> {
-    let (wanted, tag, noun) = match object_type {
-        ObjectType::Table => (ObjectKind::Table, "DROP TABLE", "table"),
-        ObjectType::View => (ObjectKind::View, "DROP VIEW", "view"),
-        ObjectType::MaterializedView => (
-            ObjectKind::MaterializedView,
-            "DROP MATERIALIZED VIEW",
-            "materialized view",
-        ),
-        other => {
-            return Err(WeirError::unsupported(format!(
-                "DROP {other} is not supported"
-            )))
-        }
+    let noun = kind_noun(wanted);
+    let tag = match wanted {
+        ObjectKind::Table => "DROP TABLE",
+        ObjectKind::View => "DROP VIEW",
+        ObjectKind::MaterializedView => "DROP MATERIALIZED VIEW",
+        ObjectKind::Source => "DROP SOURCE",
     };
     let db = session.db.clone();
     let mut working = db.working().await;
@@ -417,10 +424,13 @@ pub async fn drop_relations(
             dropped_views.push(name.clone());
         }
         catalog.views.remove(&name);
+        catalog.sources.remove(&name);
     }
     working.catalog.views = catalog.views;
+    working.catalog.sources = catalog.sources;
     for name in dropped_views {
-        working.drop_materialized_view(&name);
+        working.catalog.materialized_views.remove(&name);
+        db.send_control(crate::worker::Control::Drop(name));
     }
     for name in dropped_tables {
         working.drop_table(&name);

@@ -29,15 +29,18 @@ pub mod handler;
 pub mod metrics;
 mod mview;
 pub mod provider;
+mod reader;
 mod relkind;
 pub mod server;
 pub mod session;
 mod settings;
+mod source;
 mod statement;
 mod system;
 pub mod tls;
 mod types;
 mod views;
+mod worker;
 
 pub use auth::Auth;
 pub use database::{Database, EpochConfig};

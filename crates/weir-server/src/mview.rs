@@ -34,7 +34,10 @@ use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind};
 use crate::database::{Database, DbSnapshot};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
-use crate::views::{apply_output, refresh_tracking, PendingView, ViewRuntime};
+use crate::views::{
+    apply_output, offset_key, refresh_tracking, EarlyDeltas, SourceInput, ViewRuntime,
+};
+use crate::worker::{catch_up, Control, PendingQueue};
 
 /// Rows per batch pushed through a new view's operators during backfill.
 const BACKFILL_BATCH_ROWS: usize = 64 * 1024;
@@ -76,12 +79,12 @@ pub async fn plan_view(
         let readable = matches!(schema.as_deref(), None | Some(crate::catalog::SCHEMA))
             && matches!(
                 catalog.kind_of(&name),
-                Some(ObjectKind::Table | ObjectKind::MaterializedView)
+                Some(ObjectKind::Table | ObjectKind::MaterializedView | ObjectKind::Source)
             )
             && !crate::system::SYSTEM_TABLES.contains(&name.as_str());
         if !readable {
             return Err(WeirError::unsupported(format!(
-                "materialized views can only read tables and other materialized views, not \"{name}\""
+                "materialized views can only read tables, sources and other materialized views, not \"{name}\""
             )));
         }
         sources.insert(name);
@@ -167,9 +170,8 @@ impl Drop for PendingGuard {
         let (db, token) = (self.db.clone(), self.token);
         tokio::spawn(async move {
             let mut working = db.working().await;
-            let before = working.pending.len();
-            working.pending.retain(|p| p.token != token);
-            if working.pending.len() != before {
+            db.send_control(Control::RemovePending(token));
+            if working.pending.remove(&token).is_some() {
                 refresh_tracking(&mut working);
             }
         });
@@ -185,8 +187,9 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         ));
     }
     let db = session.db.clone();
-    // 1. Plan, catch the existing views up, snapshot, register.
-    let (planned, snapshot, guard) = {
+    // 1. Plan, snapshot the tables, register with the stream worker.
+    let queue: PendingQueue = Arc::default();
+    let (planned, mut snapshot, views_reply, guard) = {
         let mut working = db.working().await;
         if working.catalog.kind_of(&name).is_some() {
             if create.if_not_exists {
@@ -198,23 +201,46 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
                 format!("relation \"{name}\" already exists"),
             ));
         }
-        session.pinned.pin(Arc::new(working.snapshot()));
+        session.pinned.pin(Arc::new(db.working_snapshot(&working)));
         let planned = plan_view(session, &create.query, &create.columns).await?;
-        crate::views::run_epoch(&mut working);
-        let snapshot = working.snapshot();
+        // The tables' changes so far belong to the snapshot: the running
+        // views get them now, and the new view queues only later ones.
+        let changes = crate::views::take_table_changes(&mut working);
+        if !changes.is_empty() {
+            db.send_control(Control::Changes(changes));
+        }
         let token = NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
-        working.pending.push(PendingView {
+        let (reply, views_reply) = tokio::sync::oneshot::channel();
+        let relations: BTreeSet<String> = planned
+            .sources
+            .iter()
+            .filter(|s| !working.catalog.sources.contains_key(*s))
+            .cloned()
+            .collect();
+        db.send_control(Control::AddPending {
             token,
-            sources: planned.sources.clone(),
-            queue: Vec::new(),
+            sources: relations.clone(),
+            queue: queue.clone(),
+            reply,
         });
+        working.pending.insert(token, relations);
         refresh_tracking(&mut working);
         let guard = PendingGuard {
             db: db.clone(),
             token,
         };
-        (planned, snapshot, guard)
+        let snapshot = db.working_snapshot(&working);
+        (planned, snapshot, views_reply, guard)
     };
+    // The views it reads, as of the same point in their stream.
+    let views = views_reply
+        .await
+        .map_err(|_| WeirError::internal("the stream worker is gone"))?;
+    for def in snapshot.catalog.materialized_views.values() {
+        if let Some(table) = views.get(&def.name) {
+            snapshot.tables.insert(def.id, table.clone());
+        }
+    }
 
     // 2. Backfill from the snapshot, without the lock.
     let started = Instant::now();
@@ -239,17 +265,11 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     .await
     .map_err(|e| WeirError::internal(format!("backfill task: {e}")))??;
 
-    // 3. Catch up on what changed since the snapshot: off the lock while
-    // much has queued up, then the rest under it, and start running.
+    // 3. Catch up on what changed since the snapshot, in rounds while much
+    // queues up; the stream worker does the rest when the view starts.
     let (mut dataflow, mut table, mut early) = (dataflow, table, early);
     for _ in 0..CATCH_UP_ROUNDS {
-        let queued = {
-            let mut working = db.working().await;
-            match working.pending.iter_mut().find(|p| p.token == guard.token) {
-                Some(pending) => std::mem::take(&mut pending.queue),
-                None => return Err(WeirError::internal("pending view vanished")),
-            }
-        };
+        let queued = std::mem::take(&mut *queue.lock().expect("queue lock"));
         if queued.is_empty() {
             break;
         }
@@ -288,17 +308,11 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             ));
         }
     }
-    let position = working
-        .pending
-        .iter()
-        .position(|p| p.token == guard.token)
-        .ok_or_else(|| WeirError::internal("pending view vanished"))?;
-    let pending = working.pending.remove(position);
-    let caught_up = catch_up(&mut dataflow, pending.queue)?;
     let id = allocate_id(&mut working.catalog);
     let state_ids: Vec<TableId> = (0..dataflow.state().len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
+    let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
     let def = MaterializedViewDef {
         name: name.clone(),
         query: create.query.to_string(),
@@ -308,19 +322,20 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         depends_on: planned.depends_on,
         failed: None,
     };
-    apply_output(&mut table, caught_up)?;
-    working.early_deltas.insert(id, early.output);
-    for (&state_id, deltas) in state_ids.iter().zip(early.states) {
-        working.early_deltas.insert(state_id, deltas);
-    }
-    working.tables.insert(id, table);
     working.catalog.materialized_views.insert(name.clone(), def);
-    working.views.push(ViewRuntime {
-        name: name.clone(),
-        output: id,
-        state_ids,
-        dataflow,
-    });
+    db.send_control(Control::Start(
+        Box::new(ViewRuntime {
+            name: name.clone(),
+            id,
+            state_ids,
+            dataflow,
+            output: table,
+            sources,
+            early,
+        }),
+        Some(guard.token),
+    ));
+    working.pending.remove(&guard.token);
     refresh_tracking(&mut working);
     working.catalog_changed();
     let epoch = working.epoch;
@@ -331,33 +346,25 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     Ok(Output::command("CREATE MATERIALIZED VIEW"))
 }
 
-/// A new view's state deltas taken off the lock (its backfill, catch-up
-/// rounds), for the epoch that registers it; gathering a large view's
-/// state at the cut would hold every writer that long.
-#[derive(Default)]
-struct EarlyDeltas {
-    output: Vec<weir_state::DeltaBatches>,
-    states: Vec<Vec<weir_state::DeltaBatches>>,
-}
-
-impl EarlyDeltas {
-    /// Takes what changed in the operators' states and the output table.
-    fn take(
-        &mut self,
-        dataflow: &mut Dataflow,
-        table: &mut weir_state::StateTable,
-    ) -> datafusion::error::Result<()> {
-        let states = dataflow.state();
-        self.states.resize_with(states.len(), Vec::new);
-        for (state, early) in states.into_iter().zip(&mut self.states) {
-            early.extend(state.take_delta()?);
-        }
-        let output = table
-            .take_delta()
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        self.output.extend(output);
-        Ok(())
-    }
+/// The datagen sources among a view's relations, each with its reader's
+/// starting position.
+fn source_inputs(
+    catalog: &crate::catalog::Catalog,
+    relations: &BTreeSet<String>,
+    offset: impl Fn(TableId) -> u64,
+) -> WeirResult<Vec<SourceInput>> {
+    relations
+        .iter()
+        .filter_map(|name| catalog.sources.get(name))
+        .map(|def| {
+            Ok(SourceInput {
+                source_id: def.id,
+                name: def.name.clone(),
+                spec: Arc::new(def.generator()?),
+                offset: offset(def.id),
+            })
+        })
+        .collect()
 }
 
 /// Pushes a snapshot's rows through a new view's operators batch by batch,
@@ -391,25 +398,6 @@ fn backfill(
     Ok((dataflow, table, early))
 }
 
-/// Pushes queued epochs of changes through a new view's operators, as
-/// one step: the operators' results do not depend on how changes are cut
-/// into batches.
-fn catch_up(
-    dataflow: &mut Dataflow,
-    queue: Vec<crate::views::RelationChanges>,
-) -> datafusion::error::Result<Vec<Changes>> {
-    if queue.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut merged = crate::views::RelationChanges::new();
-    for epoch in queue {
-        for (relation, changes) in epoch {
-            merged.entry(relation).or_default().extend(changes);
-        }
-    }
-    dataflow.step(&|r: &str| merged.get(r).cloned().unwrap_or_default())
-}
-
 fn allocate_id(catalog: &mut crate::catalog::Catalog) -> TableId {
     let id = catalog.next_table_id;
     catalog.next_table_id += 1;
@@ -423,6 +411,7 @@ fn relation_id_of(catalog: &crate::catalog::Catalog, name: &str) -> Option<Table
         .get(name)
         .map(|t| t.id)
         .or_else(|| catalog.materialized_views.get(name).map(|v| v.id))
+        .or_else(|| catalog.sources.get(name).map(|s| s.id))
 }
 
 /// Every row of each source in `snapshot`, in batches, as insertions.
@@ -432,6 +421,10 @@ fn source_rows(
 ) -> WeirResult<Vec<(String, Changes)>> {
     let mut out = Vec::new();
     for name in sources {
+        if snapshot.catalog.sources.contains_key(name) {
+            // A view's own reader delivers a source's rows once it runs.
+            continue;
+        }
         let (id, counted) = match relation_id_of(&snapshot.catalog, name) {
             Some(id) => (id, snapshot.catalog.materialized_views.contains_key(name)),
             None => return Err(crate::catalog::undefined_relation(name)),
@@ -473,6 +466,10 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         return Ok(());
     }
     let started = Instant::now();
+    let offsets = db
+        .last_manifest()
+        .map(|m| m.sources.clone())
+        .unwrap_or_default();
     let session = Session::new(db.clone(), runtime, "weir".into())?;
     let mut restored = Vec::new();
     let mut failed = Vec::new();
@@ -482,7 +479,9 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             Ok(query) => plan_view(&session, &query, &[]).await,
             Err(e) => Err(e),
         };
-        let mut dataflow = match planned.and_then(|p| Ok(Dataflow::new(&p.plan)?)) {
+        let (mut dataflow, planned_sources) = match planned
+            .and_then(|p| Ok((Dataflow::new(&p.plan)?, p.sources)))
+        {
             Ok(d) => d,
             Err(e) => {
                 warn!(view = %def.name, error = %e, "materialized view cannot be planned again");
@@ -503,24 +502,37 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             state.restore(&table.snapshot().stored_rows()?)?;
         }
         dataflow.restored()?;
+        let output = db
+            .take_restored_output(def.id)
+            .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
+        let sources = source_inputs(&committed.catalog, &planned_sources, |source| {
+            offsets
+                .get(&offset_key(def.id, source))
+                .copied()
+                .unwrap_or(0)
+        })?;
         restored.push(ViewRuntime {
             name: def.name.clone(),
-            output: def.id,
+            id: def.id,
             state_ids: def.state_ids.clone(),
             dataflow,
+            output,
+            sources,
+            early: EarlyDeltas::default(),
         });
     }
     let mut working = db.working().await;
     for (name, reason) in failed {
-        if let Some(def) = working.catalog.materialized_views.get_mut(&name) {
-            def.failed = Some(reason);
-        }
+        db.view_failed(&name, reason);
         working.catalog_changed();
     }
-    working.views = restored;
+    let count = restored.len();
+    for view in restored {
+        db.send_control(Control::Start(Box::new(view), None));
+    }
     refresh_tracking(&mut working);
     info!(
-        views = working.views.len(),
+        views = count,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "restored materialized views"
     );

@@ -150,6 +150,9 @@ impl SchemaProvider for PublicSchema {
             })?;
             return Ok(Some(Arc::new(SnapshotTable::counted(table, view.schema()))));
         }
+        if let Some(source) = snapshot.catalog.sources.get(name) {
+            return Ok(Some(Arc::new(crate::source::SourceTable::new(source))));
+        }
         system::table(&self.db, name).transpose()
     }
 
@@ -158,6 +161,7 @@ impl SchemaProvider for PublicSchema {
         Ok(
             if snapshot.catalog.tables.contains_key(name)
                 || snapshot.catalog.materialized_views.contains_key(name)
+                || snapshot.catalog.sources.contains_key(name)
             {
                 Some(TableType::Base)
             } else if snapshot.catalog.views.contains_key(name) {

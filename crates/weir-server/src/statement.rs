@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Set, Statement, Value};
 use weir_sql::WeirStatement;
 
+use crate::catalog::ObjectKind;
 use crate::ddl;
 use crate::dml;
 use crate::error::{WeirError, WeirResult};
@@ -25,6 +26,30 @@ pub async fn execute(
             session.db.checkpoint().await?;
             return Ok(Output::command("CHECKPOINT"));
         }
+        WeirStatement::CreateSource(create, options) => {
+            let Statement::CreateTable(create) = create.as_ref() else {
+                return Err(WeirError::internal(
+                    "CREATE SOURCE parsed as another statement",
+                ));
+            };
+            return crate::source::create(session, create, options).await;
+        }
+        WeirStatement::DropSource(drop) => {
+            let Statement::Drop {
+                if_exists,
+                names,
+                cascade,
+                ..
+            } = drop.as_ref()
+            else {
+                return Err(WeirError::internal(
+                    "DROP SOURCE parsed as another statement",
+                ));
+            };
+            return ddl::drop_relations(session, ObjectKind::Source, names, *if_exists, *cascade)
+                .await;
+        }
+        WeirStatement::ShowSources => return crate::source::show(session),
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
     match statement {
@@ -56,7 +81,10 @@ pub async fn execute(
             names,
             cascade,
             ..
-        } => ddl::drop_relations(session, *object_type, names, *if_exists, *cascade).await,
+        } => {
+            let kind = ddl::drop_kind(*object_type)?;
+            ddl::drop_relations(session, kind, names, *if_exists, *cascade).await
+        }
         Statement::ShowTables { .. } => {
             let names = session
                 .db

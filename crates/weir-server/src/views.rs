@@ -1,13 +1,6 @@
-//! Materialized views at run time: each view's dataflow, fed every epoch
-//! with the rows its tables and upstream views changed, and the view's
-//! output table that readers scan.
-//!
-//! ```text
-//!  DML ──▶ StateTable changelog ─┐ at the cut of epoch E, under the working lock:
-//!                                ├─▶ view 1 dataflow ─▶ output table 1 ─┐
-//!                                └─▶ view 2 dataflow ◀── changes of 1 ──┘ ─▶ output table 2
-//!  then every table, output table and operator state delta goes into E's one commit.
-//! ```
+//! Materialized views at run time: what one running view holds, and the
+//! helpers that maintain its output table (rows with counts). The stream
+//! worker (`worker.rs`) drives them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,8 +9,8 @@ use datafusion::arrow::array::{AsArray, Int64Array};
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
-use tracing::warn;
-use weir_state::{StateTable, TableId};
+use weir_connectors::datagen::DatagenSpec;
+use weir_state::{DeltaBatches, StateTable, TableId};
 use weir_stream::{Changes, Dataflow};
 
 use crate::database::WorkingState;
@@ -27,46 +20,78 @@ use crate::database::WorkingState;
 pub struct ViewRuntime {
     /// The view's name.
     pub name: String,
-    /// Its output state table.
-    pub output: TableId,
+    /// Its output state table's id.
+    pub id: TableId,
     /// Its operators' state tables, in dataflow order.
     pub state_ids: Vec<TableId>,
     /// The operators.
     pub dataflow: Dataflow,
+    /// Its output: rows with counts.
+    pub output: StateTable,
+    /// The sources it reads through readers of its own.
+    pub sources: Vec<SourceInput>,
+    /// State deltas taken before it started running (its backfill), to be
+    /// committed with its first epoch.
+    pub early: EarlyDeltas,
 }
 
-/// A view being created: from its snapshot on, the changes of every epoch
-/// to the relations it reads, for it to catch up on before it runs.
-#[derive(Debug)]
-pub struct PendingView {
-    /// Tells pending views apart.
-    pub token: u64,
-    /// The relations it reads.
-    pub sources: BTreeSet<String>,
-    /// Per epoch: each source's changes.
-    pub queue: Vec<HashMap<String, Vec<Changes>>>,
+/// A source a view reads, and where its reader stands.
+#[derive(Debug, Clone)]
+pub struct SourceInput {
+    /// The source's catalog id.
+    pub source_id: TableId,
+    /// The source's name (the relation its dataflow reads).
+    pub name: String,
+    /// Its generator.
+    pub spec: Arc<DatagenSpec>,
+    /// Rows read so far.
+    pub offset: u64,
+}
+
+/// The key of a view's reader position in the manifest.
+pub fn offset_key(view_id: TableId, source_id: TableId) -> String {
+    format!("{view_id}/{source_id}")
+}
+
+/// A new view's state deltas taken off the lock and off the stream worker
+/// (its backfill, catch-up rounds), for the epoch that starts it: gathering
+/// a large view's state at a barrier would stall every other view.
+#[derive(Debug, Default)]
+pub struct EarlyDeltas {
+    /// The output table's deltas.
+    pub output: Vec<DeltaBatches>,
+    /// Each operator state's deltas, in dataflow order.
+    pub states: Vec<Vec<DeltaBatches>>,
+}
+
+impl EarlyDeltas {
+    /// Takes what changed in the operators' states and the output table.
+    pub fn take(
+        &mut self,
+        dataflow: &mut Dataflow,
+        table: &mut StateTable,
+    ) -> datafusion::error::Result<()> {
+        let states = dataflow.state();
+        self.states.resize_with(states.len(), Vec::new);
+        for (state, early) in states.into_iter().zip(&mut self.states) {
+            early.extend(state.take_delta()?);
+        }
+        let output = table
+            .take_delta()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        self.output.extend(output);
+        Ok(())
+    }
 }
 
 /// The changes of every relation in one step.
 pub type RelationChanges = HashMap<String, Vec<Changes>>;
 
-/// Pushes the changes made since the last call through every running
-/// view, in dependency order, and updates their output tables. A view
-/// whose query fails on the new rows (a division by zero, an overflow)
-/// stops and is marked failed; the others go on.
-pub fn run_epoch(working: &mut WorkingState) {
-    let WorkingState {
-        catalog,
-        tables,
-        views,
-        pending,
-        epoch,
-        ..
-    } = working;
-    let epoch = *epoch;
-    let mut changes: RelationChanges = HashMap::new();
-    for def in catalog.tables.values() {
-        if let Some(table) = tables.get_mut(&def.id) {
+/// Takes the changes every tracked table recorded since the last call.
+pub fn take_table_changes(working: &mut WorkingState) -> RelationChanges {
+    let mut changes = RelationChanges::new();
+    for def in working.catalog.tables.values() {
+        if let Some(table) = working.tables.get_mut(&def.id) {
             let taken: Vec<Changes> = table
                 .take_changes()
                 .into_iter()
@@ -80,76 +105,7 @@ pub fn run_epoch(working: &mut WorkingState) {
             }
         }
     }
-    if changes.is_empty() {
-        return;
-    }
-    for view in views.iter_mut() {
-        let Some(def) = catalog.materialized_views.get(&view.name) else {
-            continue;
-        };
-        if def.failed.is_some() {
-            continue;
-        }
-        let failed_source = def.depends_on.iter().find(|s| {
-            catalog
-                .materialized_views
-                .get(*s)
-                .is_some_and(|d| d.failed.is_some())
-        });
-        let outcome = match failed_source {
-            Some(source) => Err(format!("it reads \"{source}\", which failed")),
-            None => step(view, tables, &changes).map_err(|e| {
-                let error = crate::error::WeirError::from_datafusion(e);
-                format!("{} (SQLSTATE {})", error.message, error.code.0)
-            }),
-        };
-        match outcome {
-            Ok(out) if out.is_empty() => {}
-            Ok(out) => {
-                changes.insert(view.name.clone(), vec![out]);
-            }
-            Err(reason) => {
-                warn!(view = %view.name, %reason, "materialized view failed");
-                let def = catalog
-                    .materialized_views
-                    .get_mut(&view.name)
-                    .expect("running views are in the catalog");
-                def.failed = Some(format!("{reason} at epoch {epoch}"));
-            }
-        }
-    }
-    // A failed view stops for good: its operators and their state go.
-    views.retain(|v| {
-        catalog
-            .materialized_views
-            .get(&v.name)
-            .is_some_and(|d| d.failed.is_none())
-    });
-    for view in pending.iter_mut() {
-        let relevant: RelationChanges = changes
-            .iter()
-            .filter(|(name, _)| view.sources.contains(*name))
-            .map(|(name, c)| (name.clone(), c.clone()))
-            .collect();
-        if !relevant.is_empty() {
-            view.queue.push(relevant);
-        }
-    }
-}
-
-/// One view's step: its dataflow on `changes`, then its output table.
-fn step(
-    view: &mut ViewRuntime,
-    tables: &mut HashMap<TableId, StateTable>,
-    changes: &RelationChanges,
-) -> datafusion::error::Result<Changes> {
-    let out = view
-        .dataflow
-        .step(&|relation| changes.get(relation).cloned().unwrap_or_default())?;
-    let table = tables
-        .get_mut(&view.output)
-        .ok_or_else(|| DataFusionError::Internal(format!("no output table for {}", view.name)))?;
-    apply_output(table, out)
+    changes
 }
 
 /// Adds a view's output changes to its output table (rows with counts).
@@ -228,12 +184,7 @@ pub fn refresh_tracking(working: &mut WorkingState) {
         .materialized_views
         .values()
         .flat_map(|v| v.depends_on.iter().cloned())
-        .chain(
-            working
-                .pending
-                .iter()
-                .flat_map(|p| p.sources.iter().cloned()),
-        )
+        .chain(working.pending.values().flat_map(|s| s.iter().cloned()))
         .collect();
     for def in working.catalog.tables.values() {
         if let Some(table) = working.tables.get_mut(&def.id) {

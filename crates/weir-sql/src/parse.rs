@@ -20,6 +20,14 @@ pub enum WeirStatement {
     Flush,
     /// `CHECKPOINT`: commit an epoch now, even without changes.
     Checkpoint,
+    /// `CREATE SOURCE name (columns) WITH (key = 'value', ...)`: the
+    /// statement as a `CREATE TABLE` (name and columns) and the options,
+    /// whose keys may be dotted (`fields.x.kind`), lowercased.
+    CreateSource(Box<Statement>, Vec<(String, String)>),
+    /// `DROP SOURCE [IF EXISTS] names [CASCADE]`, as a `DROP TABLE`.
+    DropSource(Box<Statement>),
+    /// `SHOW SOURCES`.
+    ShowSources,
     /// Any statement sqlparser understands.
     Sql(Box<Statement>),
 }
@@ -86,6 +94,22 @@ fn parse_segment(
             out.push(WeirStatement::Checkpoint);
             Ok(())
         }
+        [Token::Word(show), Token::Word(sources)]
+            if show.value.eq_ignore_ascii_case("show")
+                && sources.value.eq_ignore_ascii_case("sources") =>
+        {
+            out.push(WeirStatement::ShowSources);
+            Ok(())
+        }
+        [Token::Word(verb), Token::Word(noun), ..]
+            if noun.quote_style.is_none()
+                && noun.value.eq_ignore_ascii_case("source")
+                && (verb.value.eq_ignore_ascii_case("create")
+                    || verb.value.eq_ignore_ascii_case("drop")) =>
+        {
+            out.push(parse_source_statement(tokens)?);
+            Ok(())
+        }
         _ => {
             let parsed = if words.iter().any(|t| reads_catalog(t)) {
                 COMPAT.parse(text)
@@ -104,6 +128,96 @@ fn parse_segment(
             Ok(())
         }
     }
+}
+
+/// `CREATE SOURCE` and `DROP SOURCE`: parsed as `CREATE TABLE` and `DROP
+/// TABLE`, except that `CREATE SOURCE`'s `WITH` options are read here,
+/// since sqlparser takes only single-word option keys.
+fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, ParseError> {
+    let mut depth = 0i32;
+    let mut with = None;
+    let mut replaced = false;
+    let mut text = String::new();
+    for (i, token) in tokens.iter().enumerate() {
+        match &token.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if depth == 0 && w.value.eq_ignore_ascii_case("with") => {
+                with = Some(i);
+                break;
+            }
+            Token::Word(w) if !replaced && w.value.eq_ignore_ascii_case("source") => {
+                replaced = true;
+                text.push_str("TABLE");
+                continue;
+            }
+            _ => {}
+        }
+        text.push_str(&token.token.to_string());
+    }
+    let statement = parse_one(&text)?;
+    let is_create = matches!(statement, Statement::CreateTable(_));
+    match with {
+        None if is_create => Ok(WeirStatement::CreateSource(Box::new(statement), Vec::new())),
+        None => Ok(WeirStatement::DropSource(Box::new(statement))),
+        Some(i) if is_create => Ok(WeirStatement::CreateSource(
+            Box::new(statement),
+            parse_options(&tokens[i + 1..])?,
+        )),
+        Some(_) => Err(ParseError("syntax error at or near \"WITH\"".into())),
+    }
+}
+
+fn parse_one(text: &str) -> Result<Statement, ParseError> {
+    let mut parsed =
+        Parser::parse_sql(&PostgreSqlDialect {}, text).map_err(|e| ParseError(e.to_string()))?;
+    match (parsed.pop(), parsed.is_empty()) {
+        (Some(statement), true) => Ok(statement),
+        _ => Err(ParseError("expected one statement".into())),
+    }
+}
+
+/// `( key = value, ... )` where a key is words joined by dots and a value
+/// is a string, number or word.
+fn parse_options(tokens: &[&TokenWithSpan]) -> Result<Vec<(String, String)>, ParseError> {
+    let mut words = tokens
+        .iter()
+        .map(|t| &t.token)
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .peekable();
+    let syntax = |what: &str| ParseError(format!("syntax error in WITH options: {what}"));
+    if words.next() != Some(&Token::LParen) {
+        return Err(syntax("expected ("));
+    }
+    let mut options = Vec::new();
+    loop {
+        let mut key = String::new();
+        loop {
+            match words.next() {
+                Some(Token::Word(w)) => key.push_str(&w.value.to_lowercase()),
+                Some(Token::Period) if !key.is_empty() => key.push('.'),
+                Some(Token::Eq) if !key.is_empty() && !key.ends_with('.') => break,
+                Some(Token::RParen) if key.is_empty() && options.is_empty() => return Ok(options),
+                other => return Err(syntax(&format!("unexpected {}", describe(other)))),
+            }
+        }
+        let value = match words.next() {
+            Some(Token::SingleQuotedString(v)) => v.clone(),
+            Some(Token::Number(v, _)) => v.clone(),
+            Some(Token::Word(w)) => w.value.clone(),
+            other => return Err(syntax(&format!("unexpected {}", describe(other)))),
+        };
+        options.push((key, value));
+        match words.next() {
+            Some(Token::Comma) => continue,
+            Some(Token::RParen) if words.peek().is_none() => return Ok(options),
+            other => return Err(syntax(&format!("unexpected {}", describe(other)))),
+        }
+    }
+}
+
+fn describe(token: Option<&Token>) -> String {
+    token.map_or("end of input".into(), |t| format!("\"{t}\""))
 }
 
 /// Whether a token names something only catalog queries use.
@@ -169,6 +283,39 @@ mod tests {
             WeirStatement::Sql(s) => s.to_string(),
             WeirStatement::Flush => "FLUSH".into(),
             WeirStatement::Checkpoint => "CHECKPOINT".into(),
+            WeirStatement::ShowSources => "SHOW SOURCES".into(),
+            WeirStatement::CreateSource(s, o) => format!("{s} {o:?}"),
+            WeirStatement::DropSource(s) => s.to_string(),
+        }
+    }
+
+    #[test]
+    fn source_statements_take_dotted_options() {
+        let parsed = parse(
+            "CREATE SOURCE s (k int, v text) WITH (connector = 'datagen', fields.k.kind = 'sequence', rows_per_second = 10); DROP SOURCE IF EXISTS s CASCADE; show sources",
+        )
+        .unwrap();
+        let WeirStatement::CreateSource(create, options) = &parsed[0] else {
+            panic!("{:?}", parsed[0]);
+        };
+        assert_eq!(create.to_string(), "CREATE TABLE s (k INT, v TEXT)");
+        assert_eq!(
+            options,
+            &[
+                ("connector".to_string(), "datagen".to_string()),
+                ("fields.k.kind".to_string(), "sequence".to_string()),
+                ("rows_per_second".to_string(), "10".to_string()),
+            ]
+        );
+        assert_eq!(sql_of(&parsed[1]), "DROP TABLE IF EXISTS s CASCADE");
+        assert_eq!(parsed[2], WeirStatement::ShowSources);
+        for bad in [
+            "CREATE SOURCE s (k int) WITH (connector 'datagen')",
+            "CREATE SOURCE s (k int) WITH (fields. = 'x')",
+            "CREATE SOURCE s (k int) WITH (a = 'x'",
+            "DROP SOURCE s WITH (a = 1)",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -68,6 +68,10 @@ pub struct Manifest {
     pub catalog: serde_json::Value,
     /// Live files per table.
     pub tables: BTreeMap<TableId, TableFiles>,
+    /// The position of every source reader at this epoch (rows read), by
+    /// a key the server chooses; recovery rewinds readers to it.
+    #[serde(default)]
+    pub sources: BTreeMap<String, u64>,
 }
 
 impl Manifest {
@@ -81,6 +85,7 @@ impl Manifest {
             epoch: 0,
             catalog,
             tables: BTreeMap::new(),
+            sources: BTreeMap::new(),
         }
     }
 }

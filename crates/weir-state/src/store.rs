@@ -83,6 +83,8 @@ pub struct EpochDelta {
     /// Every table that exists after the epoch. Tables of the previous
     /// manifest that are missing here were dropped.
     pub tables: BTreeMap<TableId, TableChange>,
+    /// Source reader positions after the epoch (see [`Manifest::sources`]).
+    pub sources: BTreeMap<String, u64>,
 }
 
 /// What one commit wrote.
@@ -446,6 +448,7 @@ impl StateStore {
             epoch,
             catalog: delta.catalog.clone(),
             tables,
+            sources: delta.sources.clone(),
         };
         let json = serde_json::to_vec(&manifest).expect("manifest serializes");
         stats.objects += 1;
@@ -595,6 +598,7 @@ mod tests {
             }
             let delta = EpochDelta {
                 epoch,
+                sources: BTreeMap::new(),
                 catalog: serde_json::json!({"epoch": epoch}),
                 tables: BTreeMap::from([(7, change(&mut table))]),
             };
@@ -633,6 +637,7 @@ mod tests {
             .unwrap();
         let delta = EpochDelta {
             epoch: 1,
+            sources: BTreeMap::new(),
             catalog: serde_json::Value::Null,
             tables: BTreeMap::from([(1, change(&mut table))]),
         };
@@ -682,6 +687,7 @@ mod tests {
         table.write(&[], Some(&rows(keys, "v"))).unwrap().unwrap();
         let delta = EpochDelta {
             epoch,
+            sources: BTreeMap::new(),
             catalog: serde_json::Value::Null,
             tables: BTreeMap::from([(1, change(table))]),
         };
@@ -712,6 +718,7 @@ mod tests {
                 table.write(&[], Some(&rows(&[2], "v"))).unwrap().unwrap();
                 let delta = EpochDelta {
                     epoch: 2,
+                    sources: BTreeMap::new(),
                     catalog: serde_json::Value::Null,
                     tables: BTreeMap::from([(1, change(&mut table))]),
                 };

@@ -16,10 +16,11 @@
 //! | `join` | `Join`: every join type, by the delta rule or per changed key |
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` |
 //!
-//! [`Dataflow`] instantiates a [`StreamPlan`] and drives it an epoch at a
-//! time.
+//! [`Dataflow`] instantiates a [`StreamPlan`] and pushes changes through
+//! it; [`Aligner`] is the barrier alignment of a task with several inputs.
 
 mod aggregate;
+mod align;
 mod changes;
 mod dataflow;
 mod join;
@@ -33,6 +34,7 @@ mod top_n;
 #[cfg(test)]
 mod testing;
 
+pub use align::{Aligner, BarrierMismatch};
 pub use changes::Changes;
 pub use dataflow::Dataflow;
 pub use multiset::Multiset;

@@ -42,7 +42,7 @@ pub async fn execute(
 ) -> WeirResult<Output> {
     let db = session.db.clone();
     let mut working = db.working().await;
-    session.pinned.pin(Arc::new(working.snapshot()));
+    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
     let (tag, rows) = match statement {
         Statement::Insert(insert) => (
             "INSERT",

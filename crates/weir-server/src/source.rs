@@ -1,0 +1,171 @@
+//! `CREATE SOURCE`, `SHOW SOURCES`, and reading a source outside a view.
+//!
+//! A source's rows are not stored: each materialized view that reads a
+//! source gets a reader of its own (`reader.rs`) that starts at the
+//! source's first row, and the reader's position is checkpointed with the
+//! view. So a view over a source always holds its query over the rows
+//! `0..position`, however often the server restarts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session as DfSession, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::sqlparser::ast::{CreateTable, Statement};
+
+use crate::catalog::{relation_name, ColumnDef, SourceDef};
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Session};
+
+/// The connectors `CREATE SOURCE` knows.
+const CONNECTORS: &[&str] = &["datagen"];
+
+/// `CREATE SOURCE [IF NOT EXISTS] name (columns) WITH (connector = ..., ...)`.
+pub async fn create(
+    session: &mut Session,
+    create: &CreateTable,
+    options: &[(String, String)],
+) -> WeirResult<Output> {
+    let name = relation_name(&create.name)?;
+    if create.query.is_some() || !create.constraints.is_empty() {
+        return Err(WeirError::unsupported(
+            "CREATE SOURCE takes columns and WITH options only",
+        ));
+    }
+    let mut options: BTreeMap<String, String> = options.iter().cloned().collect();
+    let connector = options.remove("connector").ok_or_else(|| {
+        WeirError::new(
+            SqlState("22023"),
+            "CREATE SOURCE needs WITH (connector = '...'); connectors: datagen",
+        )
+    })?;
+    if !CONNECTORS.contains(&connector.as_str()) {
+        return Err(WeirError::unsupported(format!(
+            "connector \"{connector}\" is not supported; connectors: {}",
+            CONNECTORS.join(", ")
+        )));
+    }
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    if working.catalog.kind_of(&name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!("relation \"{name}\" already exists, skipping"));
+            return Ok(Output::command("CREATE SOURCE"));
+        }
+        return Err(WeirError::new(
+            SqlState::DUPLICATE_TABLE,
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
+    let plan = session
+        .plan(Statement::CreateTable(create.clone()), &None)
+        .await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
+        return Err(WeirError::unsupported(format!(
+            "CREATE SOURCE form: {create}"
+        )));
+    };
+    let columns = memory
+        .input
+        .schema()
+        .fields()
+        .iter()
+        .map(|field| ColumnDef {
+            name: field.name().clone(),
+            data_type: crate::ddl::storage_type(field.data_type()),
+            nullable: false,
+            default: None,
+            max_chars: None,
+        })
+        .collect();
+    let def = SourceDef {
+        id: working.catalog.next_table_id,
+        name: name.clone(),
+        columns,
+        connector,
+        options,
+        created_micros: chrono::Utc::now().timestamp_micros(),
+    };
+    // Refuse bad options now rather than when a view first reads it.
+    def.generator()?;
+    working.catalog.next_table_id += 1;
+    working.catalog.sources.insert(name, def);
+    working.catalog_changed();
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(Output::command("CREATE SOURCE"))
+}
+
+/// `SHOW SOURCES`: name, connector and options of every source.
+pub fn show(session: &Session) -> WeirResult<Output> {
+    let catalog = session.db.committed().catalog.clone();
+    let mut names = Vec::new();
+    let mut connectors = Vec::new();
+    let mut options = Vec::new();
+    for def in catalog.sources.values() {
+        names.push(def.name.clone());
+        connectors.push(def.connector.clone());
+        options.push(
+            def.options
+                .iter()
+                .map(|(k, v)| format!("{k} = '{v}'"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    Output::text_columns(
+        &["name", "connector", "options"],
+        vec![names, connectors, options],
+    )
+}
+
+/// What a query that names a source plans against: the source's columns.
+/// Planning a materialized view needs them; running a plain query over an
+/// unbounded source is refused.
+#[derive(Debug)]
+pub struct SourceTable {
+    name: String,
+    schema: SchemaRef,
+}
+
+impl SourceTable {
+    /// The provider for `def`.
+    pub fn new(def: &SourceDef) -> Self {
+        SourceTable {
+            name: def.name.clone(),
+            schema: def.schema(),
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for SourceTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn DfSession,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let error = WeirError::unsupported(format!(
+            "source \"{}\" cannot be read directly; create a materialized view over it and read that",
+            self.name
+        ));
+        Err(DataFusionError::External(Box::new(error)))
+    }
+}

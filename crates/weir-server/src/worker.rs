@@ -1,0 +1,518 @@
+//! The stream worker: one task that runs every materialized view's
+//! operators, off the working-state lock, and cuts their state at
+//! barriers.
+//!
+//! ```text
+//!  coordinator ──control: table Changes, Barrier(E), view commands──┐
+//!  reader (view a, source s) ──Rows, Barrier(E)──────────────────────┼─▶ worker ──ViewPart(E)──▶ committer
+//!  reader (view b, source s) ──Rows, Barrier(E)──────────────────────┘   (bounded: back-pressure)
+//! ```
+//!
+//! The worker's inputs are the control channel (the tables' changes and
+//! barriers, cut by the coordinator under the working lock) and one
+//! channel per source reader. Records are processed as they arrive: a
+//! reader's rows go through its view's operators at once, and the view's
+//! output changes go on to the views that read it. When the control
+//! channel delivers `Barrier(E)`, the worker injects `Barrier(E)` into
+//! every reader and aligns ([`Aligner`]): an input that has delivered its
+//! barrier is not read again until all have. Then every view's state is
+//! exactly its query over the inputs up to their E positions, and the
+//! worker hands the state changed since E-1 ([`ViewPart`]) to the
+//! committer and goes on with E+1 while E is uploaded. The part channel
+//! holds a bounded number of epochs: when the store is slower than the
+//! stream, the worker waits there, readers' channels fill, and the readers
+//! slow down.
+//!
+//! The operators of all views run in this one task, like operators
+//! chained into one task in Flink: an operator with two inputs (a join)
+//! sees them in the order the task processes them, so aligning the task's
+//! inputs aligns every operator.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::task::Poll;
+
+use datafusion::error::DataFusionError;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+use weir_state::{TableChange, TableId, TableSnapshot};
+use weir_stream::{Aligner, Changes};
+
+use crate::database::Database;
+use crate::reader::{Reader, SourceMessage};
+use crate::views::{apply_output, offset_key, RelationChanges, ViewRuntime};
+
+/// A view being created: the changes to the relations it reads after its
+/// snapshot, queued for its catch-up.
+pub type PendingQueue = Arc<std::sync::Mutex<Vec<RelationChanges>>>;
+
+/// What the coordinator and DDL tell the worker, in order.
+#[derive(Debug)]
+pub enum Control {
+    /// Changes to tables in the open epoch.
+    Changes(RelationChanges),
+    /// Every table change of `epoch` has been sent.
+    Barrier(u64),
+    /// From now on, queue the changes to `sources` for a view being
+    /// created; reply with the current contents of the views among them.
+    AddPending {
+        /// Identifies the pending view.
+        token: u64,
+        /// Tables and views it reads.
+        sources: BTreeSet<String>,
+        /// Where its changes queue up.
+        queue: PendingQueue,
+        /// The snapshots of the views it reads.
+        reply: oneshot::Sender<HashMap<String, TableSnapshot>>,
+    },
+    /// A pending view's creation ended without it.
+    RemovePending(u64),
+    /// Start running a view: created (catching up on what its pending
+    /// entry `token` queued) or restored at startup.
+    Start(Box<ViewRuntime>, Option<u64>),
+    /// Stop and forget a view.
+    Drop(String),
+}
+
+/// The views' share of one checkpoint.
+#[derive(Debug, Default)]
+pub struct ViewPart {
+    /// The epoch.
+    pub epoch: u64,
+    /// Every running view's output table and operator states.
+    pub tables: BTreeMap<TableId, TableChange>,
+    /// The output tables' contents, for readers.
+    pub snapshots: HashMap<TableId, TableSnapshot>,
+    /// Distinct rows of each operator state.
+    pub operator_rows: HashMap<TableId, usize>,
+    /// Every reader's position.
+    pub offsets: BTreeMap<String, u64>,
+}
+
+/// Rows into and out of one view since the server started.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ViewCounters {
+    /// Input change rows processed.
+    pub rows_in: u64,
+    /// Output change rows produced.
+    pub rows_out: u64,
+}
+
+struct PendingView {
+    token: u64,
+    sources: BTreeSet<String>,
+    queue: PendingQueue,
+}
+
+/// A reader owned by one view.
+struct ReaderInput {
+    view: String,
+    source: String,
+    key: String,
+    reader: Reader,
+    offset: u64,
+}
+
+/// Which input a message came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Input {
+    Control,
+    Reader(String),
+}
+
+/// The stream worker's state.
+pub struct Worker {
+    db: Arc<Database>,
+    control: mpsc::UnboundedReceiver<Control>,
+    parts: mpsc::Sender<ViewPart>,
+    views: Vec<ViewRuntime>,
+    pending: Vec<PendingView>,
+    readers: Vec<ReaderInput>,
+    aligner: Aligner<Input>,
+    /// Where reading the readers starts next time (fairness).
+    next_reader: usize,
+}
+
+enum Next {
+    Control(Control),
+    Source(usize, Option<SourceMessage>),
+    Closed,
+}
+
+impl Worker {
+    /// A worker fed by `control` that hands its parts to `parts`.
+    pub fn new(
+        db: Arc<Database>,
+        control: mpsc::UnboundedReceiver<Control>,
+        parts: mpsc::Sender<ViewPart>,
+    ) -> Self {
+        let mut aligner = Aligner::default();
+        aligner.add_input(Input::Control);
+        Worker {
+            db,
+            control,
+            parts,
+            views: Vec::new(),
+            pending: Vec::new(),
+            readers: Vec::new(),
+            aligner,
+            next_reader: 0,
+        }
+    }
+
+    /// Runs until the control channel closes or the committer goes away.
+    pub async fn run(mut self) {
+        loop {
+            let next = self.next_input().await;
+            let outcome = match next {
+                Next::Closed => return,
+                Next::Control(message) => self.on_control(message).await,
+                Next::Source(i, Some(SourceMessage::Rows { rows, end })) => {
+                    self.readers[i].offset = end;
+                    self.db.stream_dirty();
+                    let reader = &self.readers[i];
+                    let (view, source) = (reader.view.clone(), reader.source.clone());
+                    self.process(RelationChanges::new(), Some((&view, &source, rows)));
+                    Ok(())
+                }
+                Next::Source(i, Some(SourceMessage::Barrier { epoch, offset })) => {
+                    self.readers[i].offset = offset;
+                    let input = Input::Reader(self.readers[i].key.clone());
+                    self.on_barrier(input, epoch).await
+                }
+                Next::Source(i, None) => {
+                    let gone = self.readers.remove(i);
+                    warn!(view = %gone.view, source = %gone.source, "source reader stopped");
+                    match self.aligner.remove_input(&Input::Reader(gone.key)) {
+                        Some(epoch) => self.checkpoint(epoch).await,
+                        None => Ok(()),
+                    }
+                }
+            };
+            if outcome.is_err() {
+                debug!("committer gone; stream worker stops");
+                return;
+            }
+        }
+    }
+
+    /// The next message from an input that is not blocked by alignment:
+    /// control first, then the readers in turn.
+    async fn next_input(&mut self) -> Next {
+        let Worker {
+            control,
+            readers,
+            aligner,
+            next_reader,
+            ..
+        } = self;
+        std::future::poll_fn(|cx| {
+            if !aligner.is_blocked(&Input::Control) {
+                match control.poll_recv(cx) {
+                    Poll::Ready(Some(message)) => return Poll::Ready(Next::Control(message)),
+                    Poll::Ready(None) => return Poll::Ready(Next::Closed),
+                    Poll::Pending => {}
+                }
+            }
+            let count = readers.len();
+            for step in 0..count {
+                let i = (*next_reader + step) % count;
+                let reader = &mut readers[i];
+                if aligner.is_blocked(&Input::Reader(reader.key.clone())) {
+                    continue;
+                }
+                if let Poll::Ready(message) = reader.reader.messages.poll_recv(cx) {
+                    *next_reader = i + 1;
+                    return Poll::Ready(Next::Source(i, message));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    async fn on_control(&mut self, message: Control) -> Result<(), Closed> {
+        match message {
+            Control::Changes(changes) => self.process(changes, None),
+            Control::Barrier(epoch) => {
+                for reader in &self.readers {
+                    reader.reader.inject_barrier(epoch);
+                }
+                return self.on_barrier(Input::Control, epoch).await;
+            }
+            Control::AddPending {
+                token,
+                sources,
+                queue,
+                reply,
+            } => {
+                let snapshots = self
+                    .views
+                    .iter()
+                    .filter(|v| sources.contains(&v.name))
+                    .map(|v| (v.name.clone(), v.output.snapshot()))
+                    .collect();
+                self.pending.push(PendingView {
+                    token,
+                    sources,
+                    queue,
+                });
+                let _ = reply.send(snapshots);
+            }
+            Control::RemovePending(token) => self.pending.retain(|p| p.token != token),
+            Control::Start(view, token) => self.start(*view, token),
+            Control::Drop(name) => {
+                self.views.retain(|v| v.name != name);
+                let gone: Vec<String> = self
+                    .readers
+                    .iter()
+                    .filter(|r| r.view == name)
+                    .map(|r| r.key.clone())
+                    .collect();
+                self.readers.retain(|r| r.view != name);
+                for key in gone {
+                    // Not mid-alignment: control is read only between barriers.
+                    self.aligner.remove_input(&Input::Reader(key));
+                }
+                self.db.view_counters_remove(&name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a view: catches it up on its queue, then runs it with the
+    /// others and starts its readers.
+    fn start(&mut self, mut view: ViewRuntime, token: Option<u64>) {
+        if let Some(token) = token {
+            let Some(position) = self.pending.iter().position(|p| p.token == token) else {
+                warn!(view = %view.name, "pending view vanished before it started");
+                return;
+            };
+            let pending = self.pending.remove(position);
+            let queued = std::mem::take(&mut *pending.queue.lock().expect("queue lock"));
+            let caught_up = catch_up(&mut view.dataflow, queued)
+                .and_then(|out| apply_output(&mut view.output, out));
+            if let Err(e) = caught_up {
+                self.fail(&view.name, e);
+                return;
+            }
+        }
+        for source in &view.sources {
+            let key = offset_key(view.id, source.source_id);
+            self.aligner.add_input(Input::Reader(key.clone()));
+            self.readers.push(ReaderInput {
+                view: view.name.clone(),
+                source: source.name.clone(),
+                key,
+                reader: Reader::spawn(source.spec.clone(), source.offset),
+                offset: source.offset,
+            });
+        }
+        self.views.push(view);
+    }
+
+    /// Pushes changes through every view in dependency order. `source`
+    /// rows go only to the view whose reader read them.
+    fn process(
+        &mut self,
+        mut changes: RelationChanges,
+        source: Option<(&str, &str, datafusion::arrow::record_batch::RecordBatch)>,
+    ) {
+        let source = source.map(|(view, name, rows)| (view, name, Changes::inserts(rows)));
+        if changes.is_empty() && source.is_none() {
+            return;
+        }
+        let mut failed = Vec::new();
+        for view in self.views.iter_mut() {
+            let own = source
+                .as_ref()
+                .filter(|(owner, _, _)| *owner == view.name)
+                .map(|(_, name, rows)| (*name, rows));
+            let changes_of = |relation: &str| -> Vec<Changes> {
+                match own {
+                    Some((name, rows)) if name == relation => vec![rows.clone()],
+                    _ => changes.get(relation).cloned().unwrap_or_default(),
+                }
+            };
+            let reads: BTreeSet<String> = view.dataflow.sources();
+            if reads.iter().any(|r| failed.iter().any(|(f, _)| f == r)) {
+                let upstream = reads
+                    .iter()
+                    .find(|r| failed.iter().any(|(f, _)| f == *r))
+                    .cloned()
+                    .unwrap_or_default();
+                failed.push((
+                    view.name.clone(),
+                    format!("it reads \"{upstream}\", which failed"),
+                ));
+                continue;
+            }
+            let rows_in: usize = reads
+                .iter()
+                .map(|r| changes_of(r).iter().map(Changes::len).sum::<usize>())
+                .sum();
+            if rows_in == 0 {
+                continue;
+            }
+            let outcome = view
+                .dataflow
+                .step(&changes_of)
+                .and_then(|out| apply_output(&mut view.output, out));
+            match outcome {
+                Ok(out) => {
+                    self.db
+                        .count_view_rows(&view.name, rows_in as u64, out.len() as u64);
+                    if !out.is_empty() {
+                        changes.insert(view.name.clone(), vec![out]);
+                    }
+                }
+                Err(e) => failed.push((view.name.clone(), describe(e))),
+            }
+        }
+        for (name, reason) in failed {
+            self.stop_failed(&name, reason);
+        }
+        for pending in &self.pending {
+            let relevant: RelationChanges = changes
+                .iter()
+                .filter(|(name, _)| pending.sources.contains(*name))
+                .map(|(name, c)| (name.clone(), c.clone()))
+                .collect();
+            if !relevant.is_empty() {
+                pending.queue.lock().expect("queue lock").push(relevant);
+            }
+        }
+    }
+
+    fn fail(&mut self, name: &str, error: DataFusionError) {
+        self.stop_failed(name, describe(error));
+    }
+
+    /// A failed view stops for good: its operators, state and readers go,
+    /// and the committer records the failure in the catalog.
+    fn stop_failed(&mut self, name: &str, reason: String) {
+        warn!(view = %name, %reason, "materialized view failed");
+        self.db.view_failed(name, reason);
+        self.views.retain(|v| v.name != name);
+        let gone: Vec<String> = self
+            .readers
+            .iter()
+            .filter(|r| r.view == name)
+            .map(|r| r.key.clone())
+            .collect();
+        self.readers.retain(|r| r.view != name);
+        for key in gone {
+            self.aligner.remove_input(&Input::Reader(key));
+        }
+    }
+
+    async fn on_barrier(&mut self, input: Input, epoch: u64) -> Result<(), Closed> {
+        match self.aligner.on_barrier(&input, epoch) {
+            Ok(Some(epoch)) => self.checkpoint(epoch).await,
+            Ok(None) => Ok(()),
+            Err(mismatch) => {
+                // A reader that joined late answers a barrier the others
+                // already passed: it carries no rows of a later epoch.
+                debug!(?input, ?mismatch, "barrier out of order ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Every input delivered `Barrier(epoch)`: hand the views' state
+    /// changes since the last barrier to the committer.
+    async fn checkpoint(&mut self, epoch: u64) -> Result<(), Closed> {
+        let part = match self.cut(epoch) {
+            Ok(part) => part,
+            Err(e) => {
+                warn!(epoch, error = %e, "could not take the views' state; the epoch fails");
+                ViewPart {
+                    epoch,
+                    ..ViewPart::default()
+                }
+            }
+        };
+        self.parts.send(part).await.map_err(|_| Closed)
+    }
+
+    fn cut(&mut self, epoch: u64) -> datafusion::error::Result<ViewPart> {
+        let previous = self.db.last_manifest();
+        let config = self.db.store_config();
+        let mut part = ViewPart {
+            epoch,
+            ..ViewPart::default()
+        };
+        for view in &mut self.views {
+            let snapshot = view.output.snapshot();
+            let early = std::mem::take(&mut view.early);
+            part.tables.insert(
+                view.id,
+                TableChange {
+                    deltas: early
+                        .output
+                        .into_iter()
+                        .chain(view.output.take_delta().map_err(external)?)
+                        .collect(),
+                    next_row_id: 0,
+                    snapshot: Some(snapshot.clone()),
+                },
+            );
+            part.snapshots.insert(view.id, snapshot);
+            let mut early_states = early.states.into_iter();
+            for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
+                part.operator_rows.insert(id, state.distinct_rows());
+                let due = config.base_due(previous.as_deref().and_then(|m| m.tables.get(&id)));
+                let snapshot = if due {
+                    Some(TableSnapshot::from_rows(state.state_spec(), state.dump()?))
+                } else {
+                    None
+                };
+                let early = early_states.next().unwrap_or_default();
+                part.tables.insert(
+                    id,
+                    TableChange {
+                        deltas: early.into_iter().chain(state.take_delta()?).collect(),
+                        next_row_id: 0,
+                        snapshot,
+                    },
+                );
+            }
+        }
+        for reader in &self.readers {
+            part.offsets.insert(reader.key.clone(), reader.offset);
+        }
+        self.db.stream_clean();
+        Ok(part)
+    }
+}
+
+/// The committer is gone (shutdown).
+struct Closed;
+
+fn external(e: weir_state::StateError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// A view failure's message for the catalog.
+fn describe(e: DataFusionError) -> String {
+    let error = crate::error::WeirError::from_datafusion(e);
+    format!("{} (SQLSTATE {})", error.message, error.code.0)
+}
+
+/// Pushes queued changes through a new view's operators as one step: the
+/// operators' results do not depend on how changes are cut into batches.
+pub fn catch_up(
+    dataflow: &mut weir_stream::Dataflow,
+    queue: Vec<RelationChanges>,
+) -> datafusion::error::Result<Vec<Changes>> {
+    if queue.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut merged = RelationChanges::new();
+    for step in queue {
+        for (relation, changes) in step {
+            merged.entry(relation).or_default().extend(changes);
+        }
+    }
+    dataflow.step(&|r: &str| merged.get(r).cloned().unwrap_or_default())
+}
