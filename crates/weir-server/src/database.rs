@@ -74,6 +74,8 @@ pub struct DbSnapshot {
     pub tables: HashMap<TableId, TableSnapshot>,
     /// Distinct rows of each operator state table, by id.
     pub operator_rows: HashMap<TableId, usize>,
+    /// Every source reader's position (see `views::offset_key`).
+    pub offsets: BTreeMap<String, u64>,
 }
 
 /// The state DML and DDL change, one statement at a time.
@@ -107,6 +109,7 @@ impl WorkingState {
                 .map(|(&id, t)| (id, t.snapshot()))
                 .collect(),
             operator_rows: HashMap::new(),
+            offsets: BTreeMap::new(),
         }
     }
 
@@ -285,6 +288,10 @@ impl Database {
         };
         let mut committed = working.snapshot();
         committed.epoch = epoch;
+        committed.offsets = last_manifest
+            .as_ref()
+            .map(|m| m.sources.clone())
+            .unwrap_or_default();
         committed
             .tables
             .extend(outputs.iter().map(|(&id, t)| (id, t.snapshot())));
@@ -668,13 +675,14 @@ impl Database {
             epoch,
             catalog: serde_json::to_value(&catalog).map_err(WeirError::internal)?,
             tables,
-            sources: views.offsets,
+            sources: views.offsets.clone(),
         };
         let snapshot = DbSnapshot {
             epoch,
             catalog: Arc::new(catalog),
             tables: snapshots,
             operator_rows: views.operator_rows,
+            offsets: views.offsets,
         };
         let started_at = SystemTime::now();
         let started = Instant::now();

@@ -77,6 +77,25 @@ pub fn render(db: &Database) -> String {
         let name = def.name.replace('\\', "\\\\").replace('"', "\\\"");
         let _ = writeln!(out, "weir_table_rows{{table=\"{name}\"}} {rows}");
     }
+    let views = db.view_counters();
+    for (metric, help, value) in [
+        (
+            "weir_view_rows_in_total",
+            "Change rows each materialized view consumed since the server started.",
+            (|c: &crate::worker::ViewCounters| c.rows_in) as fn(&_) -> u64,
+        ),
+        (
+            "weir_view_rows_out_total",
+            "Change rows each materialized view produced since the server started.",
+            |c: &crate::worker::ViewCounters| c.rows_out,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for (name, counters) in &views {
+            let name = name.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "{metric}{{view=\"{name}\"}} {}", value(counters));
+        }
+    }
     out
 }
 

@@ -153,7 +153,7 @@ impl SchemaProvider for PublicSchema {
         if let Some(source) = snapshot.catalog.sources.get(name) {
             return Ok(Some(Arc::new(crate::source::SourceTable::new(source))));
         }
-        system::table(&self.db, name).transpose()
+        system::table(&self.db, &snapshot, name).transpose()
     }
 
     async fn table_type(&self, name: &str) -> Result<Option<TableType>> {

@@ -3,7 +3,7 @@
 //! barriers in-band.
 //!
 //! ```text
-//!  reader task ──Rows(batch, end offset)──Rows──Barrier(E, offset)──Rows──▶ worker
+//!  reader task ──Rows──Rows──Barrier(E, offset)──Rows──▶ worker
 //!       ▲                                                                 │
 //!       └──────────────── barrier request E (unbounded) ──────────────────┘
 //! ```
@@ -36,13 +36,8 @@ const PACING_TICK: Duration = Duration::from_millis(10);
 /// What a reader sends.
 #[derive(Debug)]
 pub enum SourceMessage {
-    /// Rows; `end` is the reader's position after them.
-    Rows {
-        /// The generated rows.
-        rows: RecordBatch,
-        /// Rows read once these are counted.
-        end: u64,
-    },
+    /// The next rows.
+    Rows(RecordBatch),
     /// Every row before this belongs to `epoch`; `offset` rows were read.
     Barrier {
         /// The epoch the barrier ends.
@@ -113,7 +108,7 @@ async fn generate(
                 let count = (due - offset).min(MAX_BATCH_ROWS);
                 let rows = spec.generate(offset, count as usize);
                 offset += count;
-                permit.send(SourceMessage::Rows { rows, end: offset });
+                permit.send(SourceMessage::Rows(rows));
             }
             _ = tokio::time::sleep(PACING_TICK), if due <= offset => {}
         }

@@ -5,7 +5,9 @@
 //!   objects and bytes written, failed attempts);
 //! - `weir_state_tables`: each table's, view's and operator state's rows
 //!   (distinct rows for views and operators) and files in the newest
-//!   manifest (base size, delta count and size).
+//!   manifest (base size, delta count and size);
+//! - `weir_source_readers`: each view's reader of each source and its
+//!   position (rows read) at the epoch the query reads.
 
 use std::sync::Arc;
 
@@ -16,18 +18,60 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use datafusion::error::Result;
 
-use crate::database::Database;
+use crate::database::{Database, DbSnapshot};
 
 /// Names of the system tables.
-pub const SYSTEM_TABLES: &[&str] = &["weir_checkpoints", "weir_state_tables"];
+pub const SYSTEM_TABLES: &[&str] = &[
+    "weir_checkpoints",
+    "weir_state_tables",
+    "weir_source_readers",
+];
 
-/// The system table called `name`, if there is one.
-pub fn table(db: &Database, name: &str) -> Option<Result<Arc<dyn TableProvider>>> {
+/// The system table called `name`, if there is one; `snapshot` is the
+/// epoch the query reads.
+pub fn table(
+    db: &Database,
+    snapshot: &DbSnapshot,
+    name: &str,
+) -> Option<Result<Arc<dyn TableProvider>>> {
     match name {
         "weir_checkpoints" => Some(checkpoints(db)),
         "weir_state_tables" => Some(state_tables(db)),
+        "weir_source_readers" => Some(source_readers(snapshot)),
         _ => None,
     }
+}
+
+fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let catalog = &snapshot.catalog;
+    let mut rows: Vec<(String, String, u64)> = Vec::new();
+    for view in catalog.materialized_views.values() {
+        for source in view
+            .depends_on
+            .iter()
+            .filter_map(|d| catalog.sources.get(d))
+        {
+            let key = crate::views::offset_key(view.id, source.id);
+            let position = snapshot.offsets.get(&key).copied().unwrap_or(0);
+            rows.push((view.name.clone(), source.name.clone(), position));
+        }
+    }
+    mem_table(
+        vec![
+            Field::new("view", DataType::Utf8, false),
+            Field::new("source", DataType::Utf8, false),
+            Field::new("position", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.0.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.1.clone()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+        ],
+    )
 }
 
 fn mem_table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<Arc<dyn TableProvider>> {

@@ -110,6 +110,9 @@ struct ReaderInput {
     source: String,
     key: String,
     reader: Reader,
+    /// The position its last barrier carried: the rows of every epoch up
+    /// to that barrier, which is what a checkpoint records (with aligned
+    /// inputs, exactly the rows processed before the checkpoint).
     offset: u64,
 }
 
@@ -167,8 +170,7 @@ impl Worker {
             let outcome = match next {
                 Next::Closed => return,
                 Next::Control(message) => self.on_control(message).await,
-                Next::Source(i, Some(SourceMessage::Rows { rows, end })) => {
-                    self.readers[i].offset = end;
+                Next::Source(i, Some(SourceMessage::Rows(rows))) => {
                     self.db.stream_dirty();
                     let reader = &self.readers[i];
                     let (view, source) = (reader.view.clone(), reader.source.clone());

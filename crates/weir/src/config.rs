@@ -50,7 +50,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub state_url: Option<String>,
     /// How often an epoch is committed when no statement is waiting
-    /// (e.g. 1s, 250ms).
+    /// (e.g. 1s, 250ms), or `off`: epochs only for statements that wait,
+    /// FLUSH and CHECKPOINT.
     #[arg(long, default_value = "1s")]
     pub checkpoint_interval: String,
     /// How long a write waits for its epoch to commit before failing.
@@ -120,8 +121,10 @@ impl Config {
             }
         };
         let epochs = EpochConfig {
-            checkpoint_interval: parse_duration(&args.checkpoint_interval)
-                .context("--checkpoint-interval")?,
+            checkpoint_interval: match args.checkpoint_interval.trim() {
+                "off" => Duration::ZERO,
+                text => parse_duration(text).context("--checkpoint-interval")?,
+            },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             ..EpochConfig::default()
         };

@@ -10,4 +10,5 @@ mod protocol;
 mod psql;
 mod s3;
 mod slt;
+mod sources;
 mod view_property;

@@ -39,6 +39,13 @@ async fn sigkill_cycles_on_s3_lose_nothing() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagen_views_on_s3_are_exact_through_sigkill_cycles() {
+    if let Some(server) = s3_server().await {
+        crate::sources::kill_cycles(server).await;
+    }
+}
+
 #[tokio::test]
 async fn state_on_s3_survives_sigkill() {
     let Some(mut server) = s3_server().await else {
