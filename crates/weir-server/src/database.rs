@@ -161,7 +161,7 @@ impl WorkingState {
                 TableChange {
                     deltas: table.take_delta()?.into_iter().collect(),
                     next_row_id: table.next_row_id(),
-                    snapshot: Some(snapshot.clone()),
+                    spec: table.spec().clone(),
                 },
             );
             snapshots.insert(id, snapshot);
@@ -216,6 +216,8 @@ pub struct CommitCounters {
     pub objects: AtomicU64,
     /// Bytes written since start.
     pub bytes: AtomicU64,
+    /// Delta chains merged into bases since start.
+    pub compactions: AtomicU64,
 }
 
 /// Tables, epochs and durability.
@@ -553,6 +555,7 @@ impl Database {
             .spawn(move || runtime.block_on(worker.run()))
             .expect("spawn the stream worker");
         let committer = tokio::spawn(self.clone().run_committer(tables_receiver, parts_receiver));
+        let compactor = tokio::spawn(self.clone().run_compactor());
 
         let periodic = !self.config.checkpoint_interval.is_zero();
         let mut ticker = tokio::time::interval(if periodic {
@@ -574,6 +577,7 @@ impl Database {
                 tokio::time::sleep(self.config.min_commit_gap - elapsed).await;
             }
         }
+        compactor.abort();
         self.cut_epoch(&tables).await;
         drop(tables);
         if tokio::time::timeout(self.config.commit_timeout, committer)
@@ -620,6 +624,40 @@ impl Database {
                 );
             }
             Err(e) => warn!(epoch, error = %e, "could not cut epoch"),
+        }
+    }
+
+    /// Merges delta chains into bases in the background: after each
+    /// commit, every table the store says is due is read back, merged and
+    /// written as a new base (on a blocking thread: decoding and merging
+    /// are CPU work), which the next commit names in place of the chain.
+    async fn run_compactor(self: Arc<Self>) {
+        let mut committed = self.committed_epoch.subscribe();
+        while committed.changed().await.is_ok() {
+            let jobs = self.store.lock().await.compaction_jobs(|_| false);
+            for job in jobs {
+                let compactor = self.store.lock().await.compactor();
+                let runtime = tokio::runtime::Handle::current();
+                let started = Instant::now();
+                let merged =
+                    tokio::task::spawn_blocking(move || runtime.block_on(compactor.compact(&job)))
+                        .await;
+                match merged {
+                    Ok(Ok(base)) => {
+                        debug!(
+                            table = base.table,
+                            deltas = base.merged,
+                            bytes = base.base.len,
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "compacted"
+                        );
+                        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                        self.store.lock().await.install(base);
+                    }
+                    Ok(Err(e)) => warn!(error = %e, "compaction failed; it will be tried again"),
+                    Err(e) => warn!(error = %e, "compaction task failed"),
+                }
+            }
         }
     }
 

@@ -438,8 +438,6 @@ impl Worker {
     }
 
     fn cut(&mut self, epoch: u64) -> datafusion::error::Result<ViewPart> {
-        let previous = self.db.last_manifest();
-        let config = self.db.store_config();
         let mut part = ViewPart {
             epoch,
             ..ViewPart::default()
@@ -456,26 +454,20 @@ impl Worker {
                         .chain(view.output.take_delta().map_err(external)?)
                         .collect(),
                     next_row_id: 0,
-                    snapshot: Some(snapshot.clone()),
+                    spec: view.output.spec().clone(),
                 },
             );
             part.snapshots.insert(view.id, snapshot);
             let mut early_states = early.states.into_iter();
             for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
                 part.operator_rows.insert(id, state.distinct_rows());
-                let due = config.base_due(previous.as_deref().and_then(|m| m.tables.get(&id)));
-                let snapshot = if due {
-                    Some(TableSnapshot::from_rows(state.state_spec(), state.dump()?))
-                } else {
-                    None
-                };
                 let early = early_states.next().unwrap_or_default();
                 part.tables.insert(
                     id,
                     TableChange {
                         deltas: early.into_iter().chain(state.take_delta()?).collect(),
                         next_row_id: 0,
-                        snapshot,
+                        spec: state.state_spec(),
                     },
                 );
             }

@@ -18,11 +18,15 @@
 //! ```text
 //! manifest/<epoch>      catalog + live files per table; newest complete one wins
 //! data/<epoch>-<n>      the deltas written in that epoch, all tables together
-//! base/<table>/<epoch>  a table's merged state, written when its delta chain grows
+//! base/<table>/<epoch>  a table's merged state, written by background compaction
 //! ```
+//!
+//! [`Compactor`] merges delta chains into bases beside the commits; the
+//! next commit names a merged base in place of what it merged.
 #![warn(missing_docs)]
 
 mod codec;
+mod compact;
 mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod faulty;
@@ -31,6 +35,7 @@ mod manifest;
 mod store;
 mod table;
 
+pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};
 pub use manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
 pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};

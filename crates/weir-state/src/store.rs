@@ -1,6 +1,6 @@
 //! The state store: commits epochs to an object store and recovers them.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,10 +13,11 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tracing::{debug, warn};
 
 use crate::codec;
+use crate::compact::{self, CompactedBase};
 use crate::error::{StateError, StateResult};
-use crate::layout::{self, base_path, data_path, manifest_path};
+use crate::layout::{self, data_path, manifest_path};
 use crate::manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
-use crate::table::{DeltaBatches, StateTable, TableSnapshot, TableSpec};
+use crate::table::{DeltaBatches, StateTable, TableSpec};
 
 /// Tunables of the state store.
 #[derive(Debug, Clone)]
@@ -31,20 +32,11 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// Whether a table with these files gets a new base in this commit.
-    fn needs_base(&self, files: &TableFiles) -> bool {
+    /// Whether a table with these files is due for a merge into a new base.
+    pub(crate) fn needs_base(&self, files: &TableFiles) -> bool {
         !files.deltas.is_empty()
             && (files.deltas.len() >= self.max_deltas
                 || files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes))
-    }
-
-    /// Whether the next commit of a table whose files were `previous`
-    /// may compact it: then its contents should come with its change.
-    pub fn base_due(&self, previous: Option<&TableFiles>) -> bool {
-        previous.is_some_and(|files| {
-            files.deltas.len() + 1 >= self.max_deltas
-                || files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes)
-        })
     }
 }
 
@@ -66,11 +58,9 @@ pub struct TableChange {
     pub deltas: Vec<DeltaBatches>,
     /// The table's next hidden row id after this epoch.
     pub next_row_id: u64,
-    /// The table's contents after this epoch, written out as a new base
-    /// when its delta chain is due for compaction. Tables whose contents
-    /// are costly to gather give them only when [`StoreConfig::base_due`]
-    /// says so; without them compaction waits for a later epoch.
-    pub snapshot: Option<TableSnapshot>,
+    /// How the table's rows are stored and keyed (compaction merges its
+    /// deltas by this key).
+    pub spec: TableSpec,
 }
 
 /// Everything one epoch commits: the catalog and every live table.
@@ -104,6 +94,10 @@ pub struct StateStore {
     config: StoreConfig,
     /// Manifests still kept, oldest first; the last one is the newest commit.
     retained: VecDeque<Manifest>,
+    /// Each live table's spec, as last committed.
+    specs: HashMap<TableId, TableSpec>,
+    /// Merged bases waiting for the next commit to name them.
+    installed: HashMap<TableId, CompactedBase>,
 }
 
 impl StateStore {
@@ -147,7 +141,33 @@ impl StateStore {
             root,
             config,
             retained: VecDeque::new(),
+            specs: HashMap::new(),
+            installed: HashMap::new(),
         }
+    }
+
+    /// The newest committed manifest.
+    pub(crate) fn newest(&self) -> Option<&Manifest> {
+        self.retained.back()
+    }
+
+    /// A live table's spec, once a commit named it.
+    pub(crate) fn spec_of(&self, id: TableId) -> Option<&TableSpec> {
+        self.specs.get(&id)
+    }
+
+    pub(crate) fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Hands a merged base to the store: the next commit names it in place
+    /// of what it merged (see `compact.rs`).
+    pub fn install(&mut self, compacted: CompactedBase) {
+        self.installed.insert(compacted.table, compacted);
     }
 
     /// The store's tunables.
@@ -311,7 +331,7 @@ impl StateStore {
             .collect()
     }
 
-    fn relative(&self, path: &Path) -> String {
+    pub(crate) fn relative(&self, path: &Path) -> String {
         match path.prefix_match(&self.root) {
             Some(parts) => Path::from_iter(parts).to_string(),
             None => path.to_string(),
@@ -332,7 +352,7 @@ impl StateStore {
         }
     }
 
-    async fn put(&self, path: &Path, bytes: Vec<u8>) -> StateResult<()> {
+    pub(crate) async fn put(&self, path: &Path, bytes: Vec<u8>) -> StateResult<()> {
         self.store
             .put(path, PutPayload::from(Bytes::from(bytes)))
             .await?;
@@ -383,7 +403,7 @@ impl StateStore {
         let mut buffer = Vec::new();
         let mut stats = CommitStats::default();
         let mut tables = BTreeMap::new();
-        let mut bases = Vec::new();
+        let mut stale = Vec::new();
         for (&id, change) in &delta.tables {
             let mut files = previous
                 .and_then(|m| m.tables.get(&id))
@@ -411,37 +431,19 @@ impl StateStore {
                     deletes,
                 });
             }
-            let snapshot = change
-                .snapshot
-                .as_ref()
-                .filter(|_| self.config.needs_base(&files));
-            if let Some(snapshot) = snapshot {
-                let path = base_path(&self.root, id, epoch);
-                let bytes = codec::encode(&snapshot.stored_rows()?)?;
-                files.base = Some(FileSlice {
-                    path: self.relative(&path),
-                    offset: 0,
-                    len: bytes.len() as u64,
-                });
-                files.base_bytes = bytes.len() as u64;
-                files.deltas.clear();
-                files.delta_bytes = 0;
-                bases.push((path, bytes));
+            if let Some(compacted) = self.installed.remove(&id) {
+                if !compact::apply(&mut files, &compacted) {
+                    // The chain changed under the merge: the base is stale.
+                    stale.push(self.absolute(&compacted.base.path));
+                }
             }
+            self.specs.insert(id, change.spec.clone());
             tables.insert(id, files);
         }
-        // A table whose delta went straight into a new base no longer names
-        // the data object; skip writing it when no table does.
-        let referenced: HashSet<&str> = tables.values().flat_map(|t| t.paths()).collect();
-        if !buffer.is_empty() && referenced.contains(data_name.as_str()) {
+        if !buffer.is_empty() {
             stats.objects += 1;
             stats.bytes += buffer.len() as u64;
             self.put(&data, buffer).await?;
-        }
-        for (path, bytes) in bases {
-            stats.objects += 1;
-            stats.bytes += bytes.len() as u64;
-            self.put(&path, bytes).await?;
         }
         let manifest = Manifest {
             version: Manifest::VERSION,
@@ -455,6 +457,10 @@ impl StateStore {
         stats.bytes += json.len() as u64;
         self.put(&manifest_path(&self.root, epoch), json).await?;
         self.retained.push_back(manifest.clone());
+        self.specs.retain(|id, _| delta.tables.contains_key(id));
+        for path in stale {
+            self.delete(&path).await;
+        }
         self.prune().await;
         Ok((manifest, stats))
     }
@@ -524,7 +530,7 @@ mod tests {
         TableChange {
             deltas: table.take_delta().unwrap().into_iter().collect(),
             next_row_id: table.next_row_id(),
-            snapshot: Some(table.snapshot()),
+            spec: table.spec().clone(),
         }
     }
 
@@ -604,7 +610,11 @@ mod tests {
             };
             let (manifest, stats) = store.commit(&delta).await.unwrap();
             assert!(stats.objects >= 2);
-            assert!(manifest.tables[&7].deltas.len() < config.max_deltas);
+            assert!(manifest.tables[&7].deltas.len() <= config.max_deltas);
+            for job in store.compaction_jobs(|_| false) {
+                let base = store.compactor().compact(&job).await.unwrap();
+                store.install(base);
+            }
         }
         // Compaction wrote bases; garbage collection kept only what the two
         // retained manifests name.
@@ -622,6 +632,65 @@ mod tests {
             .unwrap();
         assert_eq!(contents(&recovered), contents(&table));
         assert!(!recovered.is_dirty());
+    }
+
+    #[tokio::test]
+    async fn a_merge_lands_after_later_commits_and_an_unnamed_base_is_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let config = StoreConfig {
+            retained_manifests: 2,
+            max_deltas: 2,
+            min_compaction_bytes: 1 << 30,
+        };
+        let mut store = StateStore::open(location, config.clone()).unwrap();
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        let mut commit = |epoch: u64, table: &mut StateTable| {
+            table
+                .write(&[], Some(&rows(&[epoch as i32], "x")))
+                .unwrap()
+                .unwrap();
+            EpochDelta {
+                epoch,
+                sources: BTreeMap::new(),
+                catalog: serde_json::json!({}),
+                tables: BTreeMap::from([(3, change(table))]),
+            }
+        };
+        for epoch in 1..=2 {
+            let delta = commit(epoch, &mut table);
+            store.commit(&delta).await.unwrap();
+        }
+        let jobs = store.compaction_jobs(|_| false);
+        assert_eq!(jobs.len(), 1);
+        let base = store.compactor().compact(&jobs[0]).await.unwrap();
+        // Epoch 3 commits while the merge runs; the merge still applies.
+        let delta = commit(3, &mut table);
+        store.commit(&delta).await.unwrap();
+        store.install(base);
+        let delta = commit(4, &mut table);
+        let (manifest, _) = store.commit(&delta).await.unwrap();
+        let files = &manifest.tables[&3];
+        assert!(files.base.is_some());
+        assert_eq!(
+            files.deltas.iter().map(|d| d.epoch).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        // A merge that no manifest names (the process died before the
+        // next commit) is swept at recovery.
+        let job = store.compaction_jobs(|_| false).remove(0);
+        let orphan = store.compactor().compact(&job).await.unwrap();
+        let before = objects(dir.path(), "base");
+        let mut reopened = StateStore::open(location, config).unwrap();
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        assert_eq!(objects(dir.path(), "base"), before - 1);
+        assert!(manifest.tables[&3].paths().all(|p| p != orphan.base.path));
+        let recovered = reopened
+            .load_table(spec(), &manifest.tables[&3])
+            .await
+            .unwrap();
+        assert_eq!(contents(&recovered), contents(&table));
     }
 
     #[tokio::test]

@@ -1,0 +1,150 @@
+//! Background compaction: merging a table's delta chain into a new base
+//! without holding up commits.
+//!
+//! 1. [`StateStore::compaction_jobs`] lists the tables of the newest
+//!    manifest whose chains are due ([`StoreConfig`]): their files and the
+//!    spec they were last committed with.
+//! 2. [`Compactor::compact`] (no lock on the store; commits go on) reads
+//!    the base and deltas, applies them as recovery does, and writes the
+//!    result as `base/<table>/<epoch of the last delta merged>`.
+//! 3. [`StateStore::install`] hands the new base to the store; the next
+//!    commit names it in place of the base and deltas it merged, provided
+//!    the chain still starts with them (otherwise the base is stale and is
+//!    deleted).
+//!
+//! A crash at any point loses nothing: the new base is written before any
+//! manifest names it (an unnamed base is swept at recovery), and the
+//! objects it replaces are deleted only when no retained manifest names
+//! them any more.
+
+use std::sync::Arc;
+
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+use crate::codec;
+use crate::error::StateResult;
+use crate::layout::base_path;
+use crate::manifest::{FileSlice, TableFiles, TableId};
+use crate::store::{StateStore, StoreConfig};
+use crate::table::TableSpec;
+
+/// A table whose delta chain is due to be merged.
+#[derive(Debug, Clone)]
+pub struct CompactionJob {
+    /// The table.
+    pub table: TableId,
+    /// How its rows are stored and keyed.
+    pub spec: TableSpec,
+    /// Its files in the newest manifest.
+    pub files: TableFiles,
+}
+
+/// A merged base, waiting for the next commit to name it.
+#[derive(Debug, Clone)]
+pub struct CompactedBase {
+    /// The table.
+    pub table: TableId,
+    /// The base the merge started from.
+    pub replaces: Option<FileSlice>,
+    /// How many deltas (the first ones of the chain) it merged.
+    pub merged: usize,
+    /// The epoch of the last delta merged.
+    pub through_epoch: u64,
+    /// The new base.
+    pub base: FileSlice,
+}
+
+/// Reads and writes objects for compaction, beside the store's commits.
+#[derive(Debug)]
+pub struct Compactor {
+    /// The same objects, without the commit state.
+    objects: StateStore,
+}
+
+impl Compactor {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, root: Path, config: StoreConfig) -> Self {
+        Compactor {
+            objects: StateStore::with_store(store, root, config),
+        }
+    }
+
+    /// Merges `job`'s base and deltas into a new base object.
+    pub async fn compact(&self, job: &CompactionJob) -> StateResult<CompactedBase> {
+        let through_epoch = job.files.deltas.last().map_or(0, |d| d.epoch);
+        let table = self
+            .objects
+            .load_table(job.spec.clone(), &job.files)
+            .await?;
+        let bytes = codec::encode(&table.snapshot().stored_rows()?)?;
+        let path = base_path(self.objects.root(), job.table, through_epoch);
+        let base = FileSlice {
+            path: self.objects.relative(&path),
+            offset: 0,
+            len: bytes.len() as u64,
+        };
+        self.objects.put(&path, bytes).await?;
+        Ok(CompactedBase {
+            table: job.table,
+            replaces: job.files.base.clone(),
+            merged: job.files.deltas.len(),
+            through_epoch,
+            base,
+        })
+    }
+}
+
+impl StateStore {
+    /// The tables of the newest manifest whose delta chains are due for a
+    /// merge, skipping those `busy` says are being merged.
+    pub fn compaction_jobs(&self, busy: impl Fn(TableId) -> bool) -> Vec<CompactionJob> {
+        let Some(manifest) = self.newest() else {
+            return Vec::new();
+        };
+        manifest
+            .tables
+            .iter()
+            .filter(|(&id, files)| !busy(id) && self.config().needs_base(files))
+            .filter_map(|(&id, files)| {
+                Some(CompactionJob {
+                    table: id,
+                    spec: self.spec_of(id)?.clone(),
+                    files: files.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// A handle that merges chains while commits go on.
+    pub fn compactor(&self) -> Compactor {
+        Compactor::new(
+            self.object_store(),
+            self.root().clone(),
+            self.config().clone(),
+        )
+    }
+}
+
+/// Replaces the merged part of `files` with `compacted`'s base, if the
+/// chain still starts with what was merged. Returns whether it did.
+pub(crate) fn apply(files: &mut TableFiles, compacted: &CompactedBase) -> bool {
+    let still_there = files.base == compacted.replaces
+        && compacted.merged > 0
+        && files
+            .deltas
+            .get(compacted.merged - 1)
+            .is_some_and(|d| d.epoch == compacted.through_epoch);
+    if !still_there {
+        return false;
+    }
+    files.deltas.drain(..compacted.merged);
+    files.base = Some(compacted.base.clone());
+    files.base_bytes = compacted.base.len;
+    files.delta_bytes = files
+        .deltas
+        .iter()
+        .flat_map(|d| d.upserts.iter().chain(d.deletes.iter()))
+        .map(|s| s.len)
+        .sum();
+    true
+}
