@@ -6,14 +6,30 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio_postgres::{Client, NoTls};
 
+/// A restart: when the new process started, and how long until it
+/// accepted a connection.
+pub struct Restart {
+    started: Instant,
+    /// Time until the server accepted a connection.
+    pub accepting: Duration,
+}
+
+impl Restart {
+    /// Time since the new process started.
+    pub fn elapsed_since_start(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
 /// A `weir` process on a temporary data folder, killed on drop.
 pub struct Server {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    args: Vec<String>,
 }
 
-fn spawn(dir: &std::path::Path, port: u16) -> anyhow::Result<Child> {
+fn spawn(dir: &std::path::Path, port: u16, args: &[String]) -> anyhow::Result<Child> {
     let exe = std::env::current_exe()?
         .parent()
         .context("binary folder")?
@@ -21,6 +37,7 @@ fn spawn(dir: &std::path::Path, port: u16) -> anyhow::Result<Child> {
     Command::new(&exe)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(dir)
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -30,12 +47,23 @@ fn spawn(dir: &std::path::Path, port: u16) -> anyhow::Result<Child> {
 impl Server {
     /// Starts `weir` from the same folder as this binary.
     pub async fn start() -> anyhow::Result<Server> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts `weir` with extra flags.
+    pub async fn start_with(args: &[&str]) -> anyhow::Result<Server> {
         let dir = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = spawn(dir.path(), port)?;
-        let server = Server { child, port, dir };
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let child = spawn(dir.path(), port, &args)?;
+        let server = Server {
+            child,
+            port,
+            dir,
+            args,
+        };
         server.wait_ready().await?;
         Ok(server)
     }
@@ -50,16 +78,19 @@ impl Server {
     }
 
     /// Kills the server with SIGKILL, starts it on the same folder, and
-    /// returns the time until it accepted a connection.
-    pub async fn restart_after_kill(&mut self) -> anyhow::Result<Duration> {
+    /// returns when it started and how long until it accepted a connection.
+    pub async fn restart_after_kill(&mut self) -> anyhow::Result<Restart> {
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGKILL);
         }
         let _ = self.child.wait();
         let started = Instant::now();
-        self.child = spawn(self.dir.path(), self.port)?;
+        self.child = spawn(self.dir.path(), self.port, &self.args)?;
         self.wait_ready().await?;
-        Ok(started.elapsed())
+        Ok(Restart {
+            started,
+            accepting: started.elapsed(),
+        })
     }
 
     /// Bytes in the data folder.

@@ -634,8 +634,9 @@ impl Database {
     async fn run_compactor(self: Arc<Self>) {
         let mut committed = self.committed_epoch.subscribe();
         while committed.changed().await.is_ok() {
-            let jobs = self.store.lock().await.compaction_jobs(|_| false);
+            let jobs = self.store.lock().await.compaction_jobs();
             for job in jobs {
+                let table = job.table;
                 let compactor = self.store.lock().await.compactor();
                 let runtime = tokio::runtime::Handle::current();
                 let started = Instant::now();
@@ -652,10 +653,16 @@ impl Database {
                             "compacted"
                         );
                         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
-                        self.store.lock().await.install(base);
+                        self.store.lock().await.install(base).await;
                     }
-                    Ok(Err(e)) => warn!(error = %e, "compaction failed; it will be tried again"),
-                    Err(e) => warn!(error = %e, "compaction task failed"),
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "compaction failed; it will be tried again");
+                        self.store.lock().await.release(table).await;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "compaction task failed");
+                        self.store.lock().await.release(table).await;
+                    }
                 }
             }
         }

@@ -96,15 +96,22 @@ impl Compactor {
 
 impl StateStore {
     /// The tables of the newest manifest whose delta chains are due for a
-    /// merge, skipping those `busy` says are being merged.
-    pub fn compaction_jobs(&self, busy: impl Fn(TableId) -> bool) -> Vec<CompactionJob> {
+    /// merge, and neither being merged nor merged and waiting for a commit
+    /// to name the result. Their files stay pinned (garbage
+    /// collection keeps them) until [`StateStore::install`] or
+    /// [`StateStore::release`].
+    pub fn compaction_jobs(&mut self) -> Vec<CompactionJob> {
         let Some(manifest) = self.newest() else {
             return Vec::new();
         };
-        manifest
+        let jobs: Vec<CompactionJob> = manifest
             .tables
             .iter()
-            .filter(|(&id, files)| !busy(id) && self.config().needs_base(files))
+            .filter(|(id, files)| {
+                !self.pinned.contains_key(id)
+                    && !self.installed.contains_key(id)
+                    && self.config().needs_base(files)
+            })
             .filter_map(|(&id, files)| {
                 Some(CompactionJob {
                     table: id,
@@ -112,7 +119,11 @@ impl StateStore {
                     files: files.clone(),
                 })
             })
-            .collect()
+            .collect();
+        for job in &jobs {
+            self.pinned.insert(job.table, job.files.clone());
+        }
+        jobs
     }
 
     /// A handle that merges chains while commits go on.

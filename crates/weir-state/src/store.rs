@@ -97,7 +97,10 @@ pub struct StateStore {
     /// Each live table's spec, as last committed.
     specs: HashMap<TableId, TableSpec>,
     /// Merged bases waiting for the next commit to name them.
-    installed: HashMap<TableId, CompactedBase>,
+    pub(crate) installed: HashMap<TableId, CompactedBase>,
+    /// Files that merges in progress read: kept even when no retained
+    /// manifest names them any more.
+    pub(crate) pinned: HashMap<TableId, TableFiles>,
 }
 
 impl StateStore {
@@ -143,6 +146,7 @@ impl StateStore {
             retained: VecDeque::new(),
             specs: HashMap::new(),
             installed: HashMap::new(),
+            pinned: HashMap::new(),
         }
     }
 
@@ -166,8 +170,24 @@ impl StateStore {
 
     /// Hands a merged base to the store: the next commit names it in place
     /// of what it merged (see `compact.rs`).
-    pub fn install(&mut self, compacted: CompactedBase) {
-        self.installed.insert(compacted.table, compacted);
+    pub async fn install(&mut self, compacted: CompactedBase) {
+        let table = compacted.table;
+        self.installed.insert(table, compacted);
+        self.release(table).await;
+    }
+
+    /// Ends a merge of `table` (done or failed): its files are no longer
+    /// pinned, and those no retained manifest names are deleted.
+    pub async fn release(&mut self, table: TableId) {
+        let Some(files) = self.pinned.remove(&table) else {
+            return;
+        };
+        let referenced = self.referenced();
+        let unreferenced: HashSet<&str> =
+            files.paths().filter(|p| !referenced.contains(*p)).collect();
+        for path in unreferenced {
+            self.delete(&self.absolute(path)).await;
+        }
     }
 
     /// The store's tunables.
@@ -326,6 +346,7 @@ impl StateStore {
         self.retained
             .iter()
             .flat_map(|m| m.tables.values())
+            .chain(self.pinned.values())
             .flat_map(|t| t.paths())
             .map(str::to_owned)
             .collect()
@@ -611,9 +632,9 @@ mod tests {
             let (manifest, stats) = store.commit(&delta).await.unwrap();
             assert!(stats.objects >= 2);
             assert!(manifest.tables[&7].deltas.len() <= config.max_deltas);
-            for job in store.compaction_jobs(|_| false) {
+            for job in store.compaction_jobs() {
                 let base = store.compactor().compact(&job).await.unwrap();
-                store.install(base);
+                store.install(base).await;
             }
         }
         // Compaction wrote bases; garbage collection kept only what the two
@@ -646,7 +667,7 @@ mod tests {
         let mut store = StateStore::open(location, config.clone()).unwrap();
         store.recover().await.unwrap();
         let mut table = StateTable::new(spec()).unwrap();
-        let mut commit = |epoch: u64, table: &mut StateTable| {
+        let commit = |epoch: u64, table: &mut StateTable| {
             table
                 .write(&[], Some(&rows(&[epoch as i32], "x")))
                 .unwrap()
@@ -662,24 +683,32 @@ mod tests {
             let delta = commit(epoch, &mut table);
             store.commit(&delta).await.unwrap();
         }
-        let jobs = store.compaction_jobs(|_| false);
+        let jobs = store.compaction_jobs();
         assert_eq!(jobs.len(), 1);
+        assert!(store.compaction_jobs().is_empty(), "one merge per table");
+        // Epochs 3 to 5 commit before the merge is done; it still applies,
+        // and keeps their deltas.
+        for epoch in 3..=5 {
+            let delta = commit(epoch, &mut table);
+            store.commit(&delta).await.unwrap();
+        }
         let base = store.compactor().compact(&jobs[0]).await.unwrap();
-        // Epoch 3 commits while the merge runs; the merge still applies.
-        let delta = commit(3, &mut table);
-        store.commit(&delta).await.unwrap();
-        store.install(base);
-        let delta = commit(4, &mut table);
+        store.install(base).await;
+        assert!(
+            store.compaction_jobs().is_empty(),
+            "no second merge before the first one is named"
+        );
+        let delta = commit(6, &mut table);
         let (manifest, _) = store.commit(&delta).await.unwrap();
         let files = &manifest.tables[&3];
         assert!(files.base.is_some());
         assert_eq!(
             files.deltas.iter().map(|d| d.epoch).collect::<Vec<_>>(),
-            vec![3, 4]
+            vec![3, 4, 5, 6]
         );
         // A merge that no manifest names (the process died before the
         // next commit) is swept at recovery.
-        let job = store.compaction_jobs(|_| false).remove(0);
+        let job = store.compaction_jobs().remove(0);
         let orphan = store.compactor().compact(&job).await.unwrap();
         let before = objects(dir.path(), "base");
         let mut reopened = StateStore::open(location, config).unwrap();

@@ -142,7 +142,11 @@ pub struct StateTable {
     next_chunk: u32,
     index: HashMap<Box<[u8]>, RowPosition>,
     next_row_id: u64,
-    dirty: HashSet<Box<[u8]>>,
+    /// Keys changed since the last delta, and whether each existed then.
+    dirty: HashMap<Box<[u8]>, bool>,
+    /// Whether anything was written since the last delta (even if it
+    /// cancelled out: the statement still waits for its epoch).
+    written: bool,
     /// Every row written since the last [`StateTable::take_changes`], with
     /// +1 (inserted) or -1 (deleted); kept only while views read the table.
     changes: Option<Vec<(RecordBatch, i64)>>,
@@ -163,7 +167,8 @@ impl StateTable {
             next_chunk: 0,
             index: HashMap::new(),
             next_row_id: 0,
-            dirty: HashSet::new(),
+            dirty: HashMap::new(),
+            written: false,
             changes: None,
         })
     }
@@ -212,7 +217,7 @@ impl StateTable {
 
     /// Whether any key changed since the last [`StateTable::take_delta`].
     pub fn is_dirty(&self) -> bool {
-        !self.dirty.is_empty()
+        self.written || !self.dirty.is_empty()
     }
 
     /// An immutable view of the current rows.
@@ -306,6 +311,7 @@ impl StateTable {
                 }
             }
         }
+        self.written |= !deletes.is_empty() || inserts.is_some();
         if !deletes.is_empty() {
             let gone = self.gather(deletes)?;
             let removed = self.encode_keys(&gone, &self.spec.key)?;
@@ -314,7 +320,18 @@ impl StateTable {
             }
             for key in removed.iter() {
                 self.index.remove(key.as_ref());
-                self.dirty.insert(key.as_ref().into());
+                // A key added since the last delta and gone again is no
+                // change at all: it leaves the dirty set, which so stays as
+                // small as the net change however long deltas are apart.
+                match self.dirty.get(key.as_ref()) {
+                    Some(false) => {
+                        self.dirty.remove(key.as_ref());
+                    }
+                    Some(true) => {}
+                    None => {
+                        self.dirty.insert(key.as_ref().into(), true);
+                    }
+                }
             }
             self.clear_live(deletes);
         }
@@ -328,7 +345,7 @@ impl StateTable {
             let id = self.push_chunk(batch);
             for (row, key) in keys.iter().enumerate() {
                 self.index.insert(key.as_ref().into(), position(id, row));
-                self.dirty.insert(key.as_ref().into());
+                self.dirty.entry(key.as_ref().into()).or_insert(false);
             }
         }
         self.merge_chunks()?;
@@ -440,12 +457,13 @@ impl StateTable {
 
     /// The net change since the last call, or `None` if nothing changed.
     pub fn take_delta(&mut self) -> StateResult<Option<DeltaBatches>> {
+        self.written = false;
         if self.dirty.is_empty() {
             return Ok(None);
         }
         let mut present = Vec::new();
         let mut absent = Vec::new();
-        for key in self.dirty.drain() {
+        for (key, _) in self.dirty.drain() {
             match self.index.get(&key) {
                 Some(&pos) => present.push(pos),
                 None => absent.push(key),
@@ -728,12 +746,23 @@ mod tests {
             .values()
             .to_vec();
         deleted_keys.sort();
-        assert_eq!(deleted_keys, vec![3, 4]);
+        assert_eq!(deleted_keys, vec![3], "key 4 came and went: no change");
         replica
             .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
             .unwrap();
         assert_eq!(keys_of(&replica.snapshot()), keys_of(&table.snapshot()));
         assert!(table.take_delta().unwrap().is_none());
+        // A write that cancels out still makes the table dirty (its
+        // statement waits for an epoch), but its delta is empty.
+        table
+            .write(&[], Some(&rows(&spec, &[9], "t")))
+            .unwrap()
+            .unwrap();
+        let nine = positions_of(&table, &[9]);
+        table.write(&nine, None).unwrap().unwrap();
+        assert!(table.is_dirty());
+        assert!(table.take_delta().unwrap().is_none());
+        assert!(!table.is_dirty());
     }
 
     #[test]

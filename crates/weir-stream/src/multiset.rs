@@ -34,7 +34,12 @@ pub struct Multiset {
     keys: Option<RowConverter>,
     rows: RowConverter,
     groups: BTreeMap<Bytes, BTreeMap<Bytes, i64>>,
-    dirty: BTreeSet<(Bytes, Bytes)>,
+    /// Rows changed since the last checkpoint, with their multiplicity
+    /// then (0: absent). A row back at that multiplicity leaves the set, so
+    /// it holds at most the rows that differ from the checkpoint, however
+    /// long checkpoints are apart (a running total replaces its group's
+    /// row on every change).
+    dirty: BTreeMap<(Bytes, Bytes), i64>,
     distinct_rows: usize,
 }
 
@@ -77,7 +82,7 @@ impl Multiset {
             key_exprs,
             keys,
             groups: BTreeMap::new(),
-            dirty: BTreeSet::new(),
+            dirty: BTreeMap::new(),
             distinct_rows: 0,
         })
     }
@@ -136,15 +141,15 @@ impl Multiset {
                 continue;
             }
             let group = self.groups.entry(key.clone()).or_default();
-            let now = match group.get_mut(&row) {
+            let (before, now) = match group.get_mut(&row) {
                 Some(w) => {
                     *w += weight;
-                    *w
+                    (*w - weight, *w)
                 }
                 None => {
                     self.distinct_rows += 1;
                     group.insert(row.clone(), weight);
-                    weight
+                    (0, weight)
                 }
             };
             if now == 0 {
@@ -154,7 +159,16 @@ impl Multiset {
                     self.groups.remove(key);
                 }
             }
-            self.dirty.insert((key.clone(), row));
+            let entry = (key.clone(), row);
+            match self.dirty.get(&entry) {
+                Some(&at_checkpoint) if at_checkpoint == now => {
+                    self.dirty.remove(&entry);
+                }
+                Some(_) => {}
+                None => {
+                    self.dirty.insert(entry, before);
+                }
+            }
         }
         Ok(())
     }
@@ -238,7 +252,7 @@ impl Multiset {
         }
         let mut present: Vec<(&[u8], i64)> = Vec::new();
         let mut absent: Vec<&[u8]> = Vec::new();
-        for (key, row) in &self.dirty {
+        for (key, row) in self.dirty.keys() {
             match self.groups.get(key).and_then(|g| g.get(row)) {
                 Some(&w) => present.push((row, w)),
                 None => absent.push(row),
@@ -343,6 +357,34 @@ mod tests {
         bag.update(&Changes::deletes(rows(&[Some(1), Some(1)], &["a", "a"])))
             .unwrap();
         assert_eq!(bag.distinct_rows(), 1);
+    }
+
+    #[test]
+    fn the_dirty_set_holds_only_the_net_change_since_the_last_delta() {
+        let mut bag = bag();
+        bag.update(&Changes::inserts(rows(&[Some(1)], &["v0"])))
+            .unwrap();
+        bag.take_delta().unwrap();
+        // A running total replaces its group's row on every change; rows
+        // that come and go between two deltas leave no trace.
+        for i in 0..1000 {
+            let old = format!("v{i}");
+            let new = format!("v{}", i + 1);
+            bag.update(&Changes::deletes(rows(&[Some(1)], &[old.as_str()])))
+                .unwrap();
+            bag.update(&Changes::inserts(rows(&[Some(1)], &[new.as_str()])))
+                .unwrap();
+        }
+        assert_eq!(bag.dirty.len(), 2, "the checkpointed row and the new one");
+        let delta = bag.take_delta().unwrap().unwrap();
+        assert_eq!(delta.upserts.unwrap().num_rows(), 1);
+        assert_eq!(delta.deletes.unwrap().num_rows(), 1);
+        // Back where the last delta left it: nothing to write.
+        bag.update(&Changes::deletes(rows(&[Some(1)], &["v1000"])))
+            .unwrap();
+        bag.update(&Changes::inserts(rows(&[Some(1)], &["v1000"])))
+            .unwrap();
+        assert!(bag.take_delta().unwrap().is_none());
     }
 
     #[test]

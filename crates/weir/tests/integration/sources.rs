@@ -24,8 +24,14 @@ use crate::common::{sorted_rows, sqlstate, TestServer};
 const CYCLES: usize = 20;
 const KEYS: i32 = 12;
 
-/// (name, columns, WITH options) of the sources.
-const SOURCES: &[(&str, &[(&str, DataType)], &[(&str, &str)])] = &[
+/// A source: name, columns, WITH options.
+type SourceSpec = (
+    &'static str,
+    &'static [(&'static str, DataType)],
+    &'static [(&'static str, &'static str)],
+);
+
+const SOURCES: &[SourceSpec] = &[
     (
         "fast",
         &[
