@@ -32,9 +32,10 @@ pub async fn create(
     options: &[(String, String)],
 ) -> WeirResult<Output> {
     let name = relation_name(&create.name)?;
-    if create.query.is_some() || !create.constraints.is_empty() {
+    let column_options = create.columns.iter().any(|c| !c.options.is_empty());
+    if create.query.is_some() || !create.constraints.is_empty() || column_options {
         return Err(WeirError::unsupported(
-            "CREATE SOURCE takes columns and WITH options only",
+            "CREATE SOURCE takes column names and types and WITH options only (no keys, constraints or defaults)",
         ));
     }
     let mut options: BTreeMap<String, String> = options.iter().cloned().collect();
