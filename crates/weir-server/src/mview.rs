@@ -309,7 +309,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         }
     }
     let id = allocate_id(&mut working.catalog);
-    let state_ids: Vec<TableId> = (0..dataflow.state().len())
+    let state_ids: Vec<TableId> = (0..dataflow.state()?.len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
     let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
@@ -489,7 +489,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
                 continue;
             }
         };
-        let states = dataflow.state();
+        let states = dataflow.state()?;
         if states.len() != def.state_ids.len() {
             failed.push((
                 def.name.clone(),

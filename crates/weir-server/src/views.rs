@@ -71,7 +71,7 @@ impl EarlyDeltas {
         dataflow: &mut Dataflow,
         table: &mut StateTable,
     ) -> datafusion::error::Result<()> {
-        let states = dataflow.state();
+        let states = dataflow.state()?;
         self.states.resize_with(states.len(), Vec::new);
         for (state, early) in states.into_iter().zip(&mut self.states) {
             early.extend(state.take_delta()?);

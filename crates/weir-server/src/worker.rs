@@ -459,7 +459,7 @@ impl Worker {
             );
             part.snapshots.insert(view.id, snapshot);
             let mut early_states = early.states.into_iter();
-            for (state, &id) in view.dataflow.state().into_iter().zip(&view.state_ids) {
+            for (state, &id) in view.dataflow.state()?.into_iter().zip(&view.state_ids) {
                 part.operator_rows.insert(id, state.distinct_rows());
                 let early = early_states.next().unwrap_or_default();
                 part.tables.insert(

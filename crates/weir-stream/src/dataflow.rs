@@ -147,13 +147,17 @@ impl Dataflow {
             .try_for_each(|n| n.operator.restored())
     }
 
-    /// Every operator's durable state, in a fixed order (the order state
-    /// tables are assigned ids in).
-    pub fn state(&mut self) -> Vec<&mut Multiset> {
-        self.nodes
+    /// Every operator's durable state, up to date, in a fixed order (the
+    /// order state tables are assigned ids in).
+    pub fn state(&mut self) -> Result<Vec<&mut Multiset>> {
+        for node in self.nodes.iter_mut() {
+            node.operator.sync_state()?;
+        }
+        Ok(self
+            .nodes
             .iter_mut()
             .flat_map(|n| n.operator.state())
-            .collect()
+            .collect())
     }
 }
 
@@ -217,7 +221,7 @@ mod tests {
 
         // Checkpoint: every state's delta; recovery: a new dataflow loads them.
         let mut copy = Dataflow::new(&plan()).unwrap();
-        for (from, to) in flow.state().into_iter().zip(copy.state()) {
+        for (from, to) in flow.state().unwrap().into_iter().zip(copy.state().unwrap()) {
             assert!(from.take_delta().unwrap().is_some());
             to.restore(&from.dump().unwrap()).unwrap();
         }

@@ -22,6 +22,12 @@ pub trait Operator: Send + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Brings [`Operator::state`] up to date with what the operator keeps
+    /// in a faster form; the runtime calls it before taking a checkpoint.
+    fn sync_state(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Called after recovery has loaded [`Operator::state`]: rebuilds
     /// whatever the operator derives from it.
     fn restored(&mut self) -> Result<()> {

@@ -9,9 +9,12 @@
 //!
 //! Durable state is one row per group: the group key, its row count and
 //! each accumulator's intermediate state (`Accumulator::state`); recovery
-//! merges that state into fresh accumulators.
+//! merges that state into fresh accumulators. The accumulators are the
+//! live state: a batch only marks the groups it touched, and their state
+//! rows are brought up to date once per checkpoint
+//! ([`Operator::sync_state`]), not once per batch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
@@ -57,6 +60,8 @@ pub struct RunningAggregate {
     spec: AggregateSpec,
     keys: Option<RowConverter>,
     groups: BTreeMap<Box<[u8]>, Group>,
+    /// Groups changed since their state rows were last written.
+    unsynced: BTreeSet<Box<[u8]>>,
     state: Multiset,
     group_schema: SchemaRef,
     output_schema: SchemaRef,
@@ -106,6 +111,7 @@ impl RunningAggregate {
             spec,
             keys,
             groups: BTreeMap::new(),
+            unsynced: BTreeSet::new(),
             group_schema: Arc::new(Schema::new(group_fields)),
             output_schema,
         })
@@ -135,15 +141,34 @@ impl RunningAggregate {
         }
     }
 
-    /// The output values and the state values of a group.
-    fn snapshot(group: &mut Group) -> Result<(Vec<ScalarValue>, Vec<ScalarValue>)> {
-        let mut output = Vec::with_capacity(group.accumulators.len());
+    /// The output values of a group.
+    fn evaluate(group: &mut Group) -> Result<Vec<ScalarValue>> {
+        group
+            .accumulators
+            .iter_mut()
+            .map(|a| a.evaluate())
+            .collect()
+    }
+
+    /// The state values of a group: its row count, then each
+    /// accumulator's intermediate state.
+    fn state_values(group: &mut Group) -> Result<Vec<ScalarValue>> {
         let mut state = vec![ScalarValue::Int64(Some(group.rows))];
         for accumulator in &mut group.accumulators {
-            output.push(accumulator.evaluate()?);
             state.extend(accumulator.state()?);
         }
-        Ok((output, state))
+        Ok(state)
+    }
+
+    /// The group columns of encoded keys.
+    fn decode_keys(&self, keys: &[Box<[u8]>]) -> Result<Vec<ArrayRef>> {
+        match &self.keys {
+            None => Ok(Vec::new()),
+            Some(converter) => {
+                let parser = converter.parser();
+                Ok(converter.convert_rows(keys.iter().map(|k| parser.parse(k)))?)
+            }
+        }
     }
 
     /// Rows of `schema`: the group columns (rows of `group_columns` at
@@ -188,12 +213,11 @@ impl Operator for RunningAggregate {
             return Ok(Vec::new());
         }
         let mut group = self.new_group()?;
-        let (output, state) = Self::snapshot(&mut group)?;
+        let output = Self::evaluate(&mut group)?;
         self.groups.insert(Box::default(), group);
+        self.unsynced.insert(Box::default());
         let one = UInt32Array::from(vec![0u32]);
         let no_groups: Vec<ArrayRef> = Vec::new();
-        let state_rows = Self::rows(self.state.schema(), &no_groups, &one, &[state])?;
-        self.state.update(&Changes::inserts(state_rows))?;
         let out = Self::rows(&self.output_schema, &no_groups, &one, &[output])?;
         Ok(vec![Changes::inserts(out)])
     }
@@ -263,19 +287,20 @@ impl Operator for RunningAggregate {
         for (key, &slot) in &slots {
             slot_keys[slot] = key;
         }
-        let (mut old_at, mut old_out, mut old_state) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut new_at, mut new_out, mut new_state) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut old_at, mut old_out) = (Vec::new(), Vec::new());
+        let (mut new_at, mut new_out) = (Vec::new(), Vec::new());
         for (slot, key) in slot_keys.iter().enumerate() {
             let mut group = match self.groups.remove(*key) {
                 Some(mut group) => {
-                    let (output, state) = Self::snapshot(&mut group)?;
                     old_at.push(first_row[slot]);
-                    old_out.push(output);
-                    old_state.push(state);
+                    old_out.push(Self::evaluate(&mut group)?);
                     group
                 }
                 None => self.new_group()?,
             };
+            if !self.unsynced.contains(*key) {
+                self.unsynced.insert((*key).into());
+            }
             for (i, accumulator) in group.accumulators.iter_mut().enumerate() {
                 let (args, mask) = &arguments[i];
                 for (indices, add) in [(&added[slot], true), (&removed[slot], false)] {
@@ -314,19 +339,13 @@ impl Operator for RunningAggregate {
                 ));
             }
             if group.rows > 0 || self.keys.is_none() {
-                let (output, state) = Self::snapshot(&mut group)?;
                 new_at.push(first_row[slot]);
-                new_out.push(output);
-                new_state.push(state);
+                new_out.push(Self::evaluate(&mut group)?);
                 self.groups.insert(key.to_vec().into(), group);
             }
         }
         let old_at = UInt32Array::from(old_at);
         let new_at = UInt32Array::from(new_at);
-        let old_states = Self::rows(self.state.schema(), &group_columns, &old_at, &old_state)?;
-        let new_states = Self::rows(self.state.schema(), &group_columns, &new_at, &new_state)?;
-        self.state.update(&Changes::deletes(old_states))?;
-        self.state.update(&Changes::inserts(new_states))?;
         let old = Self::rows(&self.output_schema, &group_columns, &old_at, &old_out)?;
         let new = Self::rows(&self.output_schema, &group_columns, &new_at, &new_out)?;
         Ok(vec![Changes::deletes(old), Changes::inserts(new)])
@@ -336,8 +355,42 @@ impl Operator for RunningAggregate {
         vec![&mut self.state]
     }
 
+    /// Replaces the state rows of the groups changed since the last sync
+    /// with their accumulators' current state.
+    fn sync_state(&mut self) -> Result<()> {
+        if self.unsynced.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<Box<[u8]>> = std::mem::take(&mut self.unsynced).into_iter().collect();
+        let group_columns = self.decode_keys(&keys)?;
+        let groups = RecordBatch::try_new_with_options(
+            self.group_schema.clone(),
+            group_columns.clone(),
+            &RecordBatchOptions::new().with_row_count(Some(keys.len())),
+        )?;
+        let state_keys = self
+            .state
+            .encode_keys(&self.state.key_columns(&groups)?, keys.len())?;
+        let old = self
+            .state
+            .rows_with_keys(state_keys.iter().map(|k| k.as_ref()))?;
+        let retract = Int64Array::from_iter_values(old.weights.values().iter().map(|w| -w));
+        self.state.update(&Changes::new(old.rows, retract)?)?;
+        let (mut at, mut values) = (Vec::new(), Vec::new());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(group) = self.groups.get_mut(key) {
+                at.push(i as u32);
+                values.push(Self::state_values(group)?);
+            }
+        }
+        let at = UInt32Array::from(at);
+        let rows = Self::rows(self.state.schema(), &group_columns, &at, &values)?;
+        self.state.update(&Changes::inserts(rows))
+    }
+
     fn restored(&mut self) -> Result<()> {
         self.groups.clear();
+        self.unsynced.clear();
         let all: Vec<(&[u8], i64)> = self.state.ordered().collect();
         let saved = self.state.decode(&all)?.rows;
         let width = self.group_schema.fields().len();
@@ -446,6 +499,7 @@ mod tests {
                 assert_eq!(net(&a), net(&b), "grouped: {grouped}");
             }
             let mut copy = RunningAggregate::new(spec, kv_schema(), out).unwrap();
+            running.sync_state().unwrap();
             copy.state()[0]
                 .restore(&running.state()[0].dump().unwrap())
                 .unwrap();
