@@ -859,4 +859,93 @@ mod tests {
         assert!(committed, "the epoch commits once the store is back");
         assert_eq!(db.committed().tables[&id].num_rows(), 1);
     }
+
+    /// Runs SQL in `session`; returns the rows of the last statement.
+    async fn sql(session: &mut crate::session::Session, text: &str) -> Vec<RecordBatch> {
+        let mut rows = Vec::new();
+        for statement in weir_sql::parse(text).unwrap() {
+            match crate::statement::execute(session, &statement, &None).await {
+                Ok(crate::session::Output::Rows { batches, .. }) => rows = batches,
+                Ok(_) => rows = Vec::new(),
+                Err(e) => panic!("{text}: {e}"),
+            }
+        }
+        rows
+    }
+
+    fn first_i64(batches: &[RecordBatch]) -> i64 {
+        let column =
+            datafusion::arrow::compute::cast(batches[0].column(0), &DataType::Int64).unwrap();
+        column
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_store_makes_epochs_longer_not_state_bigger() {
+        let dir = tempfile::tempdir().unwrap();
+        let local: Arc<dyn ObjectStore> =
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let (store, faults) = FaultyStore::new(local);
+        let config = EpochConfig {
+            checkpoint_interval: Duration::from_millis(20),
+            ..EpochConfig::default()
+        };
+        let state = StateStore::with_store(store, Path::default(), Default::default());
+        let db = Database::open(state, config).await.unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        tokio::spawn(db.clone().run_coordinator(stopped));
+        let runtime = Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default());
+        let mut session = crate::session::Session::new(db.clone(), runtime, "weir".into()).unwrap();
+        sql(
+            &mut session,
+            "CREATE SOURCE s (k INT, v BIGINT) WITH (connector = 'datagen', rows_per_second = 20000, fields.k.min = 0, fields.k.max = 9);
+             CREATE MATERIALIZED VIEW m AS SELECT k, count(*) AS n, sum(v) AS total FROM s GROUP BY k",
+        )
+        .await;
+
+        // Every put now takes 150 ms: a commit (data object and manifest)
+        // takes 300 ms, fifteen checkpoint intervals.
+        faults.lock().unwrap().put_delay = Some(Duration::from_millis(150));
+        let epochs_before = db.checkpoints().len();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(3) {
+            assert!(db.epoch_lag() <= MAX_EPOCHS_IN_FLIGHT as u64);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let slow: Vec<CheckpointRecord> = db.checkpoints()[epochs_before..].to_vec();
+        assert!(slow.len() >= 3, "{} epochs committed", slow.len());
+        assert!(slow
+            .iter()
+            .all(|c| c.duration >= Duration::from_millis(300)));
+        // The stream went on at its rate, folded into state: each epoch
+        // holds thousands of rows, but writes only the ten groups' rows.
+        let rows_in = db.view_counters()["m"].rows_in;
+        assert!(rows_in >= 30_000, "the source was not held back: {rows_in}");
+        for checkpoint in &slow {
+            assert!(
+                checkpoint.bytes < 64 * 1024,
+                "an epoch of ten groups wrote {} bytes",
+                checkpoint.bytes
+            );
+        }
+
+        // Back to a fast store: exactly the rows before the reader's
+        // position are in the view.
+        faults.lock().unwrap().put_delay = None;
+        sql(&mut session, "CHECKPOINT; BEGIN").await;
+        let position = first_i64(
+            &sql(
+                &mut session,
+                "SELECT position FROM weir_source_readers WHERE view = 'm'",
+            )
+            .await,
+        );
+        let counted = first_i64(&sql(&mut session, "SELECT sum(n) FROM m").await);
+        sql(&mut session, "COMMIT").await;
+        assert!(position >= rows_in as i64 / 2);
+        assert_eq!(counted, position);
+    }
 }

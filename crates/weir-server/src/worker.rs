@@ -134,6 +134,8 @@ pub struct Worker {
     aligner: Aligner<Input>,
     /// Where reading the readers starts next time (fairness).
     next_reader: usize,
+    /// When the barrier being aligned arrived on the control channel.
+    barrier_since: Option<std::time::Instant>,
 }
 
 enum Next {
@@ -160,6 +162,7 @@ impl Worker {
             readers: Vec::new(),
             aligner,
             next_reader: 0,
+            barrier_since: None,
         }
     }
 
@@ -237,6 +240,7 @@ impl Worker {
         match message {
             Control::Changes(changes) => self.process(changes, None),
             Control::Barrier(epoch) => {
+                self.barrier_since = Some(std::time::Instant::now());
                 for reader in &self.readers {
                     reader.reader.inject_barrier(epoch);
                 }
@@ -424,6 +428,7 @@ impl Worker {
     /// Every input delivered `Barrier(epoch)`: hand the views' state
     /// changes since the last barrier to the committer.
     async fn checkpoint(&mut self, epoch: u64) -> Result<(), Closed> {
+        let started = std::time::Instant::now();
         let part = match self.cut(epoch) {
             Ok(part) => part,
             Err(e) => {
@@ -434,7 +439,20 @@ impl Worker {
                 }
             }
         };
-        self.parts.send(part).await.map_err(|_| Closed)
+        let cut = started.elapsed();
+        self.parts.send(part).await.map_err(|_| Closed)?;
+        let aligned = self
+            .barrier_since
+            .take()
+            .map_or(0.0, |since| (started - since).as_secs_f64() * 1e3);
+        debug!(
+            epoch,
+            align_ms = aligned,
+            cut_ms = cut.as_secs_f64() * 1e3,
+            handed_over_ms = started.elapsed().as_secs_f64() * 1e3,
+            "views checkpointed"
+        );
+        Ok(())
     }
 
     fn cut(&mut self, epoch: u64) -> datafusion::error::Result<ViewPart> {

@@ -1,5 +1,5 @@
 //! A fault-injecting `ObjectStore` for tests: puts or gets of chosen paths
-//! fail while a fault is switched on.
+//! fail while a fault is switched on, and puts can be slowed down.
 
 use std::fmt;
 use std::ops::Range;
@@ -21,6 +21,8 @@ pub struct Faults {
     pub put: Option<String>,
     /// Gets of paths containing this text fail.
     pub get: Option<String>,
+    /// Every put takes this long (a slow store).
+    pub put_delay: Option<std::time::Duration>,
 }
 
 /// Wraps a store and fails the operations [`Faults`] names.
@@ -68,7 +70,13 @@ impl ObjectStore for FaultyStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let pattern = self.faults.lock().unwrap().put.clone();
+        let (pattern, delay) = {
+            let faults = self.faults.lock().unwrap();
+            (faults.put.clone(), faults.put_delay)
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
         self.check(pattern, location)?;
         self.inner.put_opts(location, payload, opts).await
     }

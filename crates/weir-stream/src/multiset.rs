@@ -159,18 +159,36 @@ impl Multiset {
                     self.groups.remove(key);
                 }
             }
-            let entry = (key.clone(), row);
-            match self.dirty.get(&entry) {
-                Some(&at_checkpoint) if at_checkpoint == now => {
-                    self.dirty.remove(&entry);
-                }
-                Some(_) => {}
-                None => {
-                    self.dirty.insert(entry, before);
-                }
-            }
+            self.mark_dirty(key.clone(), row, before, now);
         }
         Ok(())
+    }
+
+    /// Removes every row under each of the encoded `keys`.
+    pub fn remove_keys(&mut self, keys: &[Bytes]) {
+        for key in keys {
+            let Some(group) = self.groups.remove(key) else {
+                continue;
+            };
+            self.distinct_rows -= group.len();
+            for (row, weight) in group {
+                self.mark_dirty(key.clone(), row, weight, 0);
+            }
+        }
+    }
+
+    /// Records that a row's multiplicity went from `before` to `now`.
+    fn mark_dirty(&mut self, key: Bytes, row: Bytes, before: i64, now: i64) {
+        let entry = (key, row);
+        match self.dirty.get(&entry) {
+            Some(&at_checkpoint) if at_checkpoint == now => {
+                self.dirty.remove(&entry);
+            }
+            Some(_) => {}
+            None => {
+                self.dirty.insert(entry, before);
+            }
+        }
     }
 
     /// Every row whose key is one of `keys` (each key once), with its

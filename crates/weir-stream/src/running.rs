@@ -371,11 +371,7 @@ impl Operator for RunningAggregate {
         let state_keys = self
             .state
             .encode_keys(&self.state.key_columns(&groups)?, keys.len())?;
-        let old = self
-            .state
-            .rows_with_keys(state_keys.iter().map(|k| k.as_ref()))?;
-        let retract = Int64Array::from_iter_values(old.weights.values().iter().map(|w| -w));
-        self.state.update(&Changes::new(old.rows, retract)?)?;
+        self.state.remove_keys(&state_keys);
         let (mut at, mut values) = (Vec::new(), Vec::new());
         for (i, key) in keys.iter().enumerate() {
             if let Some(group) = self.groups.get_mut(key) {

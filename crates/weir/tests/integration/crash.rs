@@ -269,6 +269,25 @@ async fn catalog_and_rows_survive_a_clean_restart_and_a_kill() {
     check(client, "4").await;
 }
 
+/// The `tick_total` view and its reader's position, at one epoch.
+async fn tick_view(client: &tokio_postgres::Client) -> (i64, i64, i64) {
+    client.batch_execute("CHECKPOINT; BEGIN").await.unwrap();
+    let position: i64 = client
+        .query_one(
+            "SELECT CAST(position AS BIGINT) FROM weir_source_readers WHERE view = 'tick_total'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let row = client
+        .query_one("SELECT n, coalesce(s, 0) FROM tick_total", &[])
+        .await
+        .unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    (position, row.get(0), row.get(1))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_while_writing_restores_a_consistent_epoch() {
     let server = TestServer::start().await;
@@ -277,7 +296,10 @@ async fn backup_while_writing_restores_a_consistent_epoch() {
         .batch_execute(
             "CREATE TABLE b (id BIGINT PRIMARY KEY, v TEXT NOT NULL);
              CREATE VIEW b_count AS SELECT count(*) AS n FROM b;
-             INSERT INTO b SELECT x, 'before' FROM generate_series(1, 1000) AS t(x)",
+             INSERT INTO b SELECT x, 'before' FROM generate_series(1, 1000) AS t(x);
+             CREATE MATERIALIZED VIEW b_groups AS SELECT v, count(*) AS n, max(id) AS top FROM b GROUP BY v;
+             CREATE SOURCE ticks (id BIGINT) WITH (connector = 'datagen', rows_per_second = 500, fields.id.kind = 'sequence');
+             CREATE MATERIALIZED VIEW tick_total AS SELECT count(*) AS n, sum(id) AS s FROM ticks",
         )
         .await
         .unwrap();
@@ -335,6 +357,25 @@ async fn backup_while_writing_restores_a_consistent_epoch() {
         .unwrap()
         .get(0);
     assert!(total >= 1000 && total <= live, "{total} of {live}");
+    // Views come back with the copy: the table's view equals its query, and
+    // the source's view holds exactly the rows before its reader's position.
+    assert_views_match(
+        &copy,
+        &[(
+            "b_groups",
+            "SELECT v, count(*) AS n, max(id) AS top FROM b GROUP BY v",
+        )],
+        "restored backup",
+    )
+    .await;
+    let (position, n, s) = tick_view(&copy).await;
+    assert!(position > 0, "the source was read before the backup");
+    assert_eq!((n, s), (position, position * (position + 1) / 2));
+    // ... and the copy goes on reading the source from there.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (later, n, s) = tick_view(&copy).await;
+    assert!(later > position, "the copy's reader moved on");
+    assert_eq!((n, s), (later, later * (later + 1) / 2));
     // The copy is one epoch: its 'during' rows are a prefix of the writer's.
     let max: i64 = copy
         .query_one(
