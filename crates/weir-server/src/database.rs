@@ -628,13 +628,20 @@ impl Database {
     }
 
     /// Merges delta chains into bases in the background: after each
-    /// commit, every table the store says is due is read back, merged and
-    /// written as a new base (on a blocking thread: decoding and merging
-    /// are CPU work), which the next commit names in place of the chain.
+    /// commit, every table the store says is due is written as a new base
+    /// (from its committed snapshot, or merged from the store for operator
+    /// state; on a blocking thread, as this is CPU work), which the next
+    /// commit names in place of the chain.
     async fn run_compactor(self: Arc<Self>) {
         let mut committed = self.committed_epoch.subscribe();
         while committed.changed().await.is_ok() {
-            let jobs = self.store.lock().await.compaction_jobs();
+            let jobs = {
+                let mut store = self.store.lock().await;
+                // The committed snapshot is the newest manifest's epoch:
+                // both change together, under the store's lock.
+                let committed = self.committed();
+                store.compaction_jobs(|id| committed.tables.get(&id).cloned())
+            };
             for job in jobs {
                 let table = job.table;
                 let compactor = self.store.lock().await.compactor();
@@ -733,10 +740,17 @@ impl Database {
         let started = Instant::now();
         let mut retries = 0;
         let mut backoff = Duration::from_millis(10);
-        let (manifest, stats) = loop {
-            let result = self.store.lock().await.commit(&delta).await;
-            match result {
-                Ok(done) => break done,
+        let stats = loop {
+            let mut store = self.store.lock().await;
+            match store.commit(&delta).await {
+                Ok((manifest, stats)) => {
+                    // Published under the store's lock, so that the
+                    // compactor sees the snapshot of the store's newest
+                    // manifest.
+                    *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
+                    *self.last_manifest.write().expect("manifest lock") = Some(Arc::new(manifest));
+                    break stats;
+                }
                 Err(e) => {
                     retries += 1;
                     warn!(epoch, error = %e, "commit failed; retrying");
@@ -747,8 +761,6 @@ impl Database {
             }
         };
         *self.last_commit_error.lock().expect("error lock") = None;
-        *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
-        *self.last_manifest.write().expect("manifest lock") = Some(Arc::new(manifest));
         let mut history = self.history.lock().expect("history lock");
         if history.len() == CHECKPOINT_HISTORY {
             history.pop_front();

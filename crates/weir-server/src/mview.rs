@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::LogicalPlan;
@@ -433,6 +434,12 @@ fn source_rows(
             .tables
             .get(&id)
             .ok_or_else(|| WeirError::internal(format!("no snapshot of {name}")))?;
+        // A table written by many small statements is many small chunks;
+        // they go through the operators in batches of about
+        // BACKFILL_BATCH_ROWS (an aggregate that recomputes its touched
+        // groups pays per batch, not per row).
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut pending_rows = 0;
         for batch in table.scan(None, false)? {
             let rows = if counted {
                 crate::views::expand_counted(&batch, None)?
@@ -441,13 +448,30 @@ fn source_rows(
             };
             let mut offset = 0;
             while offset < rows.num_rows() {
-                let len = BACKFILL_BATCH_ROWS.min(rows.num_rows() - offset);
-                out.push((name.clone(), Changes::inserts(rows.slice(offset, len))));
+                let len = (BACKFILL_BATCH_ROWS - pending_rows).min(rows.num_rows() - offset);
+                pending.push(rows.slice(offset, len));
+                pending_rows += len;
                 offset += len;
+                if pending_rows == BACKFILL_BATCH_ROWS {
+                    out.push((name.clone(), inserts_of(&mut pending)?));
+                    pending_rows = 0;
+                }
             }
+        }
+        if pending_rows > 0 {
+            out.push((name.clone(), inserts_of(&mut pending)?));
         }
     }
     Ok(out)
+}
+
+/// The batches in `pending`, as one batch of insertions; empties it.
+fn inserts_of(pending: &mut Vec<RecordBatch>) -> WeirResult<Changes> {
+    let schema = pending[0].schema();
+    let rows = datafusion::arrow::compute::concat_batches(&schema, pending.iter())
+        .map_err(|e| WeirError::from_datafusion(e.into()))?;
+    pending.clear();
+    Ok(Changes::inserts(rows))
 }
 
 /// Rebuilds every materialized view's operators after a restart: plans

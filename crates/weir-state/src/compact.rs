@@ -2,11 +2,15 @@
 //! without holding up commits.
 //!
 //! 1. [`StateStore::compaction_jobs`] lists the tables of the newest
-//!    manifest whose chains are due ([`StoreConfig`]): their files and the
-//!    spec they were last committed with.
-//! 2. [`Compactor::compact`] (no lock on the store; commits go on) reads
-//!    the base and deltas, applies them as recovery does, and writes the
-//!    result as `base/<table>/<epoch of the last delta merged>`.
+//!    manifest whose chains are due ([`StoreConfig`]): their files, the
+//!    spec they were last committed with, and, when the caller has one,
+//!    the table's in-memory snapshot at that manifest's epoch.
+//! 2. [`Compactor::compact`] (no lock on the store; commits go on) writes
+//!    the snapshot, or else reads the base and deltas back and applies them
+//!    as recovery does, as `base/<table>/<epoch of the last delta merged>`.
+//!    A snapshot is the same rows for a fraction of the work (no decoding,
+//!    no index to rebuild): tables and view outputs have one; operator
+//!    state, which lives in the stream worker, is merged from the store.
 //! 3. [`StateStore::install`] hands the new base to the store; the next
 //!    commit names it in place of the base and deltas it merged, provided
 //!    the chain still starts with them (otherwise the base is stale and is
@@ -27,7 +31,7 @@ use crate::error::StateResult;
 use crate::layout::base_path;
 use crate::manifest::{FileSlice, TableFiles, TableId};
 use crate::store::{StateStore, StoreConfig};
-use crate::table::TableSpec;
+use crate::table::{TableSnapshot, TableSpec};
 
 /// A table whose delta chain is due to be merged.
 #[derive(Debug, Clone)]
@@ -38,6 +42,8 @@ pub struct CompactionJob {
     pub spec: TableSpec,
     /// Its files in the newest manifest.
     pub files: TableFiles,
+    /// Its contents at that manifest's epoch, if the caller holds them.
+    pub snapshot: Option<TableSnapshot>,
 }
 
 /// A merged base, waiting for the next commit to name it.
@@ -100,7 +106,12 @@ impl StateStore {
     /// to name the result. Their files stay pinned (garbage
     /// collection keeps them) until [`StateStore::install`] or
     /// [`StateStore::release`].
-    pub fn compaction_jobs(&mut self) -> Vec<CompactionJob> {
+    /// `snapshot` gives a table's contents at the newest manifest's epoch
+    /// where the caller holds them.
+    pub fn compaction_jobs(
+        &mut self,
+        snapshot: impl Fn(TableId) -> Option<TableSnapshot>,
+    ) -> Vec<CompactionJob> {
         let Some(manifest) = self.newest() else {
             return Vec::new();
         };
@@ -117,6 +128,7 @@ impl StateStore {
                     table: id,
                     spec: self.spec_of(id)?.clone(),
                     files: files.clone(),
+                    snapshot: snapshot(id),
                 })
             })
             .collect();

@@ -25,6 +25,7 @@ pub struct StoreConfig {
     /// How many recent manifests (and the files they name) are kept.
     pub retained_manifests: usize,
     /// A table's delta chain is merged into a new base once it has this
+    /// many deltas and they weigh an eighth of its base, or eight times as
     /// many deltas ...
     pub max_deltas: usize,
     /// ... or once its deltas outweigh its base and this many bytes.
@@ -32,11 +33,18 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// Whether a table with these files is due for a merge into a new base.
+    /// Whether a table with these files is due for a merge into a new base:
+    /// when its deltas outweigh its base (write amplification stays about
+    /// 2x), or its chain is `max_deltas` long and its deltas are an eighth
+    /// of its base, or, whatever their size, eight times `max_deltas` long
+    /// (so recovery reads a bounded number of deltas). A large table with
+    /// small changes is not rewritten every few epochs.
     pub(crate) fn needs_base(&self, files: &TableFiles) -> bool {
-        !files.deltas.is_empty()
-            && (files.deltas.len() >= self.max_deltas
-                || files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes))
+        let deltas = files.deltas.len();
+        deltas > 0
+            && (files.delta_bytes > files.base_bytes.max(self.min_compaction_bytes)
+                || deltas >= self.max_deltas && files.delta_bytes * 8 >= files.base_bytes
+                || deltas >= 8 * self.max_deltas)
     }
 }
 
@@ -632,7 +640,7 @@ mod tests {
             let (manifest, stats) = store.commit(&delta).await.unwrap();
             assert!(stats.objects >= 2);
             assert!(manifest.tables[&7].deltas.len() <= config.max_deltas);
-            for job in store.compaction_jobs() {
+            for job in store.compaction_jobs(|_| None) {
                 let base = store.compactor().compact(&job).await.unwrap();
                 store.install(base).await;
             }
@@ -683,9 +691,12 @@ mod tests {
             let delta = commit(epoch, &mut table);
             store.commit(&delta).await.unwrap();
         }
-        let jobs = store.compaction_jobs();
+        let jobs = store.compaction_jobs(|_| Some(table.snapshot()));
         assert_eq!(jobs.len(), 1);
-        assert!(store.compaction_jobs().is_empty(), "one merge per table");
+        assert!(
+            store.compaction_jobs(|_| None).is_empty(),
+            "one merge per table"
+        );
         // Epochs 3 to 5 commit before the merge is done; it still applies,
         // and keeps their deltas.
         for epoch in 3..=5 {
@@ -695,7 +706,7 @@ mod tests {
         let base = store.compactor().compact(&jobs[0]).await.unwrap();
         store.install(base).await;
         assert!(
-            store.compaction_jobs().is_empty(),
+            store.compaction_jobs(|_| None).is_empty(),
             "no second merge before the first one is named"
         );
         let delta = commit(6, &mut table);
@@ -708,7 +719,7 @@ mod tests {
         );
         // A merge that no manifest names (the process died before the
         // next commit) is swept at recovery.
-        let job = store.compaction_jobs().remove(0);
+        let job = store.compaction_jobs(|_| None).remove(0);
         let orphan = store.compactor().compact(&job).await.unwrap();
         let before = objects(dir.path(), "base");
         let mut reopened = StateStore::open(location, config).unwrap();

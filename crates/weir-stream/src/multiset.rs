@@ -1,6 +1,7 @@
 //! [`Multiset`]: an operator's durable state, a bag of rows grouped by a
 //! key, with the rows changed since the last checkpoint.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -179,14 +180,14 @@ impl Multiset {
 
     /// Records that a row's multiplicity went from `before` to `now`.
     fn mark_dirty(&mut self, key: Bytes, row: Bytes, before: i64, now: i64) {
-        let entry = (key, row);
-        match self.dirty.get(&entry) {
-            Some(&at_checkpoint) if at_checkpoint == now => {
-                self.dirty.remove(&entry);
+        match self.dirty.entry((key, row)) {
+            Entry::Occupied(at_checkpoint) => {
+                if *at_checkpoint.get() == now {
+                    at_checkpoint.remove();
+                }
             }
-            Some(_) => {}
-            None => {
-                self.dirty.insert(entry, before);
+            Entry::Vacant(vacant) => {
+                vacant.insert(before);
             }
         }
     }
