@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use weir_state::StoreConfig;
+
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use weir_server::{Auth, EpochConfig};
@@ -68,6 +70,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:9466).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// How many recent committed epochs (manifests and the files they
+    /// name) the state store keeps; older ones are garbage-collected.
+    #[arg(long, default_value_t = 3)]
+    pub retained_manifests: usize,
     /// PEM certificate chain for TLS (with --tls-key); clients may then
     /// use sslmode=require.
     #[arg(long, requires = "tls_key")]
@@ -97,6 +103,8 @@ pub struct Config {
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// State store tunables.
+    pub store: StoreConfig,
 }
 
 impl Config {
@@ -138,6 +146,13 @@ impl Config {
         if args.query_memory_mb == 0 {
             bail!("--query-memory-mb must be positive");
         }
+        if args.retained_manifests == 0 {
+            bail!("--retained-manifests must be at least 1");
+        }
+        let store = StoreConfig {
+            retained_manifests: args.retained_manifests,
+            ..StoreConfig::default()
+        };
         Ok(Config {
             query_memory_bytes: args.query_memory_mb << 20,
             tls: args.tls_cert.zip(args.tls_key),
@@ -146,6 +161,7 @@ impl Config {
             state_location: args.state_url.unwrap_or(args.data_dir),
             epochs,
             auth,
+            store,
         })
     }
 }

@@ -419,12 +419,25 @@ async fn prometheus_metrics_over_http() {
     let server = TestServer::start_with(&["--metrics-listen", &address]).await;
     let client = server.client().await;
     client
-        .batch_execute("CREATE TABLE m (x INT); INSERT INTO m VALUES (1), (2); CHECKPOINT")
+        .batch_execute(
+            "CREATE TABLE m (x INT);
+             CREATE MATERIALIZED VIEW m_count AS SELECT count(*) AS n FROM m;
+             INSERT INTO m VALUES (1), (2); CHECKPOINT",
+        )
         .await
         .unwrap();
     let page = http_get(port, "/metrics");
     assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
     assert!(page.contains("weir_table_rows{table=\"m\"} 2"), "{page}");
+    // Rows into the view: the two inserted; out: its old row and new one.
+    assert!(
+        page.contains("weir_view_rows_in_total{view=\"m_count\"} 2"),
+        "{page}"
+    );
+    assert!(
+        page.contains("weir_view_rows_out_total{view=\"m_count\"} 2"),
+        "{page}"
+    );
     let epoch: u64 = page
         .lines()
         .find_map(|l| l.strip_prefix("weir_committed_epoch "))
