@@ -268,18 +268,7 @@ impl Worker {
             Control::RemovePending(token) => self.pending.retain(|p| p.token != token),
             Control::Start(view, token) => self.start(*view, token),
             Control::Drop(name) => {
-                self.views.retain(|v| v.name != name);
-                let gone: Vec<String> = self
-                    .readers
-                    .iter()
-                    .filter(|r| r.view == name)
-                    .map(|r| r.key.clone())
-                    .collect();
-                self.readers.retain(|r| r.view != name);
-                for key in gone {
-                    // Not mid-alignment: control is read only between barriers.
-                    self.aligner.remove_input(&Input::Reader(key));
-                }
+                self.remove_view(&name);
                 self.db.view_counters_remove(&name);
             }
         }
@@ -342,15 +331,7 @@ impl Worker {
             };
             let reads: BTreeSet<String> = view.dataflow.sources();
             if reads.iter().any(|r| failed.iter().any(|(f, _)| f == r)) {
-                let upstream = reads
-                    .iter()
-                    .find(|r| failed.iter().any(|(f, _)| f == *r))
-                    .cloned()
-                    .unwrap_or_default();
-                failed.push((
-                    view.name.clone(),
-                    format!("it reads \"{upstream}\", which failed"),
-                ));
+                // Stopped below with the view it reads.
                 continue;
             }
             let rows_in: usize = reads
@@ -376,7 +357,9 @@ impl Worker {
             }
         }
         for (name, reason) in failed {
-            self.stop_failed(&name, reason);
+            if self.views.iter().any(|v| v.name == name) {
+                self.stop_failed(&name, reason);
+            }
         }
         for pending in &self.pending {
             let relevant: RelationChanges = changes
@@ -396,9 +379,26 @@ impl Worker {
 
     /// A failed view stops for good: its operators, state and readers go,
     /// and the committer records the failure in the catalog.
+    /// Views that read a failed view fail with it.
     fn stop_failed(&mut self, name: &str, reason: String) {
         warn!(view = %name, %reason, "materialized view failed");
         self.db.view_failed(name, reason);
+        self.remove_view(name);
+        let readers: Vec<String> = self
+            .views
+            .iter_mut()
+            .filter(|v| v.dataflow.sources().contains(name))
+            .map(|v| v.name.clone())
+            .collect();
+        for reader in readers {
+            self.stop_failed(&reader, format!("it reads \"{name}\", which failed"));
+        }
+    }
+
+    /// Stops running a view: its operators and its readers go. Never
+    /// mid-alignment (control messages and failures are handled between
+    /// barriers or before the checkpoint).
+    fn remove_view(&mut self, name: &str) {
         self.views.retain(|v| v.name != name);
         let gone: Vec<String> = self
             .readers
