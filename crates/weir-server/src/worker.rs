@@ -9,7 +9,7 @@
 //! ```
 //!
 //! The worker's inputs are the control channel (the tables' changes and
-//! barriers, cut by the coordinator under the working lock) and one
+//! barriers, which the coordinator cuts under the working lock) and one
 //! channel per source reader. Records are processed as they arrive: a
 //! reader's rows go through its view's operators at once, and the view's
 //! output changes go on to the views that read it. When the control

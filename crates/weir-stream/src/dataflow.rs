@@ -1,9 +1,9 @@
-//! [`Dataflow`]: one view's operators, driven an epoch at a time.
+//! [`Dataflow`]: one view's operators, chained.
 //!
-//! The runtime is synchronous: for each epoch every source's changes are
-//! pushed through the operators in topological order, and an operator sees
-//! all of its inputs' changes of the epoch before the barrier. So barrier
-//! alignment holds by construction, and after [`Dataflow::step`] the
+//! [`Dataflow::step`] pushes a batch of changes (one or more relations')
+//! through the operators in topological order. The caller (the server's
+//! stream worker) decides which changes belong to which epoch: it aligns
+//! barriers across its inputs before taking [`Dataflow::state`], so the
 //! operators' state deltas are exactly those of the epoch.
 
 use std::collections::BTreeSet;
