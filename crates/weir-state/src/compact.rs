@@ -78,6 +78,20 @@ impl Compactor {
     /// Merges `job`'s base and deltas into a new base object.
     pub async fn compact(&self, job: &CompactionJob) -> StateResult<CompactedBase> {
         let through_epoch = job.files.deltas.last().map_or(0, |d| d.epoch);
+        // A chain that is one delta of upserts and nothing else (a new
+        // view's backfilled state, a table's first load) already is a base:
+        // name its slice instead of writing it again.
+        if let (None, [only]) = (&job.files.base, job.files.deltas.as_slice()) {
+            if let (Some(upserts), None) = (&only.upserts, &only.deletes) {
+                return Ok(CompactedBase {
+                    table: job.table,
+                    replaces: None,
+                    merged: 1,
+                    through_epoch,
+                    base: upserts.clone(),
+                });
+            }
+        }
         let table = self
             .objects
             .load_table(job.spec.clone(), &job.files)

@@ -734,6 +734,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lone_delta_of_upserts_becomes_the_base_without_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let config = StoreConfig {
+            min_compaction_bytes: 0,
+            ..StoreConfig::default()
+        };
+        let mut store = StateStore::open(location, config.clone()).unwrap();
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        table
+            .write(&[], Some(&rows(&[1, 2, 3], "a")))
+            .unwrap()
+            .unwrap();
+        let delta = EpochDelta {
+            epoch: 1,
+            sources: BTreeMap::new(),
+            catalog: serde_json::json!({}),
+            tables: BTreeMap::from([(5, change(&mut table))]),
+        };
+        let (manifest, _) = store.commit(&delta).await.unwrap();
+        let slice = manifest.tables[&5].deltas[0].upserts.clone().unwrap();
+        let job = store.compaction_jobs(|_| None).remove(0);
+        let base = store.compactor().compact(&job).await.unwrap();
+        assert_eq!(base.base, slice, "the delta's slice is named, not copied");
+        assert_eq!(objects(dir.path(), "base"), 0);
+        store.install(base).await;
+        let delta = EpochDelta {
+            epoch: 2,
+            sources: BTreeMap::new(),
+            catalog: serde_json::json!({}),
+            tables: BTreeMap::from([(5, change(&mut table))]),
+        };
+        let (manifest, _) = store.commit(&delta).await.unwrap();
+        assert_eq!(manifest.tables[&5].base, Some(slice));
+        assert!(manifest.tables[&5].deltas.is_empty());
+        let mut reopened = StateStore::open(location, config).unwrap();
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        let recovered = reopened
+            .load_table(spec(), &manifest.tables[&5])
+            .await
+            .unwrap();
+        assert_eq!(contents(&recovered), contents(&table));
+    }
+
+    #[tokio::test]
     async fn a_corrupt_newest_manifest_falls_back_and_orphans_are_swept() {
         let dir = tempfile::tempdir().unwrap();
         let location = dir.path().to_str().unwrap();
