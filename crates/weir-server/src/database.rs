@@ -405,7 +405,7 @@ impl Database {
     }
 
     /// Forgets a dropped view's failure and counters.
-    pub fn view_counters_remove(&self, name: &str) {
+    pub fn forget_view(&self, name: &str) {
         self.failures.lock().expect("failures lock").remove(name);
         self.view_counters
             .lock()
@@ -713,15 +713,9 @@ impl Database {
             mut snapshots,
         } = part;
         self.record_failures(&mut catalog);
+        // A view missing from the worker's part failed, and
+        // `record_failures` has said so in this epoch's catalog.
         tables.extend(views.tables);
-        // Failed views' state is gone from the worker: the catalog says so.
-        tables.retain(|id, _| {
-            catalog.tables.values().any(|t| t.id == *id)
-                || catalog
-                    .materialized_views
-                    .values()
-                    .any(|v| v.failed.is_none() && (v.id == *id || v.state_ids.contains(id)))
-        });
         snapshots.extend(views.snapshots);
         let delta = EpochDelta {
             epoch,

@@ -23,22 +23,17 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
     let db = session.db.clone();
     let mut working = db.working().await;
     let name = relation_name(&create.name)?;
-    if working.catalog.kind_of(&name).is_some() {
-        if create.if_not_exists {
-            session.notice(format!("relation \"{name}\" already exists, skipping"));
-            return Ok(Output::command("CREATE TABLE"));
-        }
-        return Err(duplicate_relation(&name));
+    if let Some(skipped) = claim_name(
+        session,
+        &working.catalog,
+        &name,
+        create.if_not_exists,
+        "CREATE TABLE",
+    )? {
+        return Ok(skipped);
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let plan = session
-        .plan(Statement::CreateTable(create.clone()), &None)
-        .await?;
-    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
-        return Err(WeirError::unsupported(format!(
-            "CREATE TABLE form: {create}"
-        )));
-    };
+    let memory = plan_columns(session, create).await?;
     let mut primary_key = Vec::new();
     for constraint in memory.constraints.iter() {
         match constraint {
@@ -213,7 +208,45 @@ fn check_table_options(create: &CreateTable) -> WeirResult<()> {
     Ok(())
 }
 
-fn duplicate_relation(name: &str) -> WeirError {
+/// Checks that a new relation's name is free. When it is taken and the
+/// statement says `IF NOT EXISTS`, sends PostgreSQL's NOTICE and returns
+/// the statement's tag, for the caller to return at once.
+pub fn claim_name(
+    session: &mut Session,
+    catalog: &Catalog,
+    name: &str,
+    if_not_exists: bool,
+    tag: &'static str,
+) -> WeirResult<Option<Output>> {
+    if catalog.kind_of(name).is_none() {
+        return Ok(None);
+    }
+    if !if_not_exists {
+        return Err(duplicate_relation(name));
+    }
+    session.notice(format!("relation \"{name}\" already exists, skipping"));
+    Ok(Some(Output::command(tag)))
+}
+
+/// Plans a `CREATE TABLE` (or the columns of a `CREATE SOURCE`) with
+/// DataFusion against the session's pinned snapshot: its columns' types,
+/// constraints and `AS SELECT` input.
+pub async fn plan_columns(
+    session: &Session,
+    create: &CreateTable,
+) -> WeirResult<datafusion::logical_expr::CreateMemoryTable> {
+    let plan = session
+        .plan(Statement::CreateTable(create.clone()), &None)
+        .await?;
+    match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) => Ok(memory),
+        _ => Err(WeirError::unsupported(format!(
+            "CREATE TABLE form: {create}"
+        ))),
+    }
+}
+
+pub fn duplicate_relation(name: &str) -> WeirError {
     WeirError::new(
         SqlState::DUPLICATE_TABLE,
         format!("relation \"{name}\" already exists"),

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::database::Database;
+use crate::worker::ViewCounters;
 
 /// The metrics page.
 pub fn render(db: &Database) -> String {
@@ -74,29 +75,35 @@ pub fn render(db: &Database) -> String {
     );
     for def in snapshot.catalog.tables.values() {
         let rows = snapshot.tables.get(&def.id).map_or(0, |t| t.num_rows());
-        let name = def.name.replace('\\', "\\\\").replace('"', "\\\"");
+        let name = label(&def.name);
         let _ = writeln!(out, "weir_table_rows{{table=\"{name}\"}} {rows}");
     }
     let views = db.view_counters();
-    for (metric, help, value) in [
-        (
-            "weir_view_rows_in_total",
-            "Change rows each materialized view consumed since the server started.",
-            (|c: &crate::worker::ViewCounters| c.rows_in) as fn(&_) -> u64,
-        ),
-        (
-            "weir_view_rows_out_total",
-            "Change rows each materialized view produced since the server started.",
-            |c: &crate::worker::ViewCounters| c.rows_out,
-        ),
-    ] {
+    let per_view = |out: &mut String, metric: &str, help: &str, value: fn(&ViewCounters) -> u64| {
         let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
         for (name, counters) in &views {
-            let name = name.replace('\\', "\\\\").replace('"', "\\\"");
+            let name = label(name);
             let _ = writeln!(out, "{metric}{{view=\"{name}\"}} {}", value(counters));
         }
-    }
+    };
+    per_view(
+        &mut out,
+        "weir_view_rows_in_total",
+        "Change rows each materialized view consumed since the server started.",
+        |c| c.rows_in,
+    );
+    per_view(
+        &mut out,
+        "weir_view_rows_out_total",
+        "Change rows each materialized view produced since the server started.",
+        |c| c.rows_out,
+    );
     out
+}
+
+/// A label value, escaped as the text format wants.
+fn label(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// Serves `/metrics` on `listener` until `shutdown` turns true.

@@ -192,15 +192,14 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let queue: PendingQueue = Arc::default();
     let (planned, mut snapshot, views_reply, guard) = {
         let mut working = db.working().await;
-        if working.catalog.kind_of(&name).is_some() {
-            if create.if_not_exists {
-                session.notice(format!("relation \"{name}\" already exists, skipping"));
-                return Ok(Output::command("CREATE MATERIALIZED VIEW"));
-            }
-            return Err(WeirError::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{name}\" already exists"),
-            ));
+        if let Some(skipped) = crate::ddl::claim_name(
+            session,
+            &working.catalog,
+            &name,
+            create.if_not_exists,
+            "CREATE MATERIALIZED VIEW",
+        )? {
+            return Ok(skipped);
         }
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
         let planned = plan_view(session, &create.query, &create.columns).await?;
@@ -285,10 +284,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     }
     let mut working = db.working().await;
     if working.catalog.kind_of(&name).is_some() {
-        return Err(WeirError::new(
-            SqlState::DUPLICATE_TABLE,
-            format!("relation \"{name}\" already exists"),
-        ));
+        return Err(crate::ddl::duplicate_relation(&name));
     }
     for source in &planned.depends_on {
         let same = match (

@@ -14,9 +14,9 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session as DfSession, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan};
+use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::sql::sqlparser::ast::{CreateTable, Statement};
+use datafusion::sql::sqlparser::ast::CreateTable;
 
 use crate::catalog::{relation_name, ColumnDef, SourceDef};
 use crate::error::{SqlState, WeirError, WeirResult};
@@ -53,25 +53,17 @@ pub async fn create(
     }
     let db = session.db.clone();
     let mut working = db.working().await;
-    if working.catalog.kind_of(&name).is_some() {
-        if create.if_not_exists {
-            session.notice(format!("relation \"{name}\" already exists, skipping"));
-            return Ok(Output::command("CREATE SOURCE"));
-        }
-        return Err(WeirError::new(
-            SqlState::DUPLICATE_TABLE,
-            format!("relation \"{name}\" already exists"),
-        ));
+    if let Some(skipped) = crate::ddl::claim_name(
+        session,
+        &working.catalog,
+        &name,
+        create.if_not_exists,
+        "CREATE SOURCE",
+    )? {
+        return Ok(skipped);
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let plan = session
-        .plan(Statement::CreateTable(create.clone()), &None)
-        .await?;
-    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
-        return Err(WeirError::unsupported(format!(
-            "CREATE SOURCE form: {create}"
-        )));
-    };
+    let memory = crate::ddl::plan_columns(session, create).await?;
     let columns = memory
         .input
         .schema()

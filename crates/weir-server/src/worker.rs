@@ -136,6 +136,8 @@ pub struct Worker {
     next_reader: usize,
     /// When the barrier being aligned arrived on the control channel.
     barrier_since: Option<std::time::Instant>,
+    /// An alignment that removing a view's readers completed.
+    aligned_by_removal: Option<u64>,
 }
 
 enum Next {
@@ -163,6 +165,7 @@ impl Worker {
             aligner,
             next_reader: 0,
             barrier_since: None,
+            aligned_by_removal: None,
         }
     }
 
@@ -186,13 +189,19 @@ impl Worker {
                     self.on_barrier(input, epoch).await
                 }
                 Next::Source(i, None) => {
-                    let gone = self.readers.remove(i);
-                    warn!(view = %gone.view, source = %gone.source, "source reader stopped");
-                    match self.aligner.remove_input(&Input::Reader(gone.key)) {
-                        Some(epoch) => self.checkpoint(epoch).await,
-                        None => Ok(()),
-                    }
+                    // Its position would no longer be checkpointed, so the
+                    // view cannot go on exactly-once: it fails.
+                    let (view, source) =
+                        (self.readers[i].view.clone(), self.readers[i].source.clone());
+                    self.stop_failed(&view, format!("its reader of source \"{source}\" stopped"));
+                    Ok(())
                 }
+            };
+            // A view that stopped mid-alignment may have taken the last
+            // input alignment waited for.
+            let outcome = match (outcome, self.aligned_by_removal.take()) {
+                (Ok(()), Some(epoch)) => self.checkpoint(epoch).await,
+                (outcome, _) => outcome,
             };
             if outcome.is_err() {
                 debug!("committer gone; stream worker stops");
@@ -269,7 +278,7 @@ impl Worker {
             Control::Start(view, token) => self.start(*view, token),
             Control::Drop(name) => {
                 self.remove_view(&name);
-                self.db.view_counters_remove(&name);
+                self.db.forget_view(&name);
             }
         }
         Ok(())
@@ -288,7 +297,7 @@ impl Worker {
             let caught_up = catch_up(&mut view.dataflow, queued)
                 .and_then(|out| apply_output(&mut view.output, out));
             if let Err(e) = caught_up {
-                self.fail(&view.name, e);
+                self.stop_failed(&view.name, describe(e));
                 return;
             }
         }
@@ -373,10 +382,6 @@ impl Worker {
         }
     }
 
-    fn fail(&mut self, name: &str, error: DataFusionError) {
-        self.stop_failed(name, describe(error));
-    }
-
     /// A failed view stops for good: its operators, state and readers go,
     /// and the committer records the failure in the catalog.
     /// Views that read a failed view fail with it.
@@ -395,9 +400,9 @@ impl Worker {
         }
     }
 
-    /// Stops running a view: its operators and its readers go. Never
-    /// mid-alignment (control messages and failures are handled between
-    /// barriers or before the checkpoint).
+    /// Stops running a view: its operators and its readers go. If that
+    /// completes an alignment (a view failed while the barrier waited for
+    /// its reader), the run loop checkpoints next.
     fn remove_view(&mut self, name: &str) {
         self.views.retain(|v| v.name != name);
         let gone: Vec<String> = self
@@ -408,7 +413,9 @@ impl Worker {
             .collect();
         self.readers.retain(|r| r.view != name);
         for key in gone {
-            self.aligner.remove_input(&Input::Reader(key));
+            if let Some(epoch) = self.aligner.remove_input(&Input::Reader(key)) {
+                self.aligned_by_removal = Some(epoch);
+            }
         }
     }
 
@@ -417,9 +424,9 @@ impl Worker {
             Ok(Some(epoch)) => self.checkpoint(epoch).await,
             Ok(None) => Ok(()),
             Err(mismatch) => {
-                // A reader that joined late answers a barrier the others
-                // already passed: it carries no rows of a later epoch.
-                debug!(?input, ?mismatch, "barrier out of order ignored");
+                // Readers join only between barriers, so this is a bug in a
+                // producer; the barrier is ignored rather than mixing epochs.
+                warn!(?input, ?mismatch, "barrier out of order ignored");
                 Ok(())
             }
         }
@@ -429,16 +436,7 @@ impl Worker {
     /// changes since the last barrier to the committer.
     async fn checkpoint(&mut self, epoch: u64) -> Result<(), Closed> {
         let started = std::time::Instant::now();
-        let part = match self.cut(epoch) {
-            Ok(part) => part,
-            Err(e) => {
-                warn!(epoch, error = %e, "could not take the views' state; the epoch fails");
-                ViewPart {
-                    epoch,
-                    ..ViewPart::default()
-                }
-            }
-        };
+        let part = self.cut(epoch);
         let cut = started.elapsed();
         self.parts.send(part).await.map_err(|_| Closed)?;
         let aligned = self
@@ -455,47 +453,68 @@ impl Worker {
         Ok(())
     }
 
-    fn cut(&mut self, epoch: u64) -> datafusion::error::Result<ViewPart> {
+    /// The views' state changes since the last barrier. A view whose
+    /// state cannot be taken fails (and so leaves the manifest with its
+    /// failure recorded) rather than taking the others down with it.
+    fn cut(&mut self, epoch: u64) -> ViewPart {
         let mut part = ViewPart {
             epoch,
             ..ViewPart::default()
         };
+        let mut failed = Vec::new();
         for view in &mut self.views {
-            let snapshot = view.output.snapshot();
-            let early = std::mem::take(&mut view.early);
-            part.tables.insert(
-                view.id,
-                TableChange {
-                    deltas: early
-                        .output
-                        .into_iter()
-                        .chain(view.output.take_delta().map_err(external)?)
-                        .collect(),
-                    next_row_id: 0,
-                    spec: view.output.spec().clone(),
-                },
-            );
-            part.snapshots.insert(view.id, snapshot);
-            let mut early_states = early.states.into_iter();
-            for (state, &id) in view.dataflow.state()?.into_iter().zip(&view.state_ids) {
-                part.operator_rows.insert(id, state.distinct_rows());
-                let early = early_states.next().unwrap_or_default();
-                part.tables.insert(
-                    id,
-                    TableChange {
-                        deltas: early.into_iter().chain(state.take_delta()?).collect(),
-                        next_row_id: 0,
-                        spec: state.state_spec(),
-                    },
-                );
+            if let Err(e) = cut_view(view, &mut part) {
+                failed.push((view.name.clone(), describe(e)));
             }
         }
+        for (name, reason) in failed {
+            self.stop_failed(&name, reason);
+        }
+        let running: BTreeSet<TableId> = self
+            .views
+            .iter()
+            .flat_map(|v| std::iter::once(v.id).chain(v.state_ids.iter().copied()))
+            .collect();
+        part.tables.retain(|id, _| running.contains(id));
         for reader in &self.readers {
             part.offsets.insert(reader.key.clone(), reader.offset);
         }
         self.db.stream_clean();
-        Ok(part)
+        part
     }
+}
+
+/// Adds one view's output table and operator state changes to `part`.
+fn cut_view(view: &mut ViewRuntime, part: &mut ViewPart) -> datafusion::error::Result<()> {
+    let snapshot = view.output.snapshot();
+    let early = std::mem::take(&mut view.early);
+    part.tables.insert(
+        view.id,
+        TableChange {
+            deltas: early
+                .output
+                .into_iter()
+                .chain(view.output.take_delta().map_err(external)?)
+                .collect(),
+            next_row_id: 0,
+            spec: view.output.spec().clone(),
+        },
+    );
+    part.snapshots.insert(view.id, snapshot);
+    let mut early_states = early.states.into_iter();
+    for (state, &id) in view.dataflow.state()?.into_iter().zip(&view.state_ids) {
+        part.operator_rows.insert(id, state.distinct_rows());
+        let early = early_states.next().unwrap_or_default();
+        part.tables.insert(
+            id,
+            TableChange {
+                deltas: early.into_iter().chain(state.take_delta()?).collect(),
+                next_row_id: 0,
+                spec: state.state_spec(),
+            },
+        );
+    }
+    Ok(())
 }
 
 /// The committer is gone (shutdown).
