@@ -6,10 +6,12 @@
 //! target/release/weir-bench commit --connections 50 --statements 200
 //! target/release/weir-bench views --connections 8 --batches 50 --rows 500
 //! target/release/weir-bench checkpoints --seconds 20
+//! target/release/weir-bench stream --query agg --rows 12000000
 //! ```
 
 mod server;
 mod sources;
+mod stream;
 mod views;
 
 use std::time::{Duration, Instant};
@@ -62,6 +64,29 @@ enum Bench {
         #[arg(long, default_value_t = 10_000)]
         keys: usize,
     },
+    /// Streaming throughput: a bid-shaped datagen source into one view, until
+    /// every row is in it; reports events per second and per CPU-second of
+    /// the server, peak memory and checkpoints.
+    Stream {
+        /// The view: filter, agg, max, window, join or topn.
+        #[arg(long, default_value = "agg")]
+        query: String,
+        /// Rows the source produces.
+        #[arg(long, default_value_t = 12_000_000)]
+        rows: u64,
+        /// Worker threads of the server (its default when not given).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// The server's checkpoint interval.
+        #[arg(long, default_value = "1s")]
+        checkpoint_interval: String,
+        /// Also run with checkpoints off and print the overhead.
+        #[arg(long)]
+        compare_off: bool,
+        /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
+        #[arg(long = "server-arg", allow_hyphen_values = true)]
+        server_args: Vec<String>,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -85,6 +110,24 @@ async fn main() -> anyhow::Result<()> {
             connections,
             statements,
         } => commit(connections, statements).await,
+        Bench::Stream {
+            query,
+            rows,
+            workers,
+            checkpoint_interval,
+            compare_off,
+            server_args,
+        } => {
+            stream::run(stream::StreamLoad {
+                query,
+                rows,
+                workers,
+                checkpoint_interval,
+                compare_off,
+                server_args,
+            })
+            .await
+        }
         Bench::Checkpoints {
             seconds,
             keys,

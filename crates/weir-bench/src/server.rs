@@ -113,6 +113,28 @@ impl Server {
         walk(self.dir.path())
     }
 
+    /// User plus system CPU time the server process has used.
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // Fields after the command name (which is in parentheses and may
+        // hold spaces): state is field 3, utime 14 and stime 15.
+        let after = stat.rsplit_once(')').context("stat format")?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+    }
+
+    /// The server's peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("VmHWM in /proc/<pid>/status")
+    }
+
     /// A new connection.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let conn = format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port);

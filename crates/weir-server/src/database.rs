@@ -421,6 +421,12 @@ impl Database {
         entry.rows_out += rows_out;
     }
 
+    /// Counts rows a view's source readers delivered.
+    pub fn count_source_rows(&self, name: &str, rows: u64) {
+        let mut counters = self.view_counters.lock().expect("counters lock");
+        counters.entry(name.to_owned()).or_default().source_rows += rows;
+    }
+
     /// Rows into and out of every view since the server started.
     pub fn view_counters(&self) -> BTreeMap<String, ViewCounters> {
         self.view_counters.lock().expect("counters lock").clone()

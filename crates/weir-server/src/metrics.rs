@@ -98,6 +98,12 @@ pub fn render(db: &Database) -> String {
         "Change rows each materialized view produced since the server started.",
         |c| c.rows_out,
     );
+    per_view(
+        &mut out,
+        "weir_view_source_rows_total",
+        "Rows each materialized view's source readers delivered since the server started.",
+        |c| c.source_rows,
+    );
     out
 }
 

@@ -96,6 +96,8 @@ pub struct ViewCounters {
     pub rows_in: u64,
     /// Output change rows produced.
     pub rows_out: u64,
+    /// Rows its source readers delivered (part of `rows_in`).
+    pub source_rows: u64,
 }
 
 struct PendingView {
@@ -180,7 +182,9 @@ impl Worker {
                     self.db.stream_dirty();
                     let reader = &self.readers[i];
                     let (view, source) = (reader.view.clone(), reader.source.clone());
+                    let count = rows.num_rows() as u64;
                     self.process(RelationChanges::new(), Some((&view, &source, rows)));
+                    self.db.count_source_rows(&view, count);
                     Ok(())
                 }
                 Next::Source(i, Some(SourceMessage::Barrier { epoch, offset })) => {

@@ -1,0 +1,322 @@
+//! `weir-bench stream`: one materialized view over a bid-shaped datagen
+//! source, run until the source's last row is in the view.
+//!
+//! The source is the one issue 9 measured Weir and Flink on: auctions in
+//! 1..10,000, bidders, prices, three strings and an event time, generated
+//! as fast as the view takes them (`rows_per_second` far above what the
+//! server can process). The figures are taken from the server process:
+//! events per second of wall time, events per CPU-second (user + system
+//! time of the whole server, generator included, read from
+//! `/proc/<pid>/stat`), peak resident memory (`VmHWM`), and the
+//! checkpoints committed during the run.
+//!
+//! Progress is read from the server's Prometheus endpoint
+//! (`weir_view_source_rows_total`), which counts the source rows into the view whether or
+//! not checkpoints run, so the same command measures `--checkpoint-interval
+//! off`. At the end a `CHECKPOINT` commits everything and the view is
+//! checked: every source row is in it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use tokio_postgres::Client;
+
+use crate::server::Server;
+
+/// The queries the benchmark knows, by name.
+pub const QUERIES: &[(&str, &str)] = &[
+    ("filter", "SELECT * FROM bid WHERE auction % 123 = 0"),
+    (
+        "agg",
+        "SELECT auction, count(*) AS n, sum(price) AS total FROM bid GROUP BY auction",
+    ),
+    (
+        "max",
+        "SELECT auction, count(*) AS n, max(price) AS top FROM bid GROUP BY auction",
+    ),
+    (
+        "window",
+        "SELECT auction, date_bin(INTERVAL '10 seconds', date_time) AS window_start, count(*) AS n \
+         FROM bid GROUP BY auction, date_bin(INTERVAL '10 seconds', date_time)",
+    ),
+    (
+        "join",
+        "SELECT b.auction, b.price, a.seller, a.category FROM bid b JOIN auctions a ON b.auction = a.id",
+    ),
+    (
+        "topn",
+        "SELECT auction, count(*) AS n FROM bid GROUP BY auction ORDER BY n DESC, auction LIMIT 10",
+    ),
+];
+
+/// Distinct auctions the source draws from; the `auctions` table has one
+/// row for each.
+const AUCTIONS: u64 = 10_000;
+
+/// What to run.
+pub struct StreamLoad {
+    /// The query's name in [`QUERIES`].
+    pub query: String,
+    /// Rows the source produces.
+    pub rows: u64,
+    /// `--workers` for the server, if given.
+    pub workers: Option<usize>,
+    /// `--checkpoint-interval` for the server.
+    pub checkpoint_interval: String,
+    /// Also run with checkpoints off and print the ratio.
+    pub compare_off: bool,
+    /// Extra flags for the server.
+    pub server_args: Vec<String>,
+}
+
+/// Figures of one run.
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+    peak_rss_kib: u64,
+    epochs: u64,
+    commit_p50_ms: f64,
+    commit_p99_ms: f64,
+    bytes_written: u64,
+}
+
+/// Runs the load (and, if asked, once more with checkpoints off) and
+/// prints the figures.
+pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
+    let sql = QUERIES
+        .iter()
+        .find(|(name, _)| *name == load.query)
+        .map(|(_, sql)| *sql)
+        .with_context(|| {
+            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+            format!("unknown query {:?}; one of {names:?}", load.query)
+        })?;
+    println!(
+        "stream: {} rows, query {} ({sql}), workers {}",
+        load.rows,
+        load.query,
+        load.workers
+            .map_or("default".to_string(), |w| w.to_string())
+    );
+    let on = measure(&load, &load.checkpoint_interval, sql).await?;
+    print(&format!("checkpoint every {}", load.checkpoint_interval), load.rows, &on);
+    if load.compare_off {
+        let off = measure(&load, "off", sql).await?;
+        print("checkpoints off", load.rows, &off);
+        println!(
+            "  checkpoint overhead: {:.1}% more CPU per event, events/s at {:.1}% of off",
+            100.0 * (on.cpu.as_secs_f64() / off.cpu.as_secs_f64() - 1.0),
+            100.0 * off.wall.as_secs_f64() / on.wall.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn print(label: &str, rows: u64, m: &Measured) {
+    println!("  {label}:");
+    println!(
+        "    events/s              {:>12.0}  ({rows} events in {:.2} s)",
+        rows as f64 / m.wall.as_secs_f64(),
+        m.wall.as_secs_f64()
+    );
+    println!(
+        "    events per CPU-second {:>12.0}  ({:.2} CPU-s of the server)",
+        rows as f64 / m.cpu.as_secs_f64(),
+        m.cpu.as_secs_f64()
+    );
+    println!(
+        "    peak resident memory  {:>9.0} MiB",
+        m.peak_rss_kib as f64 / 1024.0
+    );
+    println!(
+        "    checkpoints           {:>12}  (commit p50 {:.1} ms, p99 {:.1} ms, {:.1} MiB written)",
+        m.epochs,
+        m.commit_p50_ms,
+        m.commit_p99_ms,
+        m.bytes_written as f64 / (1 << 20) as f64
+    );
+}
+
+async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result<Measured> {
+    let metrics_port = free_port()?;
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let mut args = vec![
+        "--checkpoint-interval".to_string(),
+        interval.to_string(),
+        "--metrics-listen".to_string(),
+        metrics.clone(),
+    ];
+    if let Some(workers) = load.workers {
+        args.extend(["--workers".to_string(), workers.to_string()]);
+    }
+    args.extend(load.server_args.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_with(&args).await?;
+    let client = server.client().await?;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
+               date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',
+               total_rows = '{rows}', seed = '7', fields.auction.min = '1', fields.auction.max = '{AUCTIONS}',
+               fields.bidder.min = '1', fields.bidder.max = '1000000', fields.price.min = '1',
+               fields.price.max = '10000000', fields.channel.length = '8', fields.url.length = '48',
+               fields.extra.length = '16')",
+            rows = load.rows
+        ))
+        .await?;
+    let join = load.query == "join";
+    if join {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE auctions (id BIGINT PRIMARY KEY, seller BIGINT, category INT, title TEXT);
+                 INSERT INTO auctions SELECT value, value % 977, CAST(value % 37 AS INT), 'auction ' || value
+                   FROM generate_series(1, {AUCTIONS});"
+            ))
+            .await?;
+    }
+    let epochs_before = crate::show(&client, "epochs_committed").await?;
+    let bytes_before = crate::show(&client, "bytes_written").await?;
+    let cpu_before = server.cpu_time()?;
+    let started = Instant::now();
+    client
+        .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {sql}"))
+        .await?;
+    // The join's table changes now and then while the stream runs.
+    let updater = if join {
+        let client = server.client().await?;
+        Some(tokio::spawn(async move {
+            let mut id = 1i64;
+            loop {
+                client
+                    .execute(
+                        "UPDATE auctions SET seller = seller + 1 WHERE id = $1",
+                        &[&id],
+                    )
+                    .await?;
+                id = id % AUCTIONS as i64 + 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), anyhow::Error>(())
+        }))
+    } else {
+        None
+    };
+    let http = reqwest_free_metrics(&metrics);
+    loop {
+        let rows_in = http.source_rows_in().await?;
+        if rows_in >= load.rows {
+            break;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(3600),
+            "the view took more than an hour"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let wall = started.elapsed();
+    let cpu = server.cpu_time()? - cpu_before;
+    if let Some(updater) = updater {
+        updater.abort();
+    }
+    client.batch_execute("CHECKPOINT").await?;
+    verify(&client, load).await?;
+    let epochs = crate::show(&client, "epochs_committed").await? - epochs_before;
+    let bytes_written = crate::show(&client, "bytes_written").await? - bytes_before;
+    let (commit_p50_ms, commit_p99_ms) = commit_percentiles(&client).await?;
+    Ok(Measured {
+        wall,
+        cpu,
+        peak_rss_kib: server.peak_rss_kib()?,
+        epochs,
+        commit_p50_ms,
+        commit_p99_ms,
+        bytes_written,
+    })
+}
+
+/// Checks the view against what the source produced.
+async fn verify(client: &Client, load: &StreamLoad) -> anyhow::Result<()> {
+    let position: i64 = client
+        .query_one(
+            "SELECT CAST(position AS BIGINT) FROM weir_source_readers WHERE view = 'v'",
+            &[],
+        )
+        .await?
+        .get(0);
+    ensure!(
+        position as u64 == load.rows,
+        "the reader stands at {position} of {} rows",
+        load.rows
+    );
+    let check = match load.query.as_str() {
+        "agg" | "max" | "window" => Some("SELECT CAST(sum(n) AS BIGINT) FROM v"),
+        "join" => Some("SELECT count(*) FROM v"),
+        _ => None,
+    };
+    if let Some(check) = check {
+        let counted: i64 = client.query_one(check, &[]).await?.get(0);
+        ensure!(
+            counted as u64 == load.rows,
+            "the view counts {counted} of {} rows",
+            load.rows
+        );
+    }
+    Ok(())
+}
+
+async fn commit_percentiles(client: &Client) -> anyhow::Result<(f64, f64)> {
+    let mut durations: Vec<f64> = client
+        .query(
+            "SELECT CAST(duration_ms AS DOUBLE) FROM weir_checkpoints",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    durations.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        durations
+            .get(((durations.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Ok((at(0.5), at(0.99)))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A reader of the server's `/metrics` page over plain HTTP/1.0.
+struct MetricsPage {
+    address: String,
+}
+
+fn reqwest_free_metrics(address: &str) -> MetricsPage {
+    MetricsPage {
+        address: address.to_string(),
+    }
+}
+
+impl MetricsPage {
+    /// Source rows into view `v` since the server started.
+    async fn source_rows_in(&self) -> anyhow::Result<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut socket = tokio::net::TcpStream::connect(&self.address).await?;
+        socket
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await?;
+        let mut page = String::new();
+        socket.read_to_string(&mut page).await?;
+        Ok(page
+            .lines()
+            .find_map(|line| line.strip_prefix("weir_view_source_rows_total{view=\"v\"} "))
+            .map(|n| n.trim().parse())
+            .transpose()?
+            .unwrap_or(0))
+    }
+}
