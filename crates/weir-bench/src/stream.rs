@@ -99,7 +99,11 @@ pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
             .map_or("default".to_string(), |w| w.to_string())
     );
     let on = measure(&load, &load.checkpoint_interval, sql).await?;
-    print(&format!("checkpoint every {}", load.checkpoint_interval), load.rows, &on);
+    print(
+        &format!("checkpoint every {}", load.checkpoint_interval),
+        load.rows,
+        &on,
+    );
     if load.compare_off {
         let off = measure(&load, "off", sql).await?;
         print("checkpoints off", load.rows, &off);

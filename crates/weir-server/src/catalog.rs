@@ -89,6 +89,14 @@ pub struct MaterializedViewDef {
     pub depends_on: Vec<String>,
     /// Why the view stopped being maintained, if it did.
     pub failed: Option<String>,
+    /// Whether its rows are only ever inserted (views reading it may keep
+    /// less state).
+    #[serde(default)]
+    pub append_only: bool,
+    /// Columns no two of its rows share, which key its output table;
+    /// `None`: the rows are stored with a count, keyed by all columns.
+    #[serde(default)]
+    pub key: Option<Vec<usize>>,
 }
 
 /// The column of a materialized view's state table that counts each row.
@@ -100,22 +108,32 @@ impl MaterializedViewDef {
         columns_schema(&self.columns)
     }
 
-    /// The output state table: the columns plus a count, keyed by all
-    /// the columns (a view may hold equal rows; they are stored once).
+    /// The output state table: see [`view_output_spec`].
     pub fn spec(&self) -> TableSpec {
-        view_output_spec(&self.columns)
+        view_output_spec(&self.columns, self.key.as_deref())
     }
 }
 
-/// The state table of a view with `columns`: see [`MaterializedViewDef::spec`].
-pub fn view_output_spec(columns: &[ColumnDef]) -> TableSpec {
-    let mut fields: Vec<Field> = columns_schema(columns)
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+/// The output table of a view with `columns`: keyed by `key`, the columns
+/// the planner found unique; or, without one, the columns plus a count,
+/// keyed by all the columns (a view may then hold equal rows; they are
+/// stored once).
+pub fn view_output_spec(columns: &[ColumnDef], key: Option<&[usize]>) -> TableSpec {
+    let schema = columns_schema(columns);
+    if let Some(key) = key {
+        return TableSpec::with_primary_key(schema, key.to_vec());
+    }
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
     TableSpec::with_primary_key(Arc::new(Schema::new(fields)), (0..columns.len()).collect())
+}
+
+/// Whether a view output table of `spec` stores a count with each row.
+pub fn is_counted(spec: &TableSpec) -> bool {
+    spec.schema
+        .fields()
+        .last()
+        .is_some_and(|f| f.name() == COUNT_COLUMN)
 }
 
 fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {

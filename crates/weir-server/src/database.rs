@@ -251,6 +251,8 @@ pub struct Database {
     /// Materialized views' output tables loaded at startup, until their
     /// views are restored.
     restored_outputs: std::sync::Mutex<HashMap<TableId, StateTable>>,
+    /// The state format of the manifest recovered at startup.
+    recovered_state_format: u32,
 }
 
 impl Database {
@@ -259,6 +261,9 @@ impl Database {
     pub async fn open(mut store: StateStore, config: EpochConfig) -> WeirResult<Arc<Self>> {
         let started = Instant::now();
         let manifest = store.recover().await?;
+        let recovered_state_format = manifest
+            .as_ref()
+            .map_or(Manifest::STATE_FORMAT, |m| m.state_format);
         let last_manifest = manifest.clone().map(Arc::new);
         let (catalog, epoch, tables, outputs) = match manifest {
             None => (Catalog::default(), 0, HashMap::new(), HashMap::new()),
@@ -325,6 +330,7 @@ impl Database {
             failures: std::sync::Mutex::new(BTreeMap::new()),
             view_counters: std::sync::Mutex::new(BTreeMap::new()),
             restored_outputs: std::sync::Mutex::new(outputs),
+            recovered_state_format,
         }))
     }
 
@@ -336,6 +342,12 @@ impl Database {
             .and_then(|m| m.tables.get(&id).cloned())
             .unwrap_or_default();
         Ok(self.store.lock().await.load_table(spec, &files).await?)
+    }
+
+    /// The state format of the manifest recovered at startup (see
+    /// [`Manifest::STATE_FORMAT`]).
+    pub fn recovered_state_format(&self) -> u32 {
+        self.recovered_state_format
     }
 
     /// A materialized view's output table as loaded at startup.

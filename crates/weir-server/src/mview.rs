@@ -57,6 +57,8 @@ pub struct PlannedView {
     pub sources: BTreeSet<String>,
     /// The sources plus the plain views the query names.
     pub depends_on: Vec<String>,
+    /// The output's unique key, if it has one with columns.
+    pub key: Option<Vec<usize>>,
 }
 
 /// Plans `query` as a materialized view against the session's pinned
@@ -90,7 +92,23 @@ pub async fn plan_view(
         }
         sources.insert(name);
     }
-    let plan_stream = weir_sql::stream_plan(&optimized)?;
+    let mut plan_stream = weir_sql::stream_plan(&optimized)?;
+    plan_stream.derive_keys(|relation| {
+        if let Some(table) = catalog.tables.get(relation) {
+            return (!table.primary_key.is_empty()).then(|| table.primary_key.clone());
+        }
+        catalog
+            .materialized_views
+            .get(relation)
+            .and_then(|v| v.key.clone())
+    });
+    plan_stream.mark_append_only(|relation| {
+        catalog.sources.contains_key(relation)
+            || catalog
+                .materialized_views
+                .get(relation)
+                .is_some_and(|v| v.append_only)
+    });
     let schema = Arc::new(optimized.schema().as_arrow().clone());
     let schema = crate::colnames::wire_schema(&statement, schema);
     if names.len() > schema.fields().len() {
@@ -127,7 +145,14 @@ pub async fn plan_view(
     depends_on.extend(sources.iter().cloned());
     depends_on.sort();
     depends_on.dedup();
+    // A key without columns (a global aggregate's one row) keys nothing.
+    let key = plan_stream
+        .nodes
+        .last()
+        .and_then(|n| n.key.clone())
+        .filter(|k| !k.is_empty());
     Ok(PlannedView {
+        key,
         plan: plan_stream,
         columns,
         sources,
@@ -249,7 +274,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
     let progress = session.progress.clone();
     let view = name.clone();
-    let spec = crate::catalog::view_output_spec(&planned.columns);
+    let spec = crate::catalog::view_output_spec(&planned.columns, planned.key.as_deref());
     let (dataflow, table, early) = tokio::task::spawn_blocking(move || {
         backfill(dataflow, spec, inputs, |done| {
             if let Some(progress) = progress
@@ -306,7 +331,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         }
     }
     let id = allocate_id(&mut working.catalog);
-    let state_ids: Vec<TableId> = (0..dataflow.state()?.len())
+    let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
     let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
@@ -318,6 +343,8 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         state_ids: state_ids.clone(),
         depends_on: planned.depends_on,
         failed: None,
+        append_only: planned.plan.nodes.last().is_some_and(|n| n.append_only),
+        key: planned.key.clone(),
     };
     working.catalog.materialized_views.insert(name.clone(), def);
     db.send_control(Control::Start(
@@ -380,16 +407,11 @@ fn backfill(
     let mut done = 0;
     for (relation, rows) in inputs {
         done += rows.len();
-        let out = dataflow.step(&|r: &str| {
-            if r == relation {
-                vec![rows.clone()]
-            } else {
-                Vec::new()
-            }
-        })?;
+        let out = dataflow.push(&relation, rows)?;
         apply_output(&mut table, out)?;
         progress(done);
     }
+    apply_output(&mut table, dataflow.flush()?)?;
     let mut early = EarlyDeltas::default();
     early.take(&mut dataflow, &mut table)?;
     Ok((dataflow, table, early))
@@ -423,7 +445,14 @@ fn source_rows(
             continue;
         }
         let (id, counted) = match relation_id_of(&snapshot.catalog, name) {
-            Some(id) => (id, snapshot.catalog.materialized_views.contains_key(name)),
+            Some(id) => (
+                id,
+                snapshot
+                    .catalog
+                    .materialized_views
+                    .get(name)
+                    .is_some_and(|v| v.key.is_none()),
+            ),
             None => return Err(crate::catalog::undefined_relation(name)),
         };
         let table = snapshot
@@ -485,6 +514,9 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
     if defs.is_empty() {
         return Ok(());
     }
+    if db.recovered_state_format() < weir_state::Manifest::STATE_FORMAT {
+        return rebuild(db, runtime, defs).await;
+    }
     let started = Instant::now();
     let offsets = db
         .last_manifest()
@@ -509,19 +541,20 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
                 continue;
             }
         };
-        let states = dataflow.state()?;
-        if states.len() != def.state_ids.len() {
+        let specs = dataflow.state_specs();
+        if specs.len() != def.state_ids.len() {
             failed.push((
                 def.name.clone(),
                 "its plan changed since it was created".into(),
             ));
             continue;
         }
-        for (state, &id) in states.into_iter().zip(&def.state_ids) {
-            let table = db.load_state(id, state.state_spec()).await?;
-            state.restore(&table.snapshot().stored_rows()?)?;
+        let mut tables = Vec::with_capacity(specs.len());
+        for (spec, &id) in specs.into_iter().zip(&def.state_ids) {
+            let table = db.load_state(id, spec).await?;
+            tables.push(table.snapshot().stored_rows()?);
         }
-        dataflow.restored()?;
+        dataflow.restore(tables)?;
         let output = db
             .take_restored_output(def.id)
             .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
@@ -555,6 +588,101 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         views = count,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "restored materialized views"
+    );
+    Ok(())
+}
+
+/// Rebuilds every materialized view from its inputs, for state written in
+/// an older format: each view is planned again and backfilled from the
+/// recovered tables (and the views rebuilt before it), gets new state
+/// table ids (the old tables leave with the next manifest), and reads its
+/// sources again from their first row. Until the views catch up, they
+/// stand at earlier source positions than before the upgrade.
+async fn rebuild(
+    db: &Arc<Database>,
+    runtime: Arc<RuntimeEnv>,
+    defs: Vec<MaterializedViewDef>,
+) -> WeirResult<()> {
+    let started = Instant::now();
+    warn!(
+        views = defs.len(),
+        from = db.recovered_state_format(),
+        to = weir_state::Manifest::STATE_FORMAT,
+        "operator state of an older format: rebuilding materialized views from their inputs"
+    );
+    let session = Session::new(db.clone(), runtime, "weir".into())?;
+    let mut snapshot = (*db.committed()).clone();
+    let mut failed = Vec::new();
+    for def in defs.iter().filter(|d| d.failed.is_none()) {
+        // The old output table is not needed: the view is filled again.
+        drop(db.take_restored_output(def.id));
+        session.pinned.pin(Arc::new(snapshot.clone()));
+        let planned = match parse_query(&def.query) {
+            Ok(query) => plan_view(&session, &query, &[]).await,
+            Err(e) => Err(e),
+        };
+        let built = match planned {
+            Ok(planned) => {
+                let inputs = source_rows(&snapshot, &planned.sources)?;
+                let spec =
+                    crate::catalog::view_output_spec(&planned.columns, planned.key.as_deref());
+                let dataflow = Dataflow::new(&planned.plan)?;
+                tokio::task::spawn_blocking(move || {
+                    backfill(dataflow, spec, inputs, |_| {}).map(|built| (planned, built))
+                })
+                .await
+                .map_err(|e| WeirError::internal(format!("rebuild task: {e}")))?
+                .map_err(WeirError::from)
+            }
+            Err(e) => Err(e),
+        };
+        let (planned, (dataflow, output, early)) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                warn!(view = %def.name, error = %e, "materialized view cannot be rebuilt");
+                failed.push((def.name.clone(), e.to_string()));
+                continue;
+            }
+        };
+        let mut working = db.working().await;
+        let id = allocate_id(&mut working.catalog);
+        let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
+            .map(|_| allocate_id(&mut working.catalog))
+            .collect();
+        let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
+        let Some(entry) = working.catalog.materialized_views.get_mut(&def.name) else {
+            continue;
+        };
+        entry.id = id;
+        entry.state_ids = state_ids.clone();
+        entry.append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
+        entry.key = planned.key.clone();
+        working.catalog_changed();
+        snapshot.catalog = Arc::new(working.catalog.clone());
+        snapshot.tables.insert(id, output.snapshot());
+        db.send_control(Control::Start(
+            Box::new(ViewRuntime {
+                name: def.name.clone(),
+                id,
+                state_ids,
+                dataflow,
+                output,
+                sources,
+                early,
+            }),
+            None,
+        ));
+    }
+    let mut working = db.working().await;
+    for (name, reason) in failed {
+        db.view_failed(&name, reason);
+        working.catalog_changed();
+    }
+    refresh_tracking(&mut working);
+    info!(
+        views = defs.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "rebuilt materialized views"
     );
     Ok(())
 }

@@ -148,6 +148,9 @@ impl SchemaProvider for PublicSchema {
             let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("no snapshot of materialized view {name}"))
             })?;
+            if view.key.is_some() {
+                return Ok(Some(Arc::new(SnapshotTable::new(table, false))));
+            }
             return Ok(Some(Arc::new(SnapshotTable::counted(table, view.schema()))));
         }
         if let Some(source) = snapshot.catalog.sources.get(name) {

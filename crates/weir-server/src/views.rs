@@ -66,15 +66,16 @@ pub struct EarlyDeltas {
 
 impl EarlyDeltas {
     /// Takes what changed in the operators' states and the output table.
+    /// The dataflow must have been flushed.
     pub fn take(
         &mut self,
         dataflow: &mut Dataflow,
         table: &mut StateTable,
     ) -> datafusion::error::Result<()> {
-        let states = dataflow.state()?;
+        let states = dataflow.checkpoint()?;
         self.states.resize_with(states.len(), Vec::new);
-        for (state, early) in states.into_iter().zip(&mut self.states) {
-            early.extend(state.take_delta()?);
+        for (delta, early) in states.into_iter().zip(&mut self.states) {
+            early.extend(delta);
         }
         let output = table
             .take_delta()
@@ -108,12 +109,15 @@ pub fn take_table_changes(working: &mut WorkingState) -> RelationChanges {
     changes
 }
 
-/// Adds a view's output changes to its output table (rows with counts).
-/// Returns the net changes, which downstream views consume.
+/// Adds a view's output changes to its output table (keyed rows, or rows
+/// with counts). Returns the net changes, which downstream views consume.
 pub fn apply_output(
     table: &mut StateTable,
     out: Vec<Changes>,
 ) -> datafusion::error::Result<Changes> {
+    if !crate::catalog::is_counted(table.spec()) {
+        return apply_keyed(table, out);
+    }
     let spec = table.spec().clone();
     let width = spec.schema.fields().len() - 1;
     let view_schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
@@ -160,6 +164,54 @@ pub fn apply_output(
         .write(&positions, Some(&inserts))
         .map_err(to_df)?
         .map_err(|_| DataFusionError::Internal("view rows collided".into()))?;
+    Ok(net)
+}
+
+/// [`apply_output`] for a view whose output has a unique key: its rows
+/// are stored once, by key. Within the changes, a key is deleted at most
+/// once (its old row) and inserted at most once (its new row); anything
+/// else means the key was not unique, a bug in the planner.
+fn apply_keyed(table: &mut StateTable, out: Vec<Changes>) -> datafusion::error::Result<Changes> {
+    let schema = table.spec().schema.clone();
+    let parts = out
+        .into_iter()
+        .map(|c| c.with_schema(schema.clone()))
+        .collect::<datafusion::error::Result<Vec<_>>>()?;
+    let all = Changes::concat(&schema, &parts)?;
+    // Inserts alone cannot cancel each other: no need to consolidate.
+    let net = if all.weights.values().iter().all(|&w| w == 1) {
+        all
+    } else {
+        all.consolidate()?
+    };
+    if net.is_empty() {
+        return Ok(net);
+    }
+    let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
+    let not_unique = || DataFusionError::Internal("a materialized view's key is not unique".into());
+    let weights = net.weights.values();
+    if weights.iter().any(|&w| w != 1 && w != -1) {
+        return Err(not_unique());
+    }
+    let deleted =
+        datafusion::arrow::compute::kernels::cmp::lt(&net.weights, &Int64Array::new_scalar(0))?;
+    let inserted = datafusion::arrow::compute::not(&deleted)?;
+    let key = table.spec().key.clone();
+    let deletes = datafusion::arrow::compute::filter_record_batch(&net.rows, &deleted)?;
+    let positions = if deletes.num_rows() == 0 {
+        Vec::new()
+    } else {
+        let found = table.lookup(&deletes.project(&key)?).map_err(to_df)?;
+        found
+            .iter()
+            .map(|m| m.existing.ok_or_else(not_unique))
+            .collect::<datafusion::error::Result<Vec<u64>>>()?
+    };
+    let inserts = datafusion::arrow::compute::filter_record_batch(&net.rows, &inserted)?;
+    table
+        .write(&positions, Some(&inserts))
+        .map_err(to_df)?
+        .map_err(|_| not_unique())?;
     Ok(net)
 }
 

@@ -183,7 +183,7 @@ impl Worker {
                     let reader = &self.readers[i];
                     let (view, source) = (reader.view.clone(), reader.source.clone());
                     let count = rows.num_rows() as u64;
-                    self.process(RelationChanges::new(), Some((&view, &source, rows)));
+                    self.process(RelationChanges::new(), Some((&view, &source, rows)), false);
                     self.db.count_source_rows(&view, count);
                     Ok(())
                 }
@@ -251,7 +251,7 @@ impl Worker {
 
     async fn on_control(&mut self, message: Control) -> Result<(), Closed> {
         match message {
-            Control::Changes(changes) => self.process(changes, None),
+            Control::Changes(changes) => self.process(changes, None, false),
             Control::Barrier(epoch) => {
                 self.barrier_since = Some(std::time::Instant::now());
                 for reader in &self.readers {
@@ -320,14 +320,17 @@ impl Worker {
     }
 
     /// Pushes changes through every view in dependency order. `source`
-    /// rows go only to the view whose reader read them.
+    /// rows go only to the view whose reader read them. At the end of an
+    /// epoch every view also flushes, after the views it reads did (their
+    /// flushed output is part of its input).
     fn process(
         &mut self,
         mut changes: RelationChanges,
         source: Option<(&str, &str, datafusion::arrow::record_batch::RecordBatch)>,
+        end_of_epoch: bool,
     ) {
         let source = source.map(|(view, name, rows)| (view, name, Changes::inserts(rows)));
-        if changes.is_empty() && source.is_none() {
+        if changes.is_empty() && source.is_none() && !end_of_epoch {
             return;
         }
         let mut failed = Vec::new();
@@ -351,13 +354,22 @@ impl Worker {
                 .iter()
                 .map(|r| changes_of(r).iter().map(Changes::len).sum::<usize>())
                 .sum();
-            if rows_in == 0 {
+            if rows_in == 0 && !end_of_epoch {
                 continue;
             }
-            let outcome = view
-                .dataflow
-                .step(&changes_of)
-                .and_then(|out| apply_output(&mut view.output, out));
+            let mut step = || {
+                let mut out = Vec::new();
+                for relation in &reads {
+                    for part in changes_of(relation) {
+                        out.extend(view.dataflow.push(relation, part)?);
+                    }
+                }
+                if end_of_epoch {
+                    out.extend(view.dataflow.flush()?);
+                }
+                apply_output(&mut view.output, out)
+            };
+            let outcome = step();
             match outcome {
                 Ok(out) => {
                     self.db
@@ -440,6 +452,7 @@ impl Worker {
     /// changes since the last barrier to the committer.
     async fn checkpoint(&mut self, epoch: u64) -> Result<(), Closed> {
         let started = std::time::Instant::now();
+        self.process(RelationChanges::new(), None, true);
         let part = self.cut(epoch);
         let cut = started.elapsed();
         self.parts.send(part).await.map_err(|_| Closed)?;
@@ -506,15 +519,24 @@ fn cut_view(view: &mut ViewRuntime, part: &mut ViewPart) -> datafusion::error::R
     );
     part.snapshots.insert(view.id, snapshot);
     let mut early_states = early.states.into_iter();
-    for (state, &id) in view.dataflow.state()?.into_iter().zip(&view.state_ids) {
-        part.operator_rows.insert(id, state.distinct_rows());
+    let deltas = view.dataflow.checkpoint()?;
+    let specs = view.dataflow.state_specs();
+    let rows: Vec<usize> = view
+        .dataflow
+        .operators()
+        .into_iter()
+        .flat_map(|o| o.state_rows)
+        .collect();
+    for (((delta, spec), rows), &id) in deltas.into_iter().zip(specs).zip(rows).zip(&view.state_ids)
+    {
+        part.operator_rows.insert(id, rows);
         let early = early_states.next().unwrap_or_default();
         part.tables.insert(
             id,
             TableChange {
-                deltas: early.into_iter().chain(state.take_delta()?).collect(),
+                deltas: early.into_iter().chain(delta).collect(),
                 next_row_id: 0,
-                spec: state.state_spec(),
+                spec,
             },
         );
     }
@@ -534,20 +556,21 @@ fn describe(e: DataFusionError) -> String {
     format!("{} (SQLSTATE {})", error.message, error.code.0)
 }
 
-/// Pushes queued changes through a new view's operators as one step: the
-/// operators' results do not depend on how changes are cut into batches.
+/// Pushes queued changes through a new view's operators and ends the
+/// epoch, so that its output is complete: the operators' results do not
+/// depend on how changes are cut into batches.
 pub fn catch_up(
     dataflow: &mut weir_stream::Dataflow,
     queue: Vec<RelationChanges>,
 ) -> datafusion::error::Result<Vec<Changes>> {
-    if queue.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut merged = RelationChanges::new();
+    let mut out = Vec::new();
     for step in queue {
         for (relation, changes) in step {
-            merged.entry(relation).or_default().extend(changes);
+            for change in changes {
+                out.extend(dataflow.push(&relation, change)?);
+            }
         }
     }
-    dataflow.step(&|r: &str| merged.get(r).cloned().unwrap_or_default())
+    out.extend(dataflow.flush()?);
+    Ok(out)
 }

@@ -204,6 +204,10 @@ impl Builder {
             kind,
             inputs,
             schema,
+            // Worked out once the whole plan is known:
+            // `StreamPlan::mark_append_only` and `derive_keys`.
+            append_only: false,
+            key: None,
         });
         self.nodes.len() - 1
     }

@@ -20,6 +20,13 @@ pub enum StateError {
     /// The state URL or directory is not usable.
     #[error("invalid state location: {0}")]
     InvalidLocation(String),
+    /// The state was written by a newer Weir, in a format this build cannot
+    /// read.
+    #[error("state written by a newer version of Weir: {0}")]
+    Incompatible(String),
+    /// A bug: state used in a way its owner never should.
+    #[error("internal error in the state layer: {0}")]
+    Internal(String),
 }
 
 /// Result alias for the state layer.

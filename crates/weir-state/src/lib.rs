@@ -30,6 +30,7 @@ mod compact;
 mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod faulty;
+mod key_index;
 mod layout;
 mod manifest;
 mod store;
@@ -37,6 +38,7 @@ mod table;
 
 pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};
+pub use key_index::{KeyId, KeyIndex, Probe};
 pub use manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
 pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};
 pub use table::{

@@ -72,11 +72,30 @@ pub struct Manifest {
     /// a key the server chooses; recovery rewinds readers to it.
     #[serde(default)]
     pub sources: BTreeMap<String, u64>,
+    /// The format of the operator state and view tables it names (see
+    /// [`Manifest::STATE_FORMAT`]); 1 for manifests written before the
+    /// field existed.
+    #[serde(default = "first_state_format")]
+    pub state_format: u32,
+}
+
+fn first_state_format() -> u32 {
+    1
 }
 
 impl Manifest {
     /// The manifest format this build writes.
     pub const VERSION: u32 = 1;
+
+    /// The format of operator state this build writes and reads:
+    ///
+    /// 1. every operator state a bag of rows keyed by the whole row;
+    /// 2. columnar operator state: aggregates' group tables, rows with
+    ///    durable ids for join sides.
+    ///
+    /// A server refuses state of a newer format; views of an older one are
+    /// rebuilt from their inputs at recovery.
+    pub const STATE_FORMAT: u32 = 2;
 
     /// The manifest of an empty database before its first commit.
     pub fn empty(catalog: serde_json::Value) -> Self {
@@ -86,6 +105,7 @@ impl Manifest {
             catalog,
             tables: BTreeMap::new(),
             sources: BTreeMap::new(),
+            state_format: Self::STATE_FORMAT,
         }
     }
 }

@@ -321,11 +321,16 @@ impl StateStore {
                 path: path.to_string(),
                 reason: e.to_string(),
             })?;
-        if manifest.version != Manifest::VERSION {
-            return Err(StateError::Corrupt {
-                path: path.to_string(),
-                reason: format!("unknown manifest version {}", manifest.version),
-            });
+        if manifest.version != Manifest::VERSION || manifest.state_format > Manifest::STATE_FORMAT {
+            // Not corrupt: written by a newer Weir. Falling back to an
+            // older manifest would go back in time, so recovery stops.
+            return Err(StateError::Incompatible(format!(
+                "{path} is manifest version {} with state format {}; this server reads version {} and state formats up to {}",
+                manifest.version,
+                manifest.state_format,
+                Manifest::VERSION,
+                Manifest::STATE_FORMAT
+            )));
         }
         Ok(manifest)
     }
@@ -480,6 +485,7 @@ impl StateStore {
             catalog: delta.catalog.clone(),
             tables,
             sources: delta.sources.clone(),
+            state_format: Manifest::STATE_FORMAT,
         };
         let json = serde_json::to_vec(&manifest).expect("manifest serializes");
         stats.objects += 1;

@@ -3,23 +3,24 @@
 //!
 //! Rows live in immutable Arrow chunks. A delete clears the row's bit in its
 //! chunk's live mask (copy-on-write, so snapshots taken earlier never
-//! change); an insert appends a chunk. The key index maps the row-format
-//! encoding of a key (arrow's `RowConverter`) to the row's position. Small and
+//! change); an insert appends a chunk. A [`KeyIndex`] numbers the keys;
+//! per key id the table keeps the row's position and a few flags. Small and
 //! sparse chunks are merged as writes go on, so the chunk count stays small.
 //!
-//! Memory per row: the row's Arrow data, one live bit, and one index entry
-//! (the encoded key, about key width + 16 bytes, plus the hash map slot).
+//! Memory per row: the row's Arrow data, one live bit, and the key index's
+//! share (about 14 bytes for an integer key, the key's encoding plus 26
+//! for others), plus 9 bytes of position and flags.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
 use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
 use datafusion::arrow::compute::{concat_batches, filter_record_batch, interleave_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::row::{RowConverter, Rows, SortField};
 
-use crate::error::StateResult;
+use crate::error::{StateError, StateResult};
+use crate::key_index::{KeyId, KeyIndex};
 
 /// Name of the hidden row id column of tables without a primary key.
 pub const ROW_ID_COLUMN: &str = "_weir_row_id";
@@ -133,17 +134,35 @@ struct Chunk {
     live_rows: usize,
 }
 
+/// The key's row is present (its position is valid).
+const LIVE: u8 = 1;
+/// The key is listed in `dirty`.
+const DIRTY: u8 = 2;
+/// The key existed at the last delta.
+const COMMITTED: u8 = 4;
+
 /// A table's rows with a key index; the writer side of a table.
+///
+/// A key deleted since the last delta that existed at it stays in the index
+/// as a tombstone (not `LIVE`), so the next delta can name it; a key added
+/// and deleted between two deltas leaves at once.
 #[derive(Debug)]
 pub struct StateTable {
     spec: TableSpec,
-    keys: RowConverter,
     chunks: BTreeMap<u32, Chunk>,
     next_chunk: u32,
-    index: HashMap<Box<[u8]>, RowPosition>,
+    /// Every live key, and the tombstones of keys deleted since the last
+    /// delta.
+    keys: KeyIndex,
+    /// Per key id: the row's position (while `LIVE`).
+    positions: Vec<RowPosition>,
+    /// Per key id: `LIVE`, `DIRTY`, `COMMITTED`.
+    flags: Vec<u8>,
+    /// Keys changed since the last delta (ids whose `DIRTY` flag is set;
+    /// an id may appear twice if it was freed and handed out again).
+    dirty: Vec<KeyId>,
+    live_rows: usize,
     next_row_id: u64,
-    /// Keys changed since the last delta, and whether each existed then.
-    dirty: HashMap<Box<[u8]>, bool>,
     /// Whether anything was written since the last delta (even if it
     /// cancelled out: the statement still waits for its epoch).
     written: bool,
@@ -155,19 +174,21 @@ pub struct StateTable {
 impl StateTable {
     /// An empty table.
     pub fn new(spec: TableSpec) -> StateResult<Self> {
-        let fields = spec
+        let types: Vec<DataType> = spec
             .key
             .iter()
-            .map(|&i| SortField::new(spec.schema.field(i).data_type().clone()))
+            .map(|&i| spec.schema.field(i).data_type().clone())
             .collect();
         Ok(StateTable {
-            keys: RowConverter::new(fields)?,
+            keys: KeyIndex::new(&types)?,
             spec,
             chunks: BTreeMap::new(),
             next_chunk: 0,
-            index: HashMap::new(),
+            positions: Vec::new(),
+            flags: Vec::new(),
+            dirty: Vec::new(),
+            live_rows: 0,
             next_row_id: 0,
-            dirty: HashMap::new(),
             written: false,
             changes: None,
         })
@@ -180,12 +201,12 @@ impl StateTable {
 
     /// Number of live rows.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.live_rows
     }
 
     /// Whether the table has no rows.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.live_rows == 0
     }
 
     /// The next hidden row id this table will hand out.
@@ -196,6 +217,21 @@ impl StateTable {
     /// Sets the next hidden row id (recovery).
     pub fn set_next_row_id(&mut self, next: u64) {
         self.next_row_id = next;
+    }
+
+    /// Bytes the table holds allocated: its chunks, key index and
+    /// per-key bookkeeping (not the rows kept for views).
+    pub fn memory_size(&self) -> usize {
+        let chunks: usize = self
+            .chunks
+            .values()
+            .map(|c| c.batch.get_array_memory_size() + c.live.inner().capacity())
+            .sum();
+        chunks
+            + self.keys.memory_size()
+            + self.positions.capacity() * 8
+            + self.flags.capacity()
+            + self.dirty.capacity() * 4
     }
 
     /// Starts or stops keeping the rows each write inserts and deletes
@@ -235,13 +271,28 @@ impl StateTable {
         TableSnapshot {
             spec: Arc::new(self.spec.clone()),
             chunks: Arc::new(chunks),
-            rows: self.index.len(),
+            rows: self.live_rows,
         }
     }
 
-    fn encode_keys(&self, batch: &RecordBatch, key: &[usize]) -> StateResult<Rows> {
-        let columns: Vec<ArrayRef> = key.iter().map(|&i| batch.column(i).clone()).collect();
-        Ok(self.keys.convert_columns(&columns)?)
+    /// The key columns of `batch` (stored columns, or key columns only
+    /// when `key` is `0..n`).
+    fn key_columns(batch: &RecordBatch, key: &[usize]) -> Vec<ArrayRef> {
+        key.iter().map(|&i| batch.column(i).clone()).collect()
+    }
+
+    /// The id of each key of `batch`'s `key` columns that is live.
+    fn live_ids(&self, batch: &RecordBatch, key: &[usize]) -> StateResult<Vec<Option<KeyId>>> {
+        let probe = self
+            .keys
+            .prepare(&Self::key_columns(batch, key), batch.num_rows())?;
+        Ok((0..probe.len())
+            .map(|row| {
+                self.keys
+                    .find(&probe, row)
+                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
+            })
+            .collect())
     }
 
     /// For each row of `keys` (a batch holding the key columns in key
@@ -249,13 +300,14 @@ impl StateTable {
     /// whether an earlier row of `keys` has the same key.
     pub fn lookup(&self, keys: &RecordBatch) -> StateResult<Vec<KeyMatch>> {
         let all: Vec<usize> = (0..keys.num_columns()).collect();
-        let rows = self.encode_keys(keys, &all)?;
-        let mut seen = HashSet::with_capacity(rows.num_rows());
-        Ok(rows
+        let found = self.live_ids(keys, &all)?;
+        let repeated = repeated_keys(keys, &all)?;
+        Ok(found
             .iter()
-            .map(|r| KeyMatch {
-                existing: self.index.get(r.as_ref()).copied(),
-                repeated: !seen.insert(r),
+            .zip(repeated)
+            .map(|(id, repeated)| KeyMatch {
+                existing: id.map(|id| self.positions[id as usize]),
+                repeated,
             })
             .collect())
     }
@@ -294,19 +346,13 @@ impl StateTable {
             Some(batch) if batch.num_rows() > 0 => Some(self.with_row_ids(batch)?),
             _ => None,
         };
-        let insert_keys = match &inserts {
-            Some(batch) => Some(self.encode_keys(batch, &self.spec.key)?),
-            None => None,
-        };
-        if let Some(keys) = &insert_keys {
+        if let Some(batch) = &inserts {
+            let found = self.live_ids(batch, &self.spec.key)?;
             let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
-            let mut seen = HashSet::with_capacity(keys.num_rows());
-            for (row, key) in keys.iter().enumerate() {
-                let taken = self
-                    .index
-                    .get(key.as_ref())
-                    .is_some_and(|pos| !deleted.contains(pos));
-                if taken || !seen.insert(key) {
+            let repeated = repeated_keys(batch, &self.spec.key)?;
+            for (row, (id, repeated)) in found.iter().zip(repeated).enumerate() {
+                let taken = id.is_some_and(|id| !deleted.contains(&self.positions[id as usize]));
+                if taken || repeated {
                     return Ok(Err(KeyViolation { row }));
                 }
             }
@@ -314,42 +360,74 @@ impl StateTable {
         self.written |= !deletes.is_empty() || inserts.is_some();
         if !deletes.is_empty() {
             let gone = self.gather(deletes)?;
-            let removed = self.encode_keys(&gone, &self.spec.key)?;
             if let Some(changes) = &mut self.changes {
                 changes.push((self.spec.visible_columns(&gone)?, -1));
             }
-            for key in removed.iter() {
-                self.index.remove(key.as_ref());
-                // A key added since the last delta and gone again is no
-                // change at all: it leaves the dirty set, which so stays as
-                // small as the net change however long deltas are apart.
-                match self.dirty.get(key.as_ref()) {
-                    Some(false) => {
-                        self.dirty.remove(key.as_ref());
-                    }
-                    Some(true) => {}
-                    None => {
-                        self.dirty.insert(key.as_ref().into(), true);
-                    }
-                }
+            let ids = self.live_ids(&gone, &self.spec.key)?;
+            for id in ids {
+                let id = id.ok_or_else(|| {
+                    StateError::Internal("deleted a row that is not indexed".into())
+                })?;
+                self.unset_live(id, true);
             }
             self.clear_live(deletes);
         }
-        if let (Some(batch), Some(keys)) = (inserts, insert_keys) {
+        if let Some(batch) = inserts {
             if self.spec.hidden_row_id {
                 self.next_row_id += batch.num_rows() as u64;
             }
             if let Some(changes) = &mut self.changes {
                 changes.push((self.spec.visible_columns(&batch)?, 1));
             }
-            let id = self.push_chunk(batch);
-            for (row, key) in keys.iter().enumerate() {
-                self.index.insert(key.as_ref().into(), position(id, row));
-                self.dirty.entry(key.as_ref().into()).or_insert(false);
+            let probe = self
+                .keys
+                .prepare(&Self::key_columns(&batch, &self.spec.key), batch.num_rows())?;
+            let chunk = self.push_chunk(batch);
+            for row in 0..probe.len() {
+                let (id, _) = self.keys.intern(&probe, row);
+                self.set_live(id, position(chunk, row), true);
             }
         }
         self.merge_chunks()?;
         Ok(Ok(()))
+    }
+
+    /// Records that key `id` now has the row at `position`.
+    fn set_live(&mut self, id: KeyId, position: RowPosition, mark_dirty: bool) {
+        let slot = id as usize;
+        if self.positions.len() <= slot {
+            self.positions.resize(slot + 1, 0);
+            self.flags.resize(slot + 1, 0);
+        }
+        self.positions[slot] = position;
+        self.flags[slot] |= LIVE;
+        self.live_rows += 1;
+        if mark_dirty {
+            self.mark_dirty(id);
+        }
+    }
+
+    /// Records that key `id`'s row is gone. A key that existed at the last
+    /// delta stays as a tombstone (if the change is to be in the next
+    /// delta); any other leaves the index.
+    fn unset_live(&mut self, id: KeyId, mark_dirty: bool) {
+        let slot = id as usize;
+        self.flags[slot] &= !LIVE;
+        self.live_rows -= 1;
+        if mark_dirty && self.flags[slot] & COMMITTED != 0 {
+            self.mark_dirty(id);
+        } else {
+            self.flags[slot] = 0;
+            self.keys.remove(id);
+        }
+    }
+
+    fn mark_dirty(&mut self, id: KeyId) {
+        let flags = &mut self.flags[id as usize];
+        if *flags & DIRTY == 0 {
+            *flags |= DIRTY;
+            self.dirty.push(id);
+        }
     }
 
     /// Appends the hidden row id column to a batch of visible columns.
@@ -444,13 +522,11 @@ impl StateTable {
         if merged.num_rows() == 0 {
             return Ok(());
         }
-        let keys = self.encode_keys(&merged, &self.spec.key)?;
-        let id = self.push_chunk(merged);
-        for (row, key) in keys.iter().enumerate() {
-            *self
-                .index
-                .get_mut(key.as_ref())
-                .expect("merged rows are indexed") = position(id, row);
+        let ids = self.live_ids(&merged, &self.spec.key)?;
+        let chunk = self.push_chunk(merged);
+        for (row, id) in ids.into_iter().enumerate() {
+            let id = id.ok_or_else(|| StateError::Internal("merged rows are indexed".into()))?;
+            self.positions[id as usize] = position(chunk, row);
         }
         Ok(())
     }
@@ -458,16 +534,23 @@ impl StateTable {
     /// The net change since the last call, or `None` if nothing changed.
     pub fn take_delta(&mut self) -> StateResult<Option<DeltaBatches>> {
         self.written = false;
-        if self.dirty.is_empty() {
-            return Ok(None);
-        }
         let mut present = Vec::new();
         let mut absent = Vec::new();
-        for (key, _) in self.dirty.drain() {
-            match self.index.get(&key) {
-                Some(&pos) => present.push(pos),
-                None => absent.push(key),
+        for id in std::mem::take(&mut self.dirty) {
+            let flags = &mut self.flags[id as usize];
+            if *flags & DIRTY == 0 {
+                continue;
             }
+            *flags &= !DIRTY;
+            if *flags & LIVE != 0 {
+                *flags |= COMMITTED;
+                present.push(self.positions[id as usize]);
+            } else {
+                absent.push(id);
+            }
+        }
+        if present.is_empty() && absent.is_empty() {
+            return Ok(None);
         }
         let upserts = if present.is_empty() {
             None
@@ -478,9 +561,11 @@ impl StateTable {
         let deletes = if absent.is_empty() {
             None
         } else {
-            let parser = self.keys.parser();
-            let rows = absent.iter().map(|k| parser.parse(k));
-            let columns = self.keys.convert_rows(rows)?;
+            let columns = self.keys.decode(&absent)?;
+            for &id in &absent {
+                self.flags[id as usize] = 0;
+                self.keys.remove(id);
+            }
             Some(RecordBatch::try_new(self.spec.key_schema(), columns)?)
         };
         Ok(Some(DeltaBatches { upserts, deletes }))
@@ -496,27 +581,46 @@ impl StateTable {
         let mut stale = Vec::new();
         if let Some(deletes) = deletes {
             let all: Vec<usize> = (0..deletes.num_columns()).collect();
-            for key in self.encode_keys(deletes, &all)?.iter() {
-                stale.extend(self.index.remove(key.as_ref()));
+            for id in self.live_ids(deletes, &all)?.into_iter().flatten() {
+                stale.push(self.positions[id as usize]);
+                self.unset_live(id, false);
             }
         }
-        let mut upsert_keys = None;
-        if let Some(upserts) = upserts {
-            let keys = self.encode_keys(upserts, &self.spec.key)?;
-            for key in keys.iter() {
-                stale.extend(self.index.get(key.as_ref()).copied());
+        if let Some(upserts) = upserts.filter(|u| u.num_rows() > 0) {
+            let probe = self.keys.prepare(
+                &Self::key_columns(upserts, &self.spec.key),
+                upserts.num_rows(),
+            )?;
+            let chunk = self.next_chunk;
+            for row in 0..probe.len() {
+                let (id, _) = self.keys.intern(&probe, row);
+                if self.flags.get(id as usize).is_some_and(|f| f & LIVE != 0) {
+                    stale.push(self.positions[id as usize]);
+                    self.live_rows -= 1;
+                }
+                self.set_live(id, position(chunk, row), false);
+                self.flags[id as usize] |= COMMITTED;
             }
-            upsert_keys = Some(keys);
-        }
-        self.clear_live(&stale);
-        if let (Some(batch), Some(keys)) = (upserts, upsert_keys) {
-            let id = self.push_chunk(batch.clone());
-            for (row, key) in keys.iter().enumerate() {
-                self.index.insert(key.as_ref().into(), position(id, row));
-            }
+            self.clear_live(&stale);
+            self.push_chunk(upserts.clone());
+        } else {
+            self.clear_live(&stale);
         }
         self.merge_chunks()
     }
+}
+
+/// Whether each key of `batch`'s `key` columns equals an earlier one.
+fn repeated_keys(batch: &RecordBatch, key: &[usize]) -> StateResult<Vec<bool>> {
+    let types: Vec<DataType> = key
+        .iter()
+        .map(|&i| batch.schema().field(i).data_type().clone())
+        .collect();
+    let mut seen = KeyIndex::new(&types)?;
+    let probe = seen.prepare(&StateTable::key_columns(batch, key), batch.num_rows())?;
+    Ok((0..probe.len())
+        .map(|row| !seen.intern(&probe, row).1)
+        .collect())
 }
 
 fn bit_is_set(bytes: &[u8], bit: usize) -> bool {

@@ -1,30 +1,64 @@
 //! [`Dataflow`]: one view's operators, chained.
 //!
-//! [`Dataflow::step`] pushes a batch of changes (one or more relations')
-//! through the operators in topological order. The caller (the server's
-//! stream worker) decides which changes belong to which epoch: it aligns
-//! barriers across its inputs before taking [`Dataflow::state`], so the
-//! operators' state deltas are exactly those of the epoch.
+//! [`Dataflow::push`] hands a relation's changes to the source nodes that
+//! read it; each operator's output goes straight on to the operators that
+//! consume it, and the changes that reach the last node are the view's.
+//! [`Dataflow::flush`] ends an epoch: operators flush in topological
+//! order, so what an aggregate held back reaches the operators above it
+//! before they flush in turn. The caller (the stream worker) decides which
+//! changes belong to which epoch: it aligns barriers across its inputs,
+//! flushes, then takes [`Dataflow::checkpoint`], so the operators' state
+//! deltas are exactly those of the epoch.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
+use weir_state::{DeltaBatches, TableSpec};
 
-use crate::aggregate::Aggregate;
 use crate::join::Join;
 use crate::map::{Filter, Project, Rename, Values};
 use crate::plan::{NodeKind, StreamPlan};
-use crate::running::{is_running, RunningAggregate};
 use crate::top_n::TopN;
-use crate::{Changes, Multiset, Operator, Result};
+use crate::{Changes, Operator, Result};
+
+/// What one operator has done since the dataflow started.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorStats {
+    /// Change rows it received.
+    pub rows_in: u64,
+    /// Change rows it emitted.
+    pub rows_out: u64,
+    /// Time spent in it.
+    pub busy: Duration,
+}
+
+/// One operator of a running dataflow, as reported by
+/// [`Dataflow::operators`].
+#[derive(Debug, Clone)]
+pub struct OperatorInfo {
+    /// The node's position in the plan.
+    pub index: usize,
+    /// Its one-line description (as in `EXPLAIN`).
+    pub name: String,
+    /// What it has done.
+    pub stats: OperatorStats,
+    /// Rows (groups, entries) each of its state tables holds.
+    pub state_rows: Vec<usize>,
+    /// Bytes its state and held-back output take.
+    pub state_bytes: usize,
+}
 
 #[derive(Debug)]
 struct Node {
     operator: Box<dyn Operator>,
-    inputs: Vec<usize>,
-    schema: SchemaRef,
+    /// The nodes its output feeds, with the port.
+    consumers: Vec<(usize, usize)>,
     /// The relation feeding a source node.
     relation: Option<String>,
+    name: String,
+    stats: OperatorStats,
 }
 
 /// A view's running operators.
@@ -37,43 +71,51 @@ impl Dataflow {
     /// Instantiates the operators of `plan`, with empty state.
     pub fn new(plan: &StreamPlan) -> Result<Self> {
         let mut nodes: Vec<Node> = Vec::with_capacity(plan.nodes.len());
-        for spec in &plan.nodes {
-            let input_schema = |port: usize| nodes[spec.inputs[port]].schema.clone();
+        for (index, spec) in plan.nodes.iter().enumerate() {
+            let input_schema = |port: usize| plan.nodes[spec.inputs[port]].schema.clone();
+            let append_only = |port: usize| plan.input_append_only(index, port);
             let schema = spec.schema.clone();
             let operator: Box<dyn Operator> = match &spec.kind {
-                NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema.clone())),
+                NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema)),
                 NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
                 NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
-                NodeKind::Project { exprs } => {
-                    Box::new(Project::new(exprs.clone(), schema.clone()))
-                }
-                NodeKind::Aggregate(agg) if is_running(agg) => Box::new(RunningAggregate::new(
+                NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
+                NodeKind::Aggregate(agg) => crate::aggregate::aggregate(
                     agg.clone(),
                     input_schema(0),
-                    schema.clone(),
-                )?),
-                NodeKind::Aggregate(agg) => Box::new(Aggregate::new(
-                    agg.clone(),
-                    input_schema(0),
-                    schema.clone(),
-                )?),
+                    schema,
+                    append_only(0),
+                )?,
                 NodeKind::Join(join) => Box::new(Join::new(
                     join.clone(),
                     input_schema(0),
                     input_schema(1),
-                    schema.clone(),
+                    schema,
+                    [append_only(0), append_only(1)],
                 )?),
                 NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
             };
+            let declared = plan.state_tables(index).len();
+            if operator.state_specs().len() != declared {
+                return Err(DataFusionError::Internal(format!(
+                    "operator {} keeps {} state tables, its plan node declares {declared}",
+                    plan.describe(index),
+                    operator.state_specs().len()
+                )));
+            }
             let relation = match &spec.kind {
                 NodeKind::Source { relation } => Some(relation.clone()),
                 _ => None,
             };
+            for (port, &input) in spec.inputs.iter().enumerate() {
+                nodes[input].consumers.push((index, port));
+            }
             nodes.push(Node {
                 operator,
-                inputs: spec.inputs.clone(),
-                schema,
+                consumers: Vec::new(),
                 relation,
+                name: plan.describe(index),
+                stats: OperatorStats::default(),
             });
         }
         Ok(Dataflow { nodes })
@@ -88,76 +130,153 @@ impl Dataflow {
     }
 
     /// The output that exists before any input: run once when the view is
-    /// created.
+    /// created. Operators that hold output back give it at the next
+    /// [`Dataflow::flush`].
     pub fn initial(&mut self) -> Result<Vec<Changes>> {
-        self.run(|_, operator| operator.initial())
-    }
-
-    /// Pushes one epoch's changes through the operators; `changes_of`
-    /// gives a relation's changes in the epoch. Returns the changes of the
-    /// view's output.
-    pub fn step(&mut self, changes_of: &dyn Fn(&str) -> Vec<Changes>) -> Result<Vec<Changes>> {
-        self.run(|relation, operator| match relation {
-            Some(relation) => {
-                let mut out = Vec::new();
-                for changes in changes_of(relation) {
-                    if !changes.is_empty() {
-                        out.extend(operator.process(0, changes)?);
-                    }
-                }
-                Ok(out)
+        let mut out = Vec::new();
+        for index in 0..self.nodes.len() {
+            let started = Instant::now();
+            let parts = self.nodes[index].operator.initial()?;
+            self.nodes[index].stats.busy += started.elapsed();
+            for part in parts {
+                self.emit(index, part, &mut out)?;
             }
-            None => Ok(Vec::new()),
-        })
+        }
+        Ok(out)
     }
 
-    /// Runs every node in order: `seed` gives a node its own output (from its
-    /// relation, if it is a source), then its inputs' outputs go through it.
-    fn run(
+    /// Feeds `changes` of `relation` to the operators that read it;
+    /// returns the view's output changes.
+    pub fn push(&mut self, relation: &str, changes: Changes) -> Result<Vec<Changes>> {
+        let mut out = Vec::new();
+        if changes.is_empty() {
+            return Ok(out);
+        }
+        let readers: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].relation.as_deref() == Some(relation))
+            .collect();
+        for index in readers {
+            self.deliver(index, 0, changes.clone(), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Ends the epoch: every operator flushes, in topological order;
+    /// returns the view's output changes.
+    pub fn flush(&mut self) -> Result<Vec<Changes>> {
+        let mut out = Vec::new();
+        for index in 0..self.nodes.len() {
+            let started = Instant::now();
+            let parts = self.nodes[index].operator.flush()?;
+            self.nodes[index].stats.busy += started.elapsed();
+            for part in parts {
+                self.emit(index, part, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn deliver(
         &mut self,
-        mut seed: impl FnMut(Option<&str>, &mut dyn Operator) -> Result<Vec<Changes>>,
-    ) -> Result<Vec<Changes>> {
-        let mut outputs: Vec<Vec<Changes>> = Vec::with_capacity(self.nodes.len());
-        for node in self.nodes.iter_mut() {
-            let mut out = seed(node.relation.as_deref(), node.operator.as_mut())?;
-            for (port, &input) in node.inputs.iter().enumerate() {
-                let parts: Vec<Changes> = outputs[input]
-                    .iter()
-                    .filter(|c| !c.is_empty())
-                    .cloned()
-                    .collect();
-                if parts.is_empty() {
-                    continue;
-                }
-                let schema = parts[0].schema();
-                let merged = Changes::concat(&schema, &parts)?;
-                out.extend(node.operator.process(port, merged)?);
-            }
-            out.retain(|c| !c.is_empty());
-            outputs.push(out);
+        index: usize,
+        port: usize,
+        changes: Changes,
+        out: &mut Vec<Changes>,
+    ) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
         }
-        Ok(outputs.pop().unwrap_or_default())
+        let node = &mut self.nodes[index];
+        node.stats.rows_in += changes.len() as u64;
+        let started = Instant::now();
+        let parts = node.operator.process(port, changes)?;
+        node.stats.busy += started.elapsed();
+        for part in parts {
+            self.emit(index, part, out)?;
+        }
+        Ok(())
     }
 
-    /// Lets every operator rebuild what it derives from its state, once
-    /// recovery has loaded it.
-    pub fn restored(&mut self) -> Result<()> {
-        self.nodes
-            .iter_mut()
-            .try_for_each(|n| n.operator.restored())
+    /// Sends a node's output on: to its consumers, or out of the view.
+    fn emit(&mut self, index: usize, changes: Changes, out: &mut Vec<Changes>) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.nodes[index].stats.rows_out += changes.len() as u64;
+        let consumers = self.nodes[index].consumers.clone();
+        if consumers.is_empty() {
+            out.push(changes);
+            return Ok(());
+        }
+        for (consumer, port) in consumers {
+            self.deliver(consumer, port, changes.clone(), out)?;
+        }
+        Ok(())
     }
 
-    /// Every operator's durable state, up to date, in a fixed order (the
+    /// The shapes of every operator's state tables, in a fixed order (the
     /// order state tables are assigned ids in).
-    pub fn state(&mut self) -> Result<Vec<&mut Multiset>> {
-        for node in self.nodes.iter_mut() {
-            node.operator.sync_state()?;
+    pub fn state_specs(&self) -> Vec<TableSpec> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.operator.state_specs())
+            .collect()
+    }
+
+    /// Every state table's changes since the last checkpoint, in
+    /// [`Dataflow::state_specs`] order. Call after [`Dataflow::flush`].
+    pub fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
+        let mut deltas = Vec::new();
+        for node in &mut self.nodes {
+            let declared = node.operator.state_specs().len();
+            let taken = node.operator.checkpoint()?;
+            if taken.len() != declared {
+                return Err(DataFusionError::Internal(format!(
+                    "operator {} checkpointed {} of its {declared} state tables",
+                    node.name,
+                    taken.len()
+                )));
+            }
+            deltas.extend(taken);
         }
-        Ok(self
-            .nodes
-            .iter_mut()
-            .flat_map(|n| n.operator.state())
-            .collect())
+        Ok(deltas)
+    }
+
+    /// Loads every state table's rows (recovery), in
+    /// [`Dataflow::state_specs`] order.
+    pub fn restore(&mut self, tables: Vec<RecordBatch>) -> Result<()> {
+        let mut tables = tables.into_iter();
+        for node in &mut self.nodes {
+            let count = node.operator.state_specs().len();
+            let mine: Vec<RecordBatch> = tables.by_ref().take(count).collect();
+            node.operator.restore(&mine)?;
+        }
+        if tables.next().is_some() {
+            return Err(DataFusionError::Internal(
+                "more state tables restored than the dataflow declares".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes every operator holds.
+    pub fn memory_size(&self) -> usize {
+        self.nodes.iter().map(|n| n.operator.memory_size()).sum()
+    }
+
+    /// What each operator has done and holds, in plan order.
+    pub fn operators(&self) -> Vec<OperatorInfo> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(index, n)| OperatorInfo {
+                index,
+                name: n.name.clone(),
+                stats: n.stats.clone(),
+                state_rows: n.operator.state_rows(),
+                state_bytes: n.operator.memory_size(),
+            })
+            .collect()
     }
 }
 
@@ -180,6 +299,8 @@ mod tests {
             },
             inputs: vec![],
             schema: schema.clone(),
+            append_only: false,
+            key: None,
         };
         let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
         fields.extend(schema.fields().iter().cloned());
@@ -194,41 +315,56 @@ mod tests {
             }),
             inputs: vec![0, 1],
             schema: Arc::new(Schema::new(fields)),
+            append_only: false,
+            key: None,
         };
         StreamPlan {
             nodes: vec![source("l"), source("r"), join],
         }
     }
 
-    fn changes_of<'a>(l: &'a Changes, r: &'a Changes) -> impl Fn(&str) -> Vec<Changes> + 'a {
-        move |relation| match relation {
-            "l" => vec![l.clone()],
-            "r" => vec![r.clone()],
-            _ => vec![],
-        }
+    fn step(flow: &mut Dataflow, l: Changes, r: Changes) -> Vec<Changes> {
+        let mut out = flow.push("l", l).unwrap();
+        out.extend(flow.push("r", r).unwrap());
+        out.extend(flow.flush().unwrap());
+        out
     }
 
     #[test]
-    fn one_step_feeds_every_source_and_restored_state_behaves_the_same() {
+    fn changes_reach_every_source_and_restored_state_behaves_the_same() {
         let mut flow = Dataflow::new(&plan()).unwrap();
         assert_eq!(flow.sources().len(), 2);
-        let (l, r) = (kv(&[(Some(1), Some(10), 1)]), kv(&[(Some(2), Some(20), 1)]));
-        let out = flow.step(&changes_of(&l, &r)).unwrap();
+        let out = step(
+            &mut flow,
+            kv(&[(Some(1), Some(10), 1)]),
+            kv(&[(Some(2), Some(20), 1)]),
+        );
         assert_eq!(
             net(&out),
             rows(&[("1,10,NULL,NULL", 1), ("NULL,NULL,2,20", 1)])
         );
 
-        // Checkpoint: every state's delta; recovery: a new dataflow loads them.
+        // Checkpoint: every state's delta; recovery: a new dataflow loads
+        // them through state tables, as a restart does.
+        let specs = flow.state_specs();
+        let deltas = flow.checkpoint().unwrap();
+        let tables: Vec<RecordBatch> = specs
+            .into_iter()
+            .zip(deltas)
+            .map(|(spec, delta)| {
+                let mut table = weir_state::StateTable::new(spec).unwrap();
+                let delta = delta.expect("both sides changed");
+                table
+                    .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
+                    .unwrap();
+                table.snapshot().stored_rows().unwrap()
+            })
+            .collect();
         let mut copy = Dataflow::new(&plan()).unwrap();
-        for (from, to) in flow.state().unwrap().into_iter().zip(copy.state().unwrap()) {
-            assert!(from.take_delta().unwrap().is_some());
-            to.restore(&from.dump().unwrap()).unwrap();
-        }
-        copy.restored().unwrap();
+        copy.restore(tables).unwrap();
         let (l, r) = (kv(&[(Some(2), Some(21), 1)]), kv(&[(Some(1), Some(11), 1)]));
-        let a = flow.step(&changes_of(&l, &r)).unwrap();
-        let b = copy.step(&changes_of(&l, &r)).unwrap();
+        let a = step(&mut flow, l.clone(), r.clone());
+        let b = step(&mut copy, l, r);
         assert_eq!(net(&a), net(&b));
         assert_eq!(
             net(&a),
@@ -239,5 +375,8 @@ mod tests {
                 ("NULL,NULL,2,20", -1)
             ])
         );
+        let stats = flow.operators();
+        assert_eq!(stats[2].stats.rows_in, 4);
+        assert_eq!(stats[2].state_rows, vec![2, 2]);
     }
 }

@@ -1,42 +1,42 @@
 //! Incremental joins: inner, outer, semi, anti and mark joins on equal
 //! keys, with an optional residual condition.
 //!
-//! Each side is kept as a bag of rows grouped by its join key. An inner
-//! join uses the delta rule `Δ(L⋈R) = ΔL⋈R + L'⋈ΔR`: a change on one side
-//! is joined with the other side's rows of the same keys. The other kinds
-//! depend on whether a row has any match, so for the keys a change touches
-//! they join the old and the new rows of those keys and emit the
-//! difference. Either way the cost is the size of the touched key groups.
+//! Each side is kept in columnar form, indexed by its join key
+//! ([`KeyedRows`]). An inner join uses the delta rule
+//! `Δ(L⋈R) = ΔL⋈R + L'⋈ΔR`: a change on one side probes the other side's
+//! key index and is paired with the rows of its key, with `take` kernels.
+//! The other kinds depend on whether a row has any match, so for the keys a
+//! change touches they join the old and the new rows of those keys and
+//! emit the difference. Either way the cost is the size of the touched key
+//! groups.
+//!
+//! A side that is append-only (a source, or a stream of inserts) never
+//! looks rows up for removal, so it keeps no row hashes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, UInt32Array};
 use datafusion::arrow::compute::{and, is_not_null, take};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::JoinType;
 use datafusion::error::DataFusionError;
+use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
+use crate::keyed_rows::KeyedRows;
+use crate::operator::expect_tables;
 use crate::plan::JoinSpec;
-use crate::{Changes, Multiset, Operator, Result};
-
-/// One side of a join: its rows and their encoded keys.
-struct Side<'a> {
-    rows: &'a Changes,
-    keys: Vec<Box<[u8]>>,
-    /// Whether each row's key can match (no NULL in it).
-    matchable: Vec<bool>,
-}
+use crate::{Changes, Operator, Result};
 
 /// A join of two changing inputs.
 #[derive(Debug)]
 pub struct Join {
     spec: JoinSpec,
-    left: Multiset,
-    right: Multiset,
+    left: KeyedRows,
+    right: KeyedRows,
     output_schema: SchemaRef,
-    /// The encoding of a NULL right key (null-aware anti joins only).
-    null_key: Option<Box<[u8]>>,
+    key_types: Vec<DataType>,
 }
 
 /// What a null-aware anti join needs to know about its right side as a
@@ -48,13 +48,16 @@ struct RightStatus {
 }
 
 impl Join {
-    /// A join of rows of `left_schema` and `right_schema`.
+    /// A join of rows of `left_schema` and `right_schema`;
+    /// `append_only[i]`: input `i` never deletes.
     pub fn new(
         spec: JoinSpec,
         left_schema: SchemaRef,
         right_schema: SchemaRef,
         output_schema: SchemaRef,
+        append_only: [bool; 2],
     ) -> Result<Self> {
+        let mut key_types = Vec::new();
         for (l, r) in spec.left_keys.iter().zip(&spec.right_keys) {
             let (lt, rt) = (l.data_type(&left_schema)?, r.data_type(&right_schema)?);
             if lt != rt {
@@ -62,68 +65,140 @@ impl Join {
                     "join keys of different types ({lt} and {rt})"
                 )));
             }
+            key_types.push(lt);
         }
-        let right = Multiset::new(right_schema.clone(), spec.right_keys.clone(), None)?;
-        let null_key = if spec.null_aware {
-            if spec.right_keys.len() != 1 || spec.filter.is_some() {
-                return Err(DataFusionError::NotImplemented(
-                    "materialized views do not support NOT IN with several columns or extra conditions".into(),
-                ));
-            }
-            let data_type = spec.right_keys[0].data_type(&right_schema)?;
-            let keys = right.encode_keys(&[new_null_array(&data_type, 1)], 1)?;
-            keys.into_iter().next()
-        } else {
-            None
-        };
+        if spec.null_aware && (spec.right_keys.len() != 1 || spec.filter.is_some()) {
+            return Err(DataFusionError::NotImplemented(
+                "materialized views do not support NOT IN with several columns or extra conditions"
+                    .into(),
+            ));
+        }
         Ok(Join {
-            left: Multiset::new(left_schema, spec.left_keys.clone(), None)?,
-            right,
+            left: KeyedRows::new(left_schema, spec.left_keys.clone(), !append_only[0])?,
+            right: KeyedRows::new(right_schema, spec.right_keys.clone(), !append_only[1])?,
             spec,
             output_schema,
-            null_key,
+            key_types,
         })
     }
 
-    fn side<'a>(&self, bag: &Multiset, rows: &'a Changes) -> Result<Side<'a>> {
-        let columns = bag.key_columns(&rows.rows)?;
-        let keys = bag.encode_keys(&columns, rows.len())?;
-        let matchable = if self.spec.nulls_equal {
-            vec![true; rows.len()]
+    fn side(&self, left: bool) -> &KeyedRows {
+        if left {
+            &self.left
         } else {
-            not_null_rows(&columns, rows.len())?
+            &self.right
+        }
+    }
+
+    fn side_mut(&mut self, left: bool) -> &mut KeyedRows {
+        if left {
+            &mut self.left
+        } else {
+            &mut self.right
+        }
+    }
+
+    /// Whether each row's key can match: no NULL in it (unless the join
+    /// treats NULLs as equal).
+    fn matchable(&self, columns: &[ArrayRef], rows: usize) -> Result<Vec<bool>> {
+        if self.spec.nulls_equal {
+            return Ok(vec![true; rows]);
+        }
+        not_null_rows(columns, rows)
+    }
+
+    /// The delta rule: `input` (on the left side if `from_left`) paired
+    /// with the other side's stored rows of the same keys.
+    fn delta_inner(&self, from_left: bool, input: &Changes) -> Result<Changes> {
+        let this = self.side(from_left);
+        let other = self.side(!from_left);
+        let columns = this.key_columns(&input.rows)?;
+        let matchable = self.matchable(&columns, input.len())?;
+        let other_keys = other.find_keys(&columns, input.len())?;
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for (i, key) in other_keys.iter().enumerate() {
+            if let (true, Some(key)) = (matchable[i], key) {
+                if other.has_key(*key) {
+                    mine.push(i as u32);
+                    theirs.push(*key);
+                }
+            }
+        }
+        if mine.is_empty() {
+            return Ok(Changes::empty(self.output_schema.clone()));
+        }
+        // The other side's rows of each matched key, and which input row
+        // each pairs with.
+        let matches = other.rows_with_keys_each(&theirs)?;
+        let pairs_mine: Vec<u32> = mine
+            .iter()
+            .zip(&matches.counts)
+            .flat_map(|(&row, &count)| std::iter::repeat_n(row, count))
+            .collect();
+        let stored = &matches.rows;
+        let at = UInt32Array::from(pairs_mine);
+        let mine = Changes::new(
+            take_batch(&input.rows, &at)?,
+            as_i64(&take(&input.weights, &at, None)?)?,
+        )?;
+        let (left, right) = if from_left {
+            (&mine, stored)
+        } else {
+            (stored, &mine)
         };
-        Ok(Side {
-            rows,
-            keys,
-            matchable,
-        })
+        let pairs = side_by_side(left, right)?;
+        let pairs = match &self.spec.filter {
+            Some(filter) => {
+                let mask = filter.evaluate(&pairs.rows)?.into_array(pairs.len())?;
+                let mask = mask
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("join filter is not boolean".into())
+                    })?;
+                pairs.filter(mask)?
+            }
+            None => pairs,
+        };
+        pairs.with_schema(self.output_schema.clone())
     }
 
     /// The join of `left` and `right` (rows of the same keys), as `kind`.
     fn join(&self, kind: JoinType, left: &Changes, right: &Changes) -> Result<Changes> {
-        let l = self.side(&self.left, left)?;
-        let r = self.side(&self.right, right)?;
-        // Probing a hash table is per row by nature; everything after it
-        // is done with `take` and filter kernels on whole columns.
-        let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
-        for (j, key) in r.keys.iter().enumerate() {
-            if r.matchable[j] {
-                by_key.entry(key.as_ref()).or_default().push(j as u32);
+        let left_columns = self.left.key_columns(&left.rows)?;
+        let right_columns = self.right.key_columns(&right.rows)?;
+        let left_ok = self.matchable(&left_columns, left.len())?;
+        let right_ok = self.matchable(&right_columns, right.len())?;
+        // A scratch index of the right rows' keys: the rows of each key.
+        let mut index = KeyIndex::new(&self.key_types).map_err(external)?;
+        let probe = index
+            .prepare(&right_columns, right.len())
+            .map_err(external)?;
+        let mut by_key: Vec<Vec<u32>> = Vec::new();
+        for (j, _) in right_ok.iter().enumerate().filter(|(_, &ok)| ok) {
+            let (key, _) = index.intern(&probe, j);
+            if by_key.len() <= key as usize {
+                by_key.resize(key as usize + 1, Vec::new());
             }
+            by_key[key as usize].push(j as u32);
         }
+        let probe = index.prepare(&left_columns, left.len()).map_err(external)?;
         let (mut li, mut ri) = (Vec::new(), Vec::new());
-        for (i, key) in l.keys.iter().enumerate() {
-            if !l.matchable[i] {
-                continue;
-            }
-            if let Some(matches) = by_key.get(key.as_ref()) {
+        for (i, _) in left_ok.iter().enumerate().filter(|(_, &ok)| ok) {
+            if let Some(key) = index.find(&probe, i) {
+                let matches = &by_key[key as usize];
                 li.extend(std::iter::repeat_n(i as u32, matches.len()));
                 ri.extend_from_slice(matches);
             }
         }
         let (li, ri) = (UInt32Array::from(li), UInt32Array::from(ri));
-        let mut pairs = self.pair_rows(&l, &r, &li, &ri)?;
+        let taken = |c: &Changes, at: &UInt32Array| -> Result<Changes> {
+            Changes::new(
+                take_batch(&c.rows, at)?,
+                as_i64(&take(&c.weights, at, None)?)?,
+            )
+        };
+        let mut pairs = side_by_side(&taken(left, &li)?, &taken(right, &ri)?)?;
         let (mut li, mut ri) = (li, ri);
         if let Some(filter) = &self.spec.filter {
             let mask = filter.evaluate(&pairs.rows)?.into_array(pairs.len())?;
@@ -143,16 +218,16 @@ impl Join {
             JoinType::Inner => parts.push(pairs),
             JoinType::Left => {
                 parts.push(pairs);
-                parts.push(self.padded(&l, &left_matched, true)?);
+                parts.push(self.padded(left, &left_matched, true)?);
             }
             JoinType::Right => {
                 parts.push(pairs);
-                parts.push(self.padded(&r, &right_matched, false)?);
+                parts.push(self.padded(right, &right_matched, false)?);
             }
             JoinType::Full => {
                 parts.push(pairs);
-                parts.push(self.padded(&l, &left_matched, true)?);
-                parts.push(self.padded(&r, &right_matched, false)?);
+                parts.push(self.padded(left, &left_matched, true)?);
+                parts.push(self.padded(right, &right_matched, false)?);
             }
             JoinType::LeftSemi => parts.push(left.filter(&BooleanArray::from(left_matched))?),
             JoinType::LeftAnti => parts.push(left.filter(&negated(&left_matched))?),
@@ -168,38 +243,11 @@ impl Join {
         Changes::concat(&self.output_schema, &parts)
     }
 
-    /// Rows of both sides side by side, weights multiplied.
-    fn pair_rows(&self, l: &Side, r: &Side, li: &UInt32Array, ri: &UInt32Array) -> Result<Changes> {
-        let left = l.rows.rows.columns().iter().map(|c| (c, li));
-        let right = r.rows.rows.columns().iter().map(|c| (c, ri));
-        let columns = left
-            .chain(right)
-            .map(|(c, indices)| take(c.as_ref(), indices, None))
-            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-        let lw = take(&l.rows.weights, li, None)?;
-        let rw = take(&r.rows.weights, ri, None)?;
-        let weights = datafusion::arrow::compute::kernels::numeric::mul(&lw, &rw)?;
-        let weights = crate::changes::as_weights(&weights)?;
-        let mut fields: Vec<_> = l.rows.schema().fields().iter().cloned().collect();
-        fields.extend(r.rows.schema().fields().iter().cloned());
-        let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
-        let batch = RecordBatch::try_new_with_options(
-            schema,
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(li.len())),
-        )?;
-        Changes::new(batch, weights)
-    }
-
     /// The rows of one side that matched nothing, with NULLs for the
     /// other side's columns.
-    fn padded(&self, side: &Side, matched: &[bool], side_is_left: bool) -> Result<Changes> {
-        let lonely = side.rows.filter(&negated(matched))?;
-        let other = if side_is_left {
-            self.right.schema()
-        } else {
-            self.left.schema()
-        };
+    fn padded(&self, rows: &Changes, matched: &[bool], side_is_left: bool) -> Result<Changes> {
+        let lonely = rows.filter(&negated(matched))?;
+        let other = self.side(!side_is_left).schema();
         let nulls: Vec<ArrayRef> = other
             .fields()
             .iter()
@@ -220,17 +268,42 @@ impl Join {
         )?;
         Changes::new(batch, lonely.weights)
     }
-}
 
-impl Join {
-    fn right_status(&self) -> RightStatus {
-        RightStatus {
-            empty: self.right.is_empty(),
-            has_null: self
-                .null_key
-                .as_ref()
-                .is_some_and(|k| self.right.has_key(k)),
+    /// `kind` join of one side's rows with the other side's.
+    fn join_sides(
+        &self,
+        kind: JoinType,
+        this_is_left: bool,
+        this: &Changes,
+        other: &Changes,
+    ) -> Result<Changes> {
+        if this_is_left {
+            self.join(kind, this, other)
+        } else {
+            self.join(kind, other, this)
         }
+    }
+
+    /// The distinct keys of `input` that side `left` holds, and the other
+    /// side's ids for the same key values.
+    fn touched_keys(&self, from_left: bool, input: &Changes) -> Result<(Vec<KeyId>, Vec<KeyId>)> {
+        let columns = self.side(from_left).key_columns(&input.rows)?;
+        let mine = distinct(self.side(from_left).find_keys(&columns, input.len())?);
+        let theirs = distinct(self.side(!from_left).find_keys(&columns, input.len())?);
+        Ok((mine, theirs))
+    }
+
+    fn right_status(&self) -> Result<RightStatus> {
+        let empty = self.right.is_empty();
+        let null = new_null_array(&self.key_types[0], 1);
+        let has_null = self
+            .right
+            .find_keys(&[null], 1)?
+            .first()
+            .copied()
+            .flatten()
+            .is_some_and(|k| self.right.has_key(k));
+        Ok(RightStatus { empty, has_null })
     }
 
     /// `left NOT IN right` for left rows and the right rows of their keys.
@@ -252,23 +325,34 @@ impl Join {
     /// after, and, when the right side's emptiness or NULL-ness flipped,
     /// every other left row too (their answer depends on it).
     fn process_not_in(&mut self, from_left: bool, input: Changes) -> Result<Vec<Changes>> {
-        let this = self.side_state(from_left);
-        let columns = this.key_columns(&input.rows)?;
-        let keys = this.encode_keys(&columns, input.len())?;
-        let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
-        let before = self.right_status();
-        let left_before = self.left.rows_with_keys(touched.iter().copied())?;
-        let right_before = self.right.rows_with_keys(touched.iter().copied())?;
+        let before = self.right_status()?;
+        let (mine, theirs) = self.touched_keys(from_left, &input)?;
+        let (left_keys, right_keys) = if from_left {
+            (mine, theirs)
+        } else {
+            (theirs, mine)
+        };
+        let left_before = self.left.rows_with_keys(left_keys.iter().copied())?;
+        let right_before = self.right.rows_with_keys(right_keys.iter().copied())?;
         let mut out = vec![self.not_in(&left_before, &right_before, before)?.negate()];
-        self.side_state_mut(from_left)
-            .update_with_keys(&input, &keys)?;
-        let after = self.right_status();
-        let left_after = self.left.rows_with_keys(touched.iter().copied())?;
-        let right_after = self.right.rows_with_keys(touched.iter().copied())?;
+        self.side_mut(from_left).update(&input)?;
+        let after = self.right_status()?;
+        let (left_keys, right_keys) = {
+            let (mine, theirs) = self.touched_keys(from_left, &input)?;
+            if from_left {
+                (mine, theirs)
+            } else {
+                (theirs, mine)
+            }
+        };
+        let left_after = self.left.rows_with_keys(left_keys.iter().copied())?;
+        let right_after = self.right.rows_with_keys(right_keys.iter().copied())?;
         out.push(self.not_in(&left_after, &right_after, after)?);
         if before != after {
-            let (rest, rest_keys) = self.left.rows_without_keys(&touched)?;
-            let rights = self.right.rows_with_keys(rest_keys)?;
+            let (rest, _) = self.left.rows_without_keys(&left_keys)?;
+            let rest_columns = self.left.key_columns(&rest.rows)?;
+            let rights = distinct(self.right.find_keys(&rest_columns, rest.len())?);
+            let rights = self.right.rows_with_keys(rights)?;
             out.push(self.not_in(&rest, &rights, before)?.negate());
             out.push(self.not_in(&rest, &rights, after)?);
         }
@@ -282,73 +366,93 @@ impl Operator for Join {
         if self.spec.null_aware {
             return self.process_not_in(from_left, input);
         }
-        let this = self.side_state(from_left);
-        let columns = this.key_columns(&input.rows)?;
-        let keys = this.encode_keys(&columns, input.len())?;
-        let touched: BTreeSet<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
-        let others = self
-            .side_state(!from_left)
-            .rows_with_keys(touched.iter().copied())?;
         let kind = self.spec.join_type;
-        let mut out = Vec::with_capacity(2);
         if kind == JoinType::Inner {
             // The delta rule: the change joined with the other side.
-            out.push(self.join_sides(kind, from_left, &input, &others)?);
-        } else {
-            // Whether a row matches can flip: the touched keys' rows
-            // before the change go out, after it come in.
-            let before = self
-                .side_state(from_left)
-                .rows_with_keys(touched.iter().copied())?;
-            out.push(self.join_sides(kind, from_left, &before, &others)?.negate());
+            let out = self.delta_inner(from_left, &input)?;
+            self.side_mut(from_left).update(&input)?;
+            return Ok(vec![out]);
         }
-        self.side_state_mut(from_left)
-            .update_with_keys(&input, &keys)?;
-        if kind != JoinType::Inner {
-            let after = self
-                .side_state(from_left)
-                .rows_with_keys(touched.iter().copied())?;
-            out.push(self.join_sides(kind, from_left, &after, &others)?);
-        }
+        // Whether a row matches can flip: the touched keys' rows before
+        // the change go out, after it come in.
+        let (mine, theirs) = self.touched_keys(from_left, &input)?;
+        let others = self.side(!from_left).rows_with_keys(theirs)?;
+        let before = self.side(from_left).rows_with_keys(mine)?;
+        let mut out = vec![self.join_sides(kind, from_left, &before, &others)?.negate()];
+        let keys = self.side_mut(from_left).update(&input)?;
+        let after = self.side(from_left).rows_with_keys(distinct_ids(keys))?;
+        out.push(self.join_sides(kind, from_left, &after, &others)?);
         Ok(out)
     }
 
-    fn state(&mut self) -> Vec<&mut Multiset> {
-        vec![&mut self.left, &mut self.right]
+    fn state_specs(&self) -> Vec<TableSpec> {
+        vec![self.left.state_spec(), self.right.state_spec()]
+    }
+
+    fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
+        Ok(vec![self.left.take_delta()?, self.right.take_delta()?])
+    }
+
+    fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
+        expect_tables(tables, 2)?;
+        self.left.restore(&tables[0])?;
+        self.right.restore(&tables[1])
+    }
+
+    fn memory_size(&self) -> usize {
+        self.left.memory_size() + self.right.memory_size()
+    }
+
+    fn state_rows(&self) -> Vec<usize> {
+        vec![self.left.live_rows(), self.right.live_rows()]
     }
 }
 
-impl Join {
-    /// `kind` join of one side's rows with the other side's.
-    fn join_sides(
-        &self,
-        kind: JoinType,
-        this_is_left: bool,
-        this: &Changes,
-        other: &Changes,
-    ) -> Result<Changes> {
-        if this_is_left {
-            self.join(kind, this, other)
-        } else {
-            self.join(kind, other, this)
-        }
-    }
+/// Each distinct id once, in first-seen order.
+fn distinct(ids: Vec<Option<KeyId>>) -> Vec<KeyId> {
+    distinct_ids(ids.into_iter().flatten().collect())
+}
 
-    fn side_state(&self, left: bool) -> &Multiset {
-        if left {
-            &self.left
-        } else {
-            &self.right
-        }
-    }
+fn distinct_ids(ids: Vec<KeyId>) -> Vec<KeyId> {
+    let mut seen = BTreeSet::new();
+    ids.into_iter().filter(|id| seen.insert(*id)).collect()
+}
 
-    fn side_state_mut(&mut self, left: bool) -> &mut Multiset {
-        if left {
-            &mut self.left
-        } else {
-            &mut self.right
-        }
-    }
+/// Rows of both sides side by side, weights multiplied.
+fn side_by_side(left: &Changes, right: &Changes) -> Result<Changes> {
+    let columns: Vec<ArrayRef> = left
+        .rows
+        .columns()
+        .iter()
+        .chain(right.rows.columns())
+        .cloned()
+        .collect();
+    let weights = datafusion::arrow::compute::kernels::numeric::mul(&left.weights, &right.weights)?;
+    let mut fields: Vec<_> = left.rows.schema().fields().iter().cloned().collect();
+    fields.extend(right.rows.schema().fields().iter().cloned());
+    let batch = RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(left.len())),
+    )?;
+    Changes::new(batch, as_i64(&weights)?)
+}
+
+fn take_batch(batch: &RecordBatch, at: &UInt32Array) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), at, None))
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(at.len())),
+    )?)
+}
+
+fn as_i64(array: &ArrayRef) -> Result<datafusion::arrow::array::Int64Array> {
+    crate::changes::as_weights(array)
 }
 
 /// Whether each row has no NULL in any of `columns`.
@@ -386,31 +490,26 @@ fn filter_indices(indices: &UInt32Array, mask: &BooleanArray) -> Result<UInt32Ar
 /// `rows` with a trailing boolean column: whether each row matched.
 fn marked(rows: &Changes, matched: Vec<bool>) -> Result<Changes> {
     let mut columns = rows.rows.columns().to_vec();
-    columns.push(std::sync::Arc::new(BooleanArray::from(matched)));
+    columns.push(Arc::new(BooleanArray::from(matched)));
     let mut fields: Vec<_> = rows.schema().fields().iter().cloned().collect();
-    fields.push(std::sync::Arc::new(
-        datafusion::arrow::datatypes::Field::new(
-            "mark",
-            datafusion::arrow::datatypes::DataType::Boolean,
-            false,
-        ),
-    ));
-    let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+    fields.push(Arc::new(Field::new("mark", DataType::Boolean, false)));
     let batch = RecordBatch::try_new_with_options(
-        schema,
+        Arc::new(Schema::new(fields)),
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows.len())),
     )?;
     Changes::new(batch, rows.weights.clone())
 }
 
+fn external(e: weir_state::StateError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{kv, kv_schema, net, rows};
-    use datafusion::arrow::datatypes::Schema;
     use datafusion::physical_expr::expressions::col;
-    use std::sync::Arc;
 
     fn join(join_type: JoinType) -> Join {
         let schema = kv_schema();
@@ -428,7 +527,7 @@ mod tests {
             JoinType::LeftSemi | JoinType::LeftAnti => schema.clone(),
             _ => Arc::new(Schema::new(fields)),
         };
-        Join::new(spec, schema.clone(), schema, out).unwrap()
+        Join::new(spec, schema.clone(), schema, out, [false, false]).unwrap()
     }
 
     #[test]
@@ -445,9 +544,7 @@ mod tests {
         assert_eq!(net(&out), rows(&[("1,10,1,7", 2)]), "NULL keys never match");
         out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
-        let state = join.state();
-        assert_eq!(state[0].distinct_rows(), 2);
-        assert_eq!(state[1].distinct_rows(), 2);
+        assert_eq!(join.state_rows(), vec![2, 2]);
     }
 
     #[test]
@@ -477,5 +574,34 @@ mod tests {
             .unwrap();
         out.extend(join.process(1, kv(&[(Some(2), None, 1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10", 1)]));
+    }
+
+    #[test]
+    fn state_round_trips_through_checkpoint_and_restore() {
+        let mut join = join(JoinType::Full);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(20), 1)]))
+            .unwrap();
+        out.extend(join.process(1, kv(&[(Some(2), Some(7), 1)])).unwrap());
+        let deltas = join.checkpoint().unwrap();
+        let mut copy = self::join(JoinType::Full);
+        let tables: Vec<RecordBatch> = deltas
+            .into_iter()
+            .zip(join.state_specs())
+            .map(|(d, spec)| {
+                let mut table = weir_state::StateTable::new(spec).unwrap();
+                if let Some(d) = d {
+                    table
+                        .apply_delta(d.upserts.as_ref(), d.deletes.as_ref())
+                        .unwrap();
+                }
+                table.snapshot().stored_rows().unwrap()
+            })
+            .collect();
+        copy.restore(&tables).unwrap();
+        let change = kv(&[(Some(1), Some(3), 1), (Some(2), Some(7), -1)]);
+        let a = join.process(1, change.clone()).unwrap();
+        let b = copy.process(1, change).unwrap();
+        assert_eq!(net(&a), net(&b));
     }
 }

@@ -3,18 +3,17 @@
 //! epoch by epoch.
 //!
 //! An operator is a state machine: it takes a batch of [`Changes`] on an
-//! input port and returns the changes of its output. Its durable state is a
-//! set of [`Multiset`]s whose per-epoch deltas are checkpointed with the
-//! epoch that produced them. Nothing here knows about sessions, SQL text or
-//! the object store.
+//! input port and returns the changes of its output, now or when the epoch
+//! ends. Its state is columnar (Arrow arrays and vectors indexed by key
+//! id) and it hands the state's delta to each checkpoint as Arrow batches.
+//! Nothing here knows about sessions, SQL text or the object store.
 //!
-//! | module | operator |
-//! |---|---|
-//! | `map` | `Filter`, `Project`, `Values`, `Rename` (sources and `UNION ALL`): stateless |
-//! | `aggregate` | `Aggregate`: recomputes each changed group |
-//! | `running` | `RunningAggregate`: `count`/`sum`/`avg` as retractable totals |
-//! | `join` | `Join`: every join type, by the delta rule or per changed key |
-//! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` |
+//! | module | operator | state |
+//! |---|---|---|
+//! | `map` | `Filter`, `Project`, `Values`, `Rename` (sources and `UNION ALL`) | none |
+//! | `aggregate` | `GroupedAggregate` (`count`, `sum`, `avg`, `min`, `max`), `RecomputeAggregate` (any other) | columns per group; input rows by group |
+//! | `join` | `Join`: every join type, by the delta rule or per changed key | each side's rows by join key ([`KeyedRows`]) |
+//! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
 //!
 //! [`Dataflow`] instantiates a [`StreamPlan`] and pushes changes through
 //! it; [`Aligner`] is the barrier alignment of a task with several inputs.
@@ -24,11 +23,11 @@ mod align;
 mod changes;
 mod dataflow;
 mod join;
+mod keyed_rows;
 mod map;
-mod multiset;
 mod operator;
+mod ordered_rows;
 mod plan;
-mod running;
 mod top_n;
 
 #[cfg(test)]
@@ -36,8 +35,8 @@ mod testing;
 
 pub use align::{Aligner, BarrierMismatch};
 pub use changes::Changes;
-pub use dataflow::Dataflow;
-pub use multiset::Multiset;
+pub use dataflow::{Dataflow, OperatorInfo, OperatorStats};
+pub use keyed_rows::KeyedRows;
 pub use operator::Operator;
 pub use plan::{AggregateSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
 

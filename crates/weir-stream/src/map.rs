@@ -6,6 +6,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::error::DataFusionError;
 use datafusion::physical_expr::PhysicalExprRef;
 
+use crate::operator::stateless;
 use crate::{Changes, Operator, Result};
 
 /// Keeps the rows for which a predicate is true; weights pass through.
@@ -33,6 +34,8 @@ impl Operator for Filter {
             .ok_or_else(|| DataFusionError::Internal("filter predicate is not boolean".into()))?;
         Ok(vec![input.filter(mask)?])
     }
+
+    stateless!();
 }
 
 /// Computes output columns from expressions; weights pass through.
@@ -64,6 +67,8 @@ impl Operator for Project {
         )?;
         Ok(vec![Changes::new(batch, input.weights)?])
     }
+
+    stateless!();
 }
 
 /// Constant rows (`VALUES`, a `SELECT` without `FROM`): emitted once.
@@ -89,6 +94,8 @@ impl Operator for Values {
             "constant rows have no input".into(),
         ))
     }
+
+    stateless!();
 }
 
 /// Forwards its inputs' changes under the output schema's column names:
@@ -110,6 +117,8 @@ impl Operator for Rename {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
         Ok(vec![input.with_schema(self.schema.clone())?])
     }
+
+    stateless!();
 }
 
 #[cfg(test)]

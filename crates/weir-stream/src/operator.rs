@@ -1,10 +1,22 @@
 //! The operator interface.
 
-use crate::{Changes, Multiset, Result};
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_state::{DeltaBatches, TableSpec};
+
+use crate::{Changes, Result};
 
 /// An incremental operator: a state machine from input changes to output
-/// changes. It keeps `output = query(inputs)` true as a Z-set after every
-/// call. The runtime owns scheduling; operators never block or spawn.
+/// changes. After every [`Operator::flush`], everything it emitted sums to
+/// `query(inputs)` as a Z-set. The runtime owns scheduling; operators never
+/// block or spawn.
+///
+/// An operator may emit as it processes (a filter, a join) or hold its
+/// output back until the epoch ends (an aggregate emits each touched
+/// group's old and new row once per epoch, however many rows touched it).
+///
+/// Durability is not optional: every operator declares its state tables
+/// ([`Operator::state_specs`], possibly none) and must hand over each one's
+/// delta at every checkpoint, in the same order.
 pub trait Operator: Send + std::fmt::Debug {
     /// Output emitted once, when the view is created, before any input:
     /// constant rows, or the one row of a global aggregate over nothing.
@@ -13,24 +25,71 @@ pub trait Operator: Send + std::fmt::Debug {
     }
 
     /// Takes `input` on `port` (0 for the first input) and returns the
-    /// resulting changes of the output.
+    /// output changes it makes now.
     fn process(&mut self, port: usize, input: Changes) -> Result<Vec<Changes>>;
 
-    /// The durable state, always in the same order; the runtime
-    /// checkpoints each bag's delta at every barrier.
-    fn state(&mut self) -> Vec<&mut Multiset> {
-        Vec::new()
+    /// The epoch's input is complete: returns the output held back.
+    fn flush(&mut self) -> Result<Vec<Changes>> {
+        Ok(Vec::new())
     }
 
-    /// Brings [`Operator::state`] up to date with what the operator keeps
-    /// in a faster form; the runtime calls it before taking a checkpoint.
-    fn sync_state(&mut self) -> Result<()> {
-        Ok(())
-    }
+    /// The shapes of the operator's durable state tables, in a fixed order.
+    fn state_specs(&self) -> Vec<TableSpec>;
 
-    /// Called after recovery has loaded [`Operator::state`]: rebuilds
-    /// whatever the operator derives from it.
-    fn restored(&mut self) -> Result<()> {
-        Ok(())
+    /// Each state table's changes since the last checkpoint (or restore),
+    /// in [`Operator::state_specs`] order; called after
+    /// [`Operator::flush`].
+    fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>>;
+
+    /// Loads the state tables' rows (recovery), in
+    /// [`Operator::state_specs`] order.
+    fn restore(&mut self, tables: &[RecordBatch]) -> Result<()>;
+
+    /// Bytes the operator holds allocated: its state structures and the
+    /// output it holds back.
+    fn memory_size(&self) -> usize;
+
+    /// Rows (groups, entries) each state table holds, in
+    /// [`Operator::state_specs`] order.
+    fn state_rows(&self) -> Vec<usize>;
+}
+
+/// The state methods of an operator that keeps none.
+macro_rules! stateless {
+    () => {
+        fn state_specs(&self) -> Vec<weir_state::TableSpec> {
+            Vec::new()
+        }
+
+        fn checkpoint(&mut self) -> crate::Result<Vec<Option<weir_state::DeltaBatches>>> {
+            Ok(Vec::new())
+        }
+
+        fn restore(
+            &mut self,
+            _tables: &[datafusion::arrow::record_batch::RecordBatch],
+        ) -> crate::Result<()> {
+            Ok(())
+        }
+
+        fn memory_size(&self) -> usize {
+            0
+        }
+
+        fn state_rows(&self) -> Vec<usize> {
+            Vec::new()
+        }
+    };
+}
+pub(crate) use stateless;
+
+/// Fails unless `tables` holds one batch per declared state table.
+pub(crate) fn expect_tables(tables: &[RecordBatch], declared: usize) -> Result<()> {
+    if tables.len() != declared {
+        return Err(datafusion::error::DataFusionError::Internal(format!(
+            "{} state tables restored into an operator that declares {declared}",
+            tables.len()
+        )));
     }
+    Ok(())
 }

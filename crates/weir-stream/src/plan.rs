@@ -8,6 +8,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::JoinType;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{PhysicalExprRef, PhysicalSortExpr};
 
 /// A view's dataflow: nodes in topological order, the last one is the
@@ -27,6 +28,13 @@ pub struct NodeSpec {
     pub inputs: Vec<usize>,
     /// The schema of its output.
     pub schema: SchemaRef,
+    /// Whether its output only ever inserts (see
+    /// [`StreamPlan::mark_append_only`]).
+    pub append_only: bool,
+    /// Columns of its output that no two rows share (see
+    /// [`StreamPlan::derive_keys`]); `Some(vec![])` when it has at most
+    /// one row, `None` when no columns are known to be unique.
+    pub key: Option<Vec<usize>>,
 }
 
 /// The operator kinds.
@@ -104,23 +112,134 @@ pub struct TopNSpec {
     pub fetch: Option<usize>,
 }
 
-impl NodeSpec {
-    /// Names of the operator's state tables, in checkpoint order.
-    pub fn state_tables(&self) -> &'static [&'static str] {
-        match &self.kind {
-            NodeKind::Aggregate(spec) if crate::running::is_running(spec) => {
-                &["running totals by group key"]
-            }
-            NodeKind::Aggregate(_) => &["input rows by group key"],
-            NodeKind::Join(_) => &["left rows by join key", "right rows by join key"],
-            NodeKind::TopN(_) => &["input rows in sort order"],
-            _ => &[],
+impl StreamPlan {
+    /// Works out which nodes only ever insert, given which relations do
+    /// (sources, append-only views). Operators over an append-only input
+    /// keep less state: `min`/`max` one value per group, a join side no
+    /// row hashes.
+    pub fn mark_append_only(&mut self, relation_is_append_only: impl Fn(&str) -> bool) {
+        for i in 0..self.nodes.len() {
+            let inputs: Vec<bool> = self.nodes[i]
+                .inputs
+                .iter()
+                .map(|&input| self.nodes[input].append_only)
+                .collect();
+            let all = inputs.iter().all(|&a| a);
+            let node = &mut self.nodes[i];
+            node.append_only = match &node.kind {
+                NodeKind::Source { relation } => relation_is_append_only(relation),
+                NodeKind::Values { .. } => true,
+                NodeKind::Filter { .. } | NodeKind::Project { .. } | NodeKind::Union => all,
+                // A semi join's row appears with its first match and stays
+                // while matches only come; every other kind retracts rows
+                // (padding, lost matches) or, like aggregates and top-N,
+                // replaces them.
+                NodeKind::Join(join) => {
+                    all && matches!(
+                        join.join_type,
+                        JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+                    ) && !join.null_aware
+                }
+                NodeKind::Aggregate(_) | NodeKind::TopN(_) => false,
+            };
         }
     }
 
-    fn describe(&self) -> String {
+    /// Works out a unique key for each node's output, given the keys of
+    /// the relations it reads (a table's primary key, a view's key; in
+    /// the relation's column order):
+    ///
+    /// - an aggregate's group columns are its key (none for a global one:
+    ///   it has one row);
+    /// - filters and top-N keep their input's key, a projection keeps it
+    ///   when it passes every key column through unchanged;
+    /// - a join's output is keyed by both sides' keys together (a semi or
+    ///   anti join by its side's key);
+    /// - `UNION ALL` and constant rows have none.
+    pub fn derive_keys(&mut self, relation_key: impl Fn(&str) -> Option<Vec<usize>>) {
+        for i in 0..self.nodes.len() {
+            let input_key = |port: usize| -> Option<Vec<usize>> {
+                self.nodes[self.nodes[i].inputs[port]].key.clone()
+            };
+            let node = &self.nodes[i];
+            let key = match &node.kind {
+                NodeKind::Source { relation } => relation_key(relation),
+                NodeKind::Filter { .. } | NodeKind::TopN(_) => input_key(0),
+                NodeKind::Project { exprs } => input_key(0).and_then(|key| {
+                    key.iter()
+                        .map(|&column| {
+                            exprs.iter().position(|e| {
+                                e.downcast_ref::<Column>()
+                                    .is_some_and(|c| c.index() == column)
+                            })
+                        })
+                        .collect::<Option<Vec<usize>>>()
+                }),
+                NodeKind::Aggregate(spec) => Some((0..spec.group.len()).collect()),
+                NodeKind::Join(join) => {
+                    let left_width = self.nodes[node.inputs[0]].schema.fields().len();
+                    match join.join_type {
+                        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                            input_key(0)
+                        }
+                        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => {
+                            input_key(1)
+                        }
+                        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                            match (input_key(0), input_key(1)) {
+                                (Some(left), Some(right)) => Some(
+                                    left.into_iter()
+                                        .chain(right.into_iter().map(|c| c + left_width))
+                                        .collect(),
+                                ),
+                                _ => None,
+                            }
+                        }
+                    }
+                }
+                NodeKind::Union | NodeKind::Values { .. } => None,
+            };
+            self.nodes[i].key = key;
+        }
+    }
+
+    /// Whether input `port` of node `index` only ever inserts.
+    pub fn input_append_only(&self, index: usize, port: usize) -> bool {
+        self.nodes[self.nodes[index].inputs[port]].append_only
+    }
+
+    /// The names of node `index`'s state tables, in checkpoint order.
+    pub fn state_tables(&self, index: usize) -> Vec<String> {
+        let node = &self.nodes[index];
+        match &node.kind {
+            NodeKind::Aggregate(spec) => {
+                let input = &self.nodes[node.inputs[0]];
+                if crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
+                    let mut tables = vec!["groups: row count and aggregate states".to_owned()];
+                    for function in spec.aggregates.iter().filter(|_| !input.append_only) {
+                        if matches!(function.fun().name(), "min" | "max") {
+                            tables.push(format!("values of {} by group", function.name()));
+                        }
+                    }
+                    tables
+                } else {
+                    vec!["input rows by group key".to_owned()]
+                }
+            }
+            NodeKind::Join(_) => vec![
+                "left rows by join key".to_owned(),
+                "right rows by join key".to_owned(),
+            ],
+            NodeKind::TopN(_) => vec!["input rows in sort order".to_owned()],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Node `index` in one line, as `EXPLAIN` shows it.
+    pub fn describe(&self, index: usize) -> String {
+        let node = &self.nodes[index];
         let list = |exprs: &mut dyn Iterator<Item = String>| exprs.collect::<Vec<_>>().join(", ");
-        match &self.kind {
+        match &node.kind {
             NodeKind::Source { relation } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
@@ -130,16 +249,19 @@ impl NodeSpec {
                     list(&mut exprs.iter().map(|e| e.to_string()))
                 )
             }
-            NodeKind::Aggregate(spec) => format!(
-                "{}: group=[{}] aggregates=[{}]",
-                if crate::running::is_running(spec) {
-                    "RunningAggregate"
-                } else {
-                    "HashAggregate"
-                },
-                list(&mut spec.group.iter().map(|(e, _)| e.to_string())),
-                list(&mut spec.aggregates.iter().map(|a| a.name().to_owned()))
-            ),
+            NodeKind::Aggregate(spec) => {
+                let input = &self.nodes[node.inputs[0]];
+                format!(
+                    "{}: group=[{}] aggregates=[{}]",
+                    if crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
+                        "HashAggregate"
+                    } else {
+                        "RecomputeAggregate"
+                    },
+                    list(&mut spec.group.iter().map(|(e, _)| e.to_string())),
+                    list(&mut spec.aggregates.iter().map(|a| a.name().to_owned()))
+                )
+            }
             NodeKind::Join(spec) => {
                 let keys = list(
                     &mut spec
@@ -169,9 +291,7 @@ impl NodeSpec {
             ),
         }
     }
-}
 
-impl StreamPlan {
     /// The plan as indented lines, output first, for `EXPLAIN`. State
     /// tables are listed under their operator.
     pub fn explain(&self) -> Vec<String> {
@@ -183,13 +303,12 @@ impl StreamPlan {
     }
 
     fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>) {
-        let node = &self.nodes[index];
         let indent = "  ".repeat(depth);
-        lines.push(format!("{indent}{}", node.describe()));
-        for table in node.state_tables() {
+        lines.push(format!("{indent}{}", self.describe(index)));
+        for table in self.state_tables(index) {
             lines.push(format!("{indent}    state: {table}"));
         }
-        for &input in &node.inputs {
+        for &input in &self.nodes[index].inputs {
             self.explain_node(input, depth + 1, lines);
         }
     }

@@ -1,23 +1,31 @@
 //! Top-N: `ORDER BY ... LIMIT n OFFSET m`, maintained as rows come and go.
 //!
 //! The input is kept as a bag ordered by the sort key (its `arrow-row`
-//! encoding sorts as `ORDER BY` does), ties broken by the whole row. A
-//! change recomputes the first `m + n` rows of that order before and after
-//! and emits the difference, so its cost is `O(m + n)` plus the change.
+//! encoding sorts as `ORDER BY` does), ties broken by the whole row. The
+//! first change of an epoch takes the first `m + n` rows of that order;
+//! at the end of the epoch they are taken again and the difference is
+//! emitted, so an epoch costs `O(m + n)` plus its changes, however many
+//! batches it had.
 
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_expr::PhysicalExprRef;
+use weir_state::{DeltaBatches, TableSpec};
 
+use crate::operator::expect_tables;
+use crate::ordered_rows::OrderedRows;
 use crate::plan::TopNSpec;
-use crate::{Changes, Multiset, Operator, Result};
+use crate::{Changes, Operator, Result};
 
 /// The first rows of an ordered, changing input.
 #[derive(Debug)]
 pub struct TopN {
-    input: Multiset,
+    input: OrderedRows,
     skip: usize,
     fetch: Option<usize>,
+    /// The top rows before the epoch's first change.
+    before: Option<Changes>,
 }
 
 impl TopN {
@@ -26,9 +34,10 @@ impl TopN {
         let exprs: Vec<PhysicalExprRef> = spec.order.iter().map(|s| s.expr.clone()).collect();
         let options: Vec<SortOptions> = spec.order.iter().map(|s| s.options).collect();
         Ok(TopN {
-            input: Multiset::new(schema, exprs, Some(options))?,
+            input: OrderedRows::new(schema, exprs, Some(options))?,
             skip: spec.skip,
             fetch: spec.fetch,
+            before: None,
         })
     }
 
@@ -55,14 +64,43 @@ impl TopN {
 
 impl Operator for TopN {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
-        let before = self.top()?;
+        if self.before.is_none() {
+            self.before = Some(self.top()?);
+        }
         self.input.update(&input)?;
-        let after = self.top()?;
-        Ok(vec![before.negate(), after])
+        Ok(Vec::new())
     }
 
-    fn state(&mut self) -> Vec<&mut Multiset> {
-        vec![&mut self.input]
+    fn flush(&mut self) -> Result<Vec<Changes>> {
+        match self.before.take() {
+            Some(before) => Ok(vec![before.negate(), self.top()?]),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn state_specs(&self) -> Vec<TableSpec> {
+        vec![self.input.state_spec()]
+    }
+
+    fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
+        Ok(vec![self.input.take_delta()?])
+    }
+
+    fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
+        expect_tables(tables, 1)?;
+        self.input.restore(&tables[0])
+    }
+
+    fn memory_size(&self) -> usize {
+        self.input.memory_size()
+            + self
+                .before
+                .as_ref()
+                .map_or(0, |c| c.rows.get_array_memory_size())
+    }
+
+    fn state_rows(&self) -> Vec<usize> {
+        vec![self.input.distinct_rows()]
     }
 }
 
@@ -74,7 +112,7 @@ mod tests {
     use datafusion::physical_expr::PhysicalSortExpr;
 
     #[test]
-    fn the_window_follows_inserts_and_deletes() {
+    fn the_window_follows_inserts_and_deletes_once_per_epoch() {
         let schema = kv_schema();
         let spec = TopNSpec {
             order: vec![PhysicalSortExpr::new(
@@ -95,18 +133,27 @@ mod tests {
                 ]),
             )
             .unwrap();
+        assert!(out.is_empty(), "held back until the epoch ends");
+        out.extend(top.flush().unwrap());
         assert_eq!(
             net(&out),
             rows(&[("1,10", 1), ("3,20", 1)]),
             "30 is skipped"
         );
         out.extend(top.process(0, kv(&[(Some(4), Some(40), 2)])).unwrap());
+        out.extend(top.flush().unwrap());
         assert_eq!(
             net(&out),
             rows(&[("2,30", 1), ("4,40", 1)]),
             "one copy of 40 is skipped"
         );
         out.extend(top.process(0, kv(&[(Some(4), Some(40), -2)])).unwrap());
+        out.extend(top.process(0, kv(&[(Some(5), Some(5), 1)])).unwrap());
+        out.extend(top.flush().unwrap());
         assert_eq!(net(&out), rows(&[("1,10", 1), ("3,20", 1)]));
+        assert!(
+            top.flush().unwrap().is_empty(),
+            "an epoch without changes emits nothing"
+        );
     }
 }

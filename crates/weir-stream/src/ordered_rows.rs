@@ -1,8 +1,8 @@
-//! [`Multiset`]: an operator's durable state, a bag of rows grouped by a
-//! key, with the rows changed since the last checkpoint.
+//! [`OrderedRows`]: a bag of rows in an order (`ORDER BY`'s), with the
+//! rows changed since the last checkpoint; the state of `TopN`.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
@@ -20,14 +20,15 @@ use crate::{Changes, Result};
 type Bytes = Box<[u8]>;
 
 /// A bag of rows grouped by a key computed from each row, kept in key
-/// order (so a key with sort options gives `ORDER BY` order).
+/// order (a key with sort options gives `ORDER BY` order).
 ///
 /// In memory every distinct row is its `arrow-row` encoding in a B-tree
-/// under its key's encoding, with its multiplicity. The durable form is a
+/// under its key's encoding, with its multiplicity: top-N needs its input
+/// in order, and its inputs are usually small (an aggregate's groups). The durable form is a
 /// state table of the rows plus a weight column, keyed by the whole row;
-/// [`Multiset::take_delta`] yields what changed since the last call.
+/// [`OrderedRows::take_delta`] yields what changed since the last call.
 #[derive(Debug)]
-pub struct Multiset {
+pub struct OrderedRows {
     schema: SchemaRef,
     state_schema: SchemaRef,
     key_exprs: Vec<PhysicalExprRef>,
@@ -42,9 +43,15 @@ pub struct Multiset {
     /// row on every change).
     dirty: BTreeMap<(Bytes, Bytes), i64>,
     distinct_rows: usize,
+    /// Bytes of the encodings held in `groups` and `dirty`.
+    bytes: usize,
 }
 
-impl Multiset {
+/// Bytes a B-tree entry costs beyond its encodings: the boxed slices, the
+/// multiplicity, the node's share.
+const ENTRY_BYTES: usize = 56;
+
+impl OrderedRows {
     /// An empty bag of rows of `schema`, grouped by `key_exprs` (evaluated
     /// on the rows) and ordered by them with `key_options` (ascending,
     /// nulls last when `None`).
@@ -76,7 +83,7 @@ impl Multiset {
             fields.push(Field::new(UNIT_COLUMN, DataType::Boolean, false));
         }
         fields.push(Field::new(WEIGHT_COLUMN, DataType::Int64, false));
-        Ok(Multiset {
+        Ok(OrderedRows {
             rows: row_converter(&schema)?,
             schema,
             state_schema: Arc::new(Schema::new(fields)),
@@ -85,12 +92,8 @@ impl Multiset {
             groups: BTreeMap::new(),
             dirty: BTreeMap::new(),
             distinct_rows: 0,
+            bytes: 0,
         })
-    }
-
-    /// The schema of the rows.
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
     }
 
     /// The shape of the durable state table: the rows plus a weight,
@@ -107,8 +110,13 @@ impl Multiset {
         self.distinct_rows
     }
 
+    /// Bytes held: the encodings and the entries around them.
+    pub fn memory_size(&self) -> usize {
+        self.bytes + self.keys.as_ref().map_or(0, |k| k.size()) + self.rows.size()
+    }
+
     /// The key columns of `rows`.
-    pub fn key_columns(&self, rows: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    fn key_columns(&self, rows: &RecordBatch) -> Result<Vec<ArrayRef>> {
         self.key_exprs
             .iter()
             .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
@@ -117,7 +125,7 @@ impl Multiset {
 
     /// The encoded keys of `rows`, one per row (empty keys when the bag has
     /// no key).
-    pub fn encode_keys(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Vec<Bytes>> {
+    fn encode_keys(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Vec<Bytes>> {
         match &self.keys {
             None => Ok(vec![Bytes::default(); num_rows]),
             Some(converter) => {
@@ -135,11 +143,14 @@ impl Multiset {
     }
 
     /// Adds `changes`, whose encoded keys are `keys`.
-    pub fn update_with_keys(&mut self, changes: &Changes, keys: &[Bytes]) -> Result<()> {
+    fn update_with_keys(&mut self, changes: &Changes, keys: &[Bytes]) -> Result<()> {
         let rows = encode_rows(&self.rows, &changes.rows)?;
         for ((key, row), &weight) in keys.iter().zip(rows).zip(changes.weights.values()) {
             if weight == 0 {
                 continue;
+            }
+            if !self.groups.contains_key(key) {
+                self.bytes += key.len() + ENTRY_BYTES;
             }
             let group = self.groups.entry(key.clone()).or_default();
             let (before, now) = match group.get_mut(&row) {
@@ -149,6 +160,7 @@ impl Multiset {
                 }
                 None => {
                     self.distinct_rows += 1;
+                    self.bytes += row.len() + ENTRY_BYTES;
                     group.insert(row.clone(), weight);
                     (0, weight)
                 }
@@ -156,8 +168,10 @@ impl Multiset {
             if now == 0 {
                 group.remove(&row);
                 self.distinct_rows -= 1;
+                self.bytes -= row.len() + ENTRY_BYTES;
                 if group.is_empty() {
                     self.groups.remove(key);
+                    self.bytes -= key.len() + ENTRY_BYTES;
                 }
             }
             self.mark_dirty(key.clone(), row, before, now);
@@ -165,67 +179,21 @@ impl Multiset {
         Ok(())
     }
 
-    /// Removes every row under each of the encoded `keys`.
-    pub fn remove_keys(&mut self, keys: &[Bytes]) {
-        for key in keys {
-            let Some(group) = self.groups.remove(key) else {
-                continue;
-            };
-            self.distinct_rows -= group.len();
-            for (row, weight) in group {
-                self.mark_dirty(key.clone(), row, weight, 0);
-            }
-        }
-    }
-
     /// Records that a row's multiplicity went from `before` to `now`.
     fn mark_dirty(&mut self, key: Bytes, row: Bytes, before: i64, now: i64) {
+        let len = key.len() + row.len() + ENTRY_BYTES;
         match self.dirty.entry((key, row)) {
             Entry::Occupied(at_checkpoint) => {
                 if *at_checkpoint.get() == now {
                     at_checkpoint.remove();
+                    self.bytes -= len;
                 }
             }
             Entry::Vacant(vacant) => {
                 vacant.insert(before);
+                self.bytes += len;
             }
         }
-    }
-
-    /// Every row whose key is one of `keys` (each key once), with its
-    /// multiplicity.
-    pub fn rows_with_keys<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<Changes> {
-        let mut found: Vec<(&[u8], i64)> = Vec::new();
-        for key in keys {
-            if let Some(group) = self.groups.get(key) {
-                found.extend(group.iter().map(|(row, &w)| (row.as_ref(), w)));
-            }
-        }
-        self.decode(&found)
-    }
-
-    /// Whether some row has the encoded key `key`.
-    pub fn has_key(&self, key: &[u8]) -> bool {
-        self.groups.contains_key(key)
-    }
-
-    /// Whether the bag holds no rows.
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-
-    /// Every row whose key is not among `keys`, with its multiplicity, and
-    /// those rows' distinct keys.
-    pub fn rows_without_keys(&self, keys: &BTreeSet<&[u8]>) -> Result<(Changes, Vec<&[u8]>)> {
-        let mut found: Vec<(&[u8], i64)> = Vec::new();
-        let mut other_keys = Vec::new();
-        for (key, group) in &self.groups {
-            if !keys.contains(key.as_ref()) {
-                other_keys.push(key.as_ref());
-                found.extend(group.iter().map(|(row, &w)| (row.as_ref(), w)));
-            }
-        }
-        Ok((self.decode(&found)?, other_keys))
     }
 
     /// Every row in key order, each with its multiplicity, lazily.
@@ -258,8 +226,9 @@ impl Multiset {
         Changes::new(batch, weights)
     }
 
-    /// Whether anything changed since the last [`Multiset::take_delta`].
-    pub fn is_dirty(&self) -> bool {
+    /// Whether anything changed since the last [`OrderedRows::take_delta`].
+    #[cfg(test)]
+    fn is_dirty(&self) -> bool {
         !self.dirty.is_empty()
     }
 
@@ -291,15 +260,11 @@ impl Multiset {
             let width = keys.num_columns() - 1;
             Some(keys.project(&(0..width).collect::<Vec<_>>())?)
         };
+        for (key, row) in self.dirty.keys() {
+            self.bytes -= key.len() + row.len() + ENTRY_BYTES;
+        }
         self.dirty.clear();
         Ok(Some(DeltaBatches { upserts, deletes }))
-    }
-
-    /// The whole bag in its durable form (rows plus weight).
-    pub fn dump(&self) -> Result<RecordBatch> {
-        let all: Vec<(&[u8], i64)> = self.ordered().collect();
-        let changes = self.decode(&all)?;
-        self.to_state(changes)
     }
 
     /// Changes in the durable form: the rows (or the unit column), then
@@ -313,7 +278,7 @@ impl Multiset {
         Ok(RecordBatch::try_new(self.state_schema.clone(), columns)?)
     }
 
-    /// Loads rows saved by [`Multiset::dump`] or accumulated from deltas
+    /// Loads rows saved by [`OrderedRows::dump`] or accumulated from deltas
     /// (recovery). Does not mark them changed.
     pub fn restore(&mut self, state: &RecordBatch) -> Result<()> {
         let width = self.schema.fields().len();
@@ -325,6 +290,9 @@ impl Multiset {
         )?;
         let weights = as_weights(state.column(state.num_columns() - 1))?;
         self.update(&Changes::new(rows, weights)?)?;
+        for (key, row) in self.dirty.keys() {
+            self.bytes -= key.len() + row.len() + ENTRY_BYTES;
+        }
         self.dirty.clear();
         Ok(())
     }
@@ -354,28 +322,33 @@ mod tests {
         .unwrap()
     }
 
-    fn bag() -> Multiset {
+    fn bag() -> OrderedRows {
         let key = col("k", &schema()).unwrap();
-        Multiset::new(schema(), vec![key], None).unwrap()
+        OrderedRows::new(schema(), vec![key], None).unwrap()
     }
 
     #[test]
-    fn groups_by_key_counts_duplicates_and_forgets_cancelled_rows() {
+    fn rows_come_in_key_order_with_their_multiplicity() {
         let mut bag = bag();
         bag.update(&Changes::inserts(rows(
-            &[Some(1), Some(1), None],
-            &["a", "a", "b"],
+            &[Some(2), Some(1), Some(1), None],
+            &["b", "a", "a", "z"],
         )))
         .unwrap();
-        assert_eq!(bag.distinct_rows(), 2);
-        let keys = bag.encode_keys(&bag.key_columns(&rows(&[Some(1)], &["x"])).unwrap(), 1);
-        let found = bag
-            .rows_with_keys(keys.unwrap().iter().map(|k| k.as_ref()))
-            .unwrap();
-        assert_eq!(found.weights.values().to_vec(), vec![2]);
+        assert_eq!(bag.distinct_rows(), 3);
+        let all: Vec<(&[u8], i64)> = bag.ordered().collect();
+        let decoded = bag.decode(&all).unwrap();
+        assert_eq!(
+            decoded.weights.values().to_vec(),
+            vec![1, 2, 1],
+            "NULL first, then 1 and 2"
+        );
+        let before = bag.memory_size();
         bag.update(&Changes::deletes(rows(&[Some(1), Some(1)], &["a", "a"])))
             .unwrap();
-        assert_eq!(bag.distinct_rows(), 1);
+        assert_eq!(bag.distinct_rows(), 2);
+        bag.take_delta().unwrap();
+        assert!(bag.memory_size() < before, "freed rows stop counting");
     }
 
     #[test]
@@ -407,22 +380,31 @@ mod tests {
     }
 
     #[test]
-    fn deltas_and_dumps_restore_the_same_bag() {
+    fn deltas_restore_the_same_bag() {
         let mut bag = bag();
+        let mut durable = weir_state::StateTable::new(bag.state_spec()).unwrap();
+        let mut replay = |delta: DeltaBatches| {
+            durable
+                .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
+                .unwrap();
+            durable.snapshot().stored_rows().unwrap()
+        };
         bag.update(&Changes::inserts(rows(&[Some(1), Some(2)], &["a", "b"])))
             .unwrap();
         let first = bag.take_delta().unwrap().unwrap();
-        assert_eq!(first.upserts.unwrap().num_rows(), 2);
+        assert_eq!(first.upserts.as_ref().unwrap().num_rows(), 2);
         assert!(first.deletes.is_none());
+        replay(first);
         bag.update(&Changes::deletes(rows(&[Some(2)], &["b"])))
             .unwrap();
         let second = bag.take_delta().unwrap().unwrap();
         assert!(second.upserts.is_none());
-        assert_eq!(second.deletes.unwrap().num_rows(), 1);
+        assert_eq!(second.deletes.as_ref().unwrap().num_rows(), 1);
+        let stored = replay(second);
         assert!(bag.take_delta().unwrap().is_none());
 
         let mut copy = self::bag();
-        copy.restore(&bag.dump().unwrap()).unwrap();
+        copy.restore(&stored).unwrap();
         assert_eq!(copy.distinct_rows(), 1);
         assert!(!copy.is_dirty());
     }

@@ -1,0 +1,951 @@
+//! Per-aggregate state of [`super::GroupedAggregate`], in columns indexed
+//! by group id: one accumulator per aggregate function, never one per
+//! group.
+//!
+//! | accumulator | aggregates | state per group | a change costs |
+//! |---|---|---|---|
+//! | [`Linear`] | `count`, `sum`, `avg` | a count and a sum | O(1): values are added times their weight |
+//! | [`Extreme`] / [`EncodedExtreme`] | `min`, `max` of an append-only input | the current extreme | O(1) |
+//! | [`ValueCounts`] | `min`, `max` of an input that deletes | every distinct value with its count, in order | O(log values) |
+//!
+//! Every update is one loop over a batch's rows with their group ids and
+//! weights; the arguments were computed by DataFusion expressions on the
+//! whole batch.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal128Array,
+    Float64Array, Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{
+    ArrowNativeTypeOp, DataType, Date32Type, Date64Type, Decimal128Type, Field, Float32Type,
+    Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::EmitTo;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
+
+use crate::Result;
+
+/// The state of one aggregate function for every group.
+pub(crate) trait GroupAccumulator: Send + Debug {
+    /// Adds each row's `args` to its group (`groups[i]`) `weights[i]` times
+    /// (a negative weight takes values back); rows where `mask` is false
+    /// are skipped. Group ids are below `groups_len`.
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+        groups_len: usize,
+    ) -> Result<()>;
+
+    /// The aggregate's value for each of `groups`.
+    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef>;
+
+    /// Forgets group `group`; its id may be handed out again.
+    fn reset(&mut self, group: KeyId);
+
+    /// The accumulator's columns in the group table.
+    fn state_fields(&self) -> Vec<Field>;
+
+    /// Those columns for `groups`.
+    fn state(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>>;
+
+    /// Loads those columns (recovery) for `groups`.
+    fn restore(&mut self, groups: &[KeyId], state: &[ArrayRef], groups_len: usize) -> Result<()>;
+
+    /// Bytes held.
+    fn memory_size(&self) -> usize;
+
+    /// The table of values, for accumulators that keep every value.
+    fn values(&mut self) -> Option<&mut ValueCounts> {
+        None
+    }
+
+    /// The shape of that table, for groups of `group_fields`.
+    fn values_spec(&self, _group_fields: &[Field]) -> Option<TableSpec> {
+        None
+    }
+
+    /// The rows of that table.
+    fn value_entries(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Which accumulator an aggregate gets, or `None` if it has none here
+/// (the aggregate is then recomputed per group).
+pub(crate) fn accumulator_for(
+    function: &Arc<AggregateFunctionExpr>,
+    input_schema: &datafusion::arrow::datatypes::SchemaRef,
+    append_only: bool,
+) -> Result<Option<Box<dyn GroupAccumulator>>> {
+    if function.is_distinct() || !function.order_bys().is_empty() {
+        return Ok(None);
+    }
+    let args = function.expressions();
+    let arg_types = args
+        .iter()
+        .map(|e| e.data_type(input_schema))
+        .collect::<Result<Vec<_>>>()?;
+    let name = function.fun().name();
+    let accumulator: Option<Box<dyn GroupAccumulator>> = match (name, arg_types.as_slice()) {
+        ("count", [_] | []) => Some(Box::new(Linear::new(LinearKind::Count, function, None)?)),
+        ("sum", [t]) => Sums::new(t)?
+            .map(|sums| {
+                Linear::new(LinearKind::Sum, function, Some(sums))
+                    .map(|l| Box::new(l) as Box<dyn GroupAccumulator>)
+            })
+            .transpose()?,
+        ("avg", [t @ (DataType::Float64 | DataType::Decimal128(_, _))]) => {
+            let sums = Sums::new(t)?.expect("float and decimal sums exist");
+            Some(Box::new(Linear::new(
+                LinearKind::Avg,
+                function,
+                Some(sums),
+            )?))
+        }
+        ("min" | "max", [t]) => {
+            let max = name == "max";
+            if append_only {
+                Some(extreme(t, max)?)
+            } else {
+                Some(Box::new(ValueCounts::new(t, max)?))
+            }
+        }
+        _ => None,
+    };
+    Ok(accumulator)
+}
+
+/// Grows a per-group vector so that every id below `len` has a slot.
+fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) {
+    if vec.len() < len {
+        vec.resize(len, fill);
+    }
+}
+
+/// Whether row `i` counts: not masked out and (when `args` has one
+/// column) not NULL.
+fn included(mask: Option<&BooleanArray>, nulls: Option<&NullBuffer>, i: usize) -> bool {
+    mask.is_none_or(|m| m.value(i)) && nulls.is_none_or(|n| n.is_valid(i))
+}
+
+/// `count`, `sum` and `avg`: linear in their input, so a deleted row's
+/// value is taken back by adding it with a negative weight. Per group: the
+/// number of non-NULL values (for `count(*)`, rows) and their sum.
+#[derive(Debug)]
+pub(crate) struct Linear {
+    kind: LinearKind,
+    function: Arc<AggregateFunctionExpr>,
+    counts: Vec<i64>,
+    sums: Option<Sums>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum LinearKind {
+    Count,
+    Sum,
+    Avg,
+}
+
+/// Running sums, in the type DataFusion sums in (wrapping on integer
+/// overflow, as DataFusion's `sum` does).
+#[derive(Debug)]
+enum Sums {
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    F64(Vec<f64>),
+    D128(Vec<i128>, DataType),
+}
+
+impl Sums {
+    fn new(data_type: &DataType) -> Result<Option<Self>> {
+        Ok(match data_type {
+            DataType::Int64 => Some(Sums::I64(Vec::new())),
+            DataType::UInt64 => Some(Sums::U64(Vec::new())),
+            DataType::Float64 => Some(Sums::F64(Vec::new())),
+            DataType::Decimal128(_, _) => Some(Sums::D128(Vec::new(), data_type.clone())),
+            _ => None,
+        })
+    }
+
+    fn grow(&mut self, len: usize) {
+        match self {
+            Sums::I64(v) => grow(v, len, 0),
+            Sums::U64(v) => grow(v, len, 0),
+            Sums::F64(v) => grow(v, len, 0.0),
+            Sums::D128(v, _) => grow(v, len, 0),
+        }
+    }
+
+    fn reset(&mut self, g: usize) {
+        match self {
+            Sums::I64(v) => v[g] = 0,
+            Sums::U64(v) => v[g] = 0,
+            Sums::F64(v) => v[g] = 0.0,
+            Sums::D128(v, _) => v[g] = 0,
+        }
+    }
+
+    fn add(
+        &mut self,
+        arg: &ArrayRef,
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+    ) -> Result<()> {
+        let nulls = arg.logical_nulls();
+        let nulls = nulls.as_ref();
+        macro_rules! add {
+            ($sums:expr, $t:ty, $op:expr) => {{
+                let values = arg.as_primitive::<$t>().values();
+                for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+                    if included(mask, nulls, i) {
+                        let slot = &mut $sums[g as usize];
+                        *slot = $op(*slot, values[i], w);
+                    }
+                }
+            }};
+        }
+        match self {
+            Sums::I64(sums) => add!(sums, Int64Type, |s: i64, v: i64, w: i64| s
+                .wrapping_add(v.wrapping_mul(w))),
+            Sums::U64(sums) => add!(sums, UInt64Type, |s: u64, v: u64, w: i64| s
+                .wrapping_add(v.wrapping_mul(w as u64))),
+            Sums::F64(sums) => add!(sums, Float64Type, |s: f64, v: f64, w: i64| s + v * w as f64),
+            Sums::D128(sums, _) => add!(sums, Decimal128Type, |s: i128, v: i128, w: i64| s
+                .wrapping_add(v.wrapping_mul(w as i128))),
+        }
+        Ok(())
+    }
+
+    /// The sums of `groups`, NULL where `present` is false.
+    fn array(&self, groups: &[KeyId], present: &[bool]) -> Result<ArrayRef> {
+        let nulls = Some(NullBuffer::from(present.to_vec()));
+        let at = |g: &KeyId| *g as usize;
+        Ok(match self {
+            Sums::I64(v) => Arc::new(Int64Array::new(
+                groups.iter().map(|g| v[at(g)]).collect(),
+                nulls,
+            )),
+            Sums::U64(v) => Arc::new(UInt64Array::new(
+                groups.iter().map(|g| v[at(g)]).collect(),
+                nulls,
+            )),
+            Sums::F64(v) => Arc::new(Float64Array::new(
+                groups.iter().map(|g| v[at(g)]).collect(),
+                nulls,
+            )),
+            Sums::D128(v, data_type) => Arc::new(
+                Decimal128Array::new(groups.iter().map(|g| v[at(g)]).collect(), nulls)
+                    .with_data_type(data_type.clone()),
+            ),
+        })
+    }
+
+    fn restore(&mut self, groups: &[KeyId], state: &ArrayRef) -> Result<()> {
+        macro_rules! load {
+            ($sums:expr, $t:ty) => {{
+                let values = state.as_primitive::<$t>();
+                for (i, &g) in groups.iter().enumerate() {
+                    $sums[g as usize] = if values.is_null(i) {
+                        Default::default()
+                    } else {
+                        values.value(i)
+                    };
+                }
+            }};
+        }
+        match self {
+            Sums::I64(s) => load!(s, Int64Type),
+            Sums::U64(s) => load!(s, UInt64Type),
+            Sums::F64(s) => load!(s, Float64Type),
+            Sums::D128(s, _) => load!(s, Decimal128Type),
+        }
+        Ok(())
+    }
+
+    fn data_type(&self) -> DataType {
+        match self {
+            Sums::I64(_) => DataType::Int64,
+            Sums::U64(_) => DataType::UInt64,
+            Sums::F64(_) => DataType::Float64,
+            Sums::D128(_, t) => t.clone(),
+        }
+    }
+
+    fn memory_size(&self) -> usize {
+        match self {
+            Sums::I64(v) => v.capacity() * 8,
+            Sums::U64(v) => v.capacity() * 8,
+            Sums::F64(v) => v.capacity() * 8,
+            Sums::D128(v, _) => v.capacity() * 16,
+        }
+    }
+}
+
+impl Linear {
+    fn new(
+        kind: LinearKind,
+        function: &Arc<AggregateFunctionExpr>,
+        sums: Option<Sums>,
+    ) -> Result<Self> {
+        Ok(Linear {
+            kind,
+            function: function.clone(),
+            counts: Vec::new(),
+            sums,
+        })
+    }
+}
+
+impl GroupAccumulator for Linear {
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+        groups_len: usize,
+    ) -> Result<()> {
+        grow(&mut self.counts, groups_len, 0);
+        let nulls = args.first().and_then(|a| a.logical_nulls());
+        for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+            if included(mask, nulls.as_ref(), i) {
+                self.counts[g as usize] += w;
+            }
+        }
+        if let Some(sums) = &mut self.sums {
+            sums.grow(groups_len);
+            sums.add(&args[0], groups, weights, mask)?;
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
+        let count = |g: &KeyId| self.counts.get(*g as usize).copied().unwrap_or(0);
+        let present: Vec<bool> = groups.iter().map(|g| count(g) > 0).collect();
+        match self.kind {
+            LinearKind::Count => Ok(Arc::new(Int64Array::from_iter_values(
+                groups.iter().map(count),
+            ))),
+            LinearKind::Sum => {
+                let sums = self.sums.as_ref().expect("sums");
+                let known: Vec<KeyId> = groups
+                    .iter()
+                    .map(|&g| {
+                        if (g as usize) < self.counts.len() {
+                            g
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                if self.counts.is_empty() {
+                    return Ok(new_null_array(&sums.data_type(), groups.len()));
+                }
+                let array = sums.array(&known, &present)?;
+                let target = self.function.field().data_type().clone();
+                if array.data_type() == &target {
+                    Ok(array)
+                } else {
+                    Ok(cast(&array, &target)?)
+                }
+            }
+            LinearKind::Avg => {
+                // DataFusion's own `avg` turns a count and a sum into the
+                // average (decimal rounding included): its groups
+                // accumulator merges them as partial states. Groups
+                // without values are NULL.
+                let with_values: Vec<KeyId> =
+                    groups.iter().copied().filter(|g| count(g) > 0).collect();
+                let mut accumulator = self.function.create_groups_accumulator()?;
+                let state = self.state(&with_values)?;
+                let state_types: Vec<DataType> = self
+                    .function
+                    .state_fields()?
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect();
+                let count = cast(&state[0], &state_types[0])?;
+                let sum = cast(&state[1], &state_types[1])?;
+                let indices: Vec<usize> = (0..with_values.len()).collect();
+                accumulator.merge_batch(&[count, sum], &indices, with_values.len())?;
+                let averages = accumulator.evaluate(EmitTo::All)?;
+                spread(&averages, &present)
+            }
+        }
+    }
+
+    fn reset(&mut self, group: KeyId) {
+        let g = group as usize;
+        if g < self.counts.len() {
+            self.counts[g] = 0;
+            if let Some(sums) = &mut self.sums {
+                sums.reset(g);
+            }
+        }
+    }
+
+    fn state_fields(&self) -> Vec<Field> {
+        let mut fields = vec![Field::new("count", DataType::Int64, false)];
+        if let Some(sums) = &self.sums {
+            fields.push(Field::new("sum", sums.data_type(), true));
+        }
+        fields
+    }
+
+    fn state(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        let count = |g: &KeyId| self.counts.get(*g as usize).copied().unwrap_or(0);
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
+            groups.iter().map(count),
+        ))];
+        if let Some(sums) = &self.sums {
+            let present: Vec<bool> = groups.iter().map(|g| count(g) > 0).collect();
+            let known: Vec<KeyId> = groups
+                .iter()
+                .map(|&g| {
+                    if (g as usize) < self.counts.len() {
+                        g
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            if self.counts.is_empty() {
+                columns.push(new_null_array(&sums.data_type(), groups.len()));
+            } else {
+                columns.push(sums.array(&known, &present)?);
+            }
+        }
+        Ok(columns)
+    }
+
+    fn restore(&mut self, groups: &[KeyId], state: &[ArrayRef], groups_len: usize) -> Result<()> {
+        grow(&mut self.counts, groups_len, 0);
+        let counts = state[0].as_primitive::<Int64Type>();
+        for (i, &g) in groups.iter().enumerate() {
+            self.counts[g as usize] = counts.value(i);
+        }
+        if let Some(sums) = &mut self.sums {
+            sums.grow(groups_len);
+            sums.restore(groups, &state[1])?;
+        }
+        Ok(())
+    }
+
+    fn memory_size(&self) -> usize {
+        self.counts.capacity() * 8 + self.sums.as_ref().map_or(0, Sums::memory_size)
+    }
+}
+
+/// `min` or `max` of an append-only input of a primitive type: the extreme
+/// so far, per group.
+pub(crate) struct Extreme<T: ArrowPrimitiveType> {
+    max: bool,
+    data_type: DataType,
+    values: Vec<T::Native>,
+    set: Vec<bool>,
+}
+
+/// An [`Extreme`] for `data_type`, or an [`EncodedExtreme`] for types that
+/// are not primitive.
+fn extreme(data_type: &DataType, max: bool) -> Result<Box<dyn GroupAccumulator>> {
+    macro_rules! primitive {
+        ($t:ty) => {
+            Box::new(Extreme::<$t> {
+                max,
+                data_type: data_type.clone(),
+                values: Vec::new(),
+                set: Vec::new(),
+            })
+        };
+    }
+    Ok(match data_type {
+        DataType::Int8 => primitive!(Int8Type),
+        DataType::Int16 => primitive!(Int16Type),
+        DataType::Int32 => primitive!(Int32Type),
+        DataType::Int64 => primitive!(Int64Type),
+        DataType::UInt8 => primitive!(UInt8Type),
+        DataType::UInt16 => primitive!(UInt16Type),
+        DataType::UInt32 => primitive!(UInt32Type),
+        DataType::UInt64 => primitive!(UInt64Type),
+        DataType::Float32 => primitive!(Float32Type),
+        DataType::Float64 => primitive!(Float64Type),
+        DataType::Date32 => primitive!(Date32Type),
+        DataType::Date64 => primitive!(Date64Type),
+        DataType::Decimal128(_, _) => primitive!(Decimal128Type),
+        DataType::Timestamp(TimeUnit::Second, _) => primitive!(TimestampSecondType),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => primitive!(TimestampMillisecondType),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => primitive!(TimestampMicrosecondType),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => primitive!(TimestampNanosecondType),
+        _ => Box::new(EncodedExtreme::new(data_type, max)?),
+    })
+}
+
+impl<T: ArrowPrimitiveType> Debug for Extreme<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extreme")
+            .field("max", &self.max)
+            .field("data_type", &self.data_type)
+            .field("groups", &self.values.len())
+            .finish()
+    }
+}
+
+impl<T: ArrowPrimitiveType> Extreme<T> {
+    fn better(&self, candidate: T::Native, current: T::Native) -> bool {
+        if self.max {
+            candidate.is_gt(current)
+        } else {
+            candidate.is_lt(current)
+        }
+    }
+}
+
+impl<T: ArrowPrimitiveType> GroupAccumulator for Extreme<T> {
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+        groups_len: usize,
+    ) -> Result<()> {
+        grow(&mut self.values, groups_len, T::Native::default());
+        grow(&mut self.set, groups_len, false);
+        let array = args[0].as_primitive::<T>();
+        let nulls = array.logical_nulls();
+        let values = array.values();
+        for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+            if !included(mask, nulls.as_ref(), i) {
+                continue;
+            }
+            if w < 0 {
+                return Err(retraction());
+            }
+            let g = g as usize;
+            let v = values[i];
+            if !self.set[g] || self.better(v, self.values[g]) {
+                self.values[g] = v;
+                self.set[g] = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
+        let at = |g: &KeyId| *g as usize;
+        let values = groups
+            .iter()
+            .map(|g| self.values.get(at(g)).copied().unwrap_or_default())
+            .collect();
+        let nulls = NullBuffer::from(
+            groups
+                .iter()
+                .map(|g| self.set.get(at(g)).copied().unwrap_or(false))
+                .collect::<Vec<bool>>(),
+        );
+        Ok(Arc::new(
+            PrimitiveArray::<T>::new(values, Some(nulls)).with_data_type(self.data_type.clone()),
+        ))
+    }
+
+    fn reset(&mut self, group: KeyId) {
+        if let Some(set) = self.set.get_mut(group as usize) {
+            *set = false;
+        }
+    }
+
+    fn state_fields(&self) -> Vec<Field> {
+        vec![Field::new("extreme", self.data_type.clone(), true)]
+    }
+
+    fn state(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![self.evaluate(groups)?])
+    }
+
+    fn restore(&mut self, groups: &[KeyId], state: &[ArrayRef], groups_len: usize) -> Result<()> {
+        grow(&mut self.values, groups_len, T::Native::default());
+        grow(&mut self.set, groups_len, false);
+        let array = state[0].as_primitive::<T>();
+        for (i, &g) in groups.iter().enumerate() {
+            self.set[g as usize] = array.is_valid(i);
+            self.values[g as usize] = array.values()[i];
+        }
+        Ok(())
+    }
+
+    fn memory_size(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<T::Native>() + self.set.capacity()
+    }
+}
+
+/// `values` (one per true entry of `present`) spread over all entries, NULL
+/// where `present` is false.
+fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
+    let mut next = 0u32;
+    let indices: datafusion::arrow::array::UInt32Array = present
+        .iter()
+        .map(|&p| {
+            p.then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
+    Ok(datafusion::arrow::compute::take(values, &indices, None)?)
+}
+
+/// A key of [`ValueCounts`]: a group and a value's encoding.
+type GroupValue = (KeyId, Box<[u8]>);
+
+/// The entries of group `g` in a map keyed by (group, value).
+fn group_range(g: KeyId) -> (Bound<GroupValue>, Bound<GroupValue>) {
+    let start = Bound::Included((g, Box::default()));
+    let end = match g.checked_add(1) {
+        Some(next) => Bound::Excluded((next, Box::default())),
+        None => Bound::Unbounded,
+    };
+    (start, end)
+}
+
+fn retraction() -> DataFusionError {
+    DataFusionError::Internal("min/max of an input planned as append-only saw a deletion".into())
+}
+
+/// `min` or `max` of an append-only input of any other type (strings,
+/// booleans, ...): the extreme's `arrow-row` encoding per group, which
+/// compares as the values do.
+#[derive(Debug)]
+pub(crate) struct EncodedExtreme {
+    max: bool,
+    data_type: DataType,
+    converter: RowConverter,
+    values: Vec<Option<Box<[u8]>>>,
+    bytes: usize,
+}
+
+impl EncodedExtreme {
+    fn new(data_type: &DataType, max: bool) -> Result<Self> {
+        Ok(EncodedExtreme {
+            max,
+            data_type: data_type.clone(),
+            converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
+            values: Vec::new(),
+            bytes: 0,
+        })
+    }
+}
+
+impl GroupAccumulator for EncodedExtreme {
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+        groups_len: usize,
+    ) -> Result<()> {
+        grow(&mut self.values, groups_len, None);
+        let nulls = args[0].logical_nulls();
+        let rows = self.converter.convert_columns(&args[..1])?;
+        for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+            if !included(mask, nulls.as_ref(), i) {
+                continue;
+            }
+            if w < 0 {
+                return Err(retraction());
+            }
+            let candidate = rows.row(i);
+            let candidate = candidate.as_ref();
+            let slot = &mut self.values[g as usize];
+            let replace = match slot {
+                None => true,
+                Some(current) => {
+                    let order = candidate.cmp(current.as_ref());
+                    if self.max {
+                        order.is_gt()
+                    } else {
+                        order.is_lt()
+                    }
+                }
+            };
+            if replace {
+                self.bytes += candidate.len();
+                self.bytes -= slot.as_ref().map_or(0, |s| s.len());
+                *slot = Some(candidate.into());
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
+        let parser = self.converter.parser();
+        let mut present = Vec::with_capacity(groups.len());
+        let mut rows = Vec::new();
+        for &g in groups {
+            match self.values.get(g as usize).and_then(|v| v.as_ref()) {
+                Some(bytes) => {
+                    present.push(true);
+                    rows.push(parser.parse(bytes));
+                }
+                None => present.push(false),
+            }
+        }
+        let found = self.converter.convert_rows(rows)?.remove(0);
+        spread(&found, &present)
+    }
+
+    fn reset(&mut self, group: KeyId) {
+        if let Some(slot) = self.values.get_mut(group as usize) {
+            self.bytes -= slot.as_ref().map_or(0, |s| s.len());
+            *slot = None;
+        }
+    }
+
+    fn state_fields(&self) -> Vec<Field> {
+        vec![Field::new("extreme", self.data_type.clone(), true)]
+    }
+
+    fn state(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        Ok(vec![self.evaluate(groups)?])
+    }
+
+    fn restore(&mut self, groups: &[KeyId], state: &[ArrayRef], groups_len: usize) -> Result<()> {
+        grow(&mut self.values, groups_len, None);
+        let rows = self.converter.convert_columns(&state[..1])?;
+        for (i, &g) in groups.iter().enumerate() {
+            if state[0].is_valid(i) {
+                let bytes: Box<[u8]> = rows.row(i).as_ref().into();
+                self.bytes += bytes.len();
+                self.values[g as usize] = Some(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn memory_size(&self) -> usize {
+        self.values.capacity() * 16 + self.bytes + self.converter.size()
+    }
+}
+
+/// `min` or `max` of an input that deletes: every distinct value of each
+/// group with how many rows hold it, ordered by the values' `arrow-row`
+/// encoding (which orders as the values do). The extreme is the first or
+/// last value of its group; a deleted extreme makes the next one current
+/// without looking at any row. Never holds input rows, only distinct
+/// values.
+///
+/// Durable form: a table of its own, `(group columns, value, count)`
+/// keyed by the group columns and the value.
+#[derive(Debug)]
+pub(crate) struct ValueCounts {
+    max: bool,
+    data_type: DataType,
+    converter: RowConverter,
+    counts: BTreeMap<GroupValue, i64>,
+    /// Entries changed since the last delta.
+    changed: BTreeSet<GroupValue>,
+    bytes: usize,
+}
+
+/// Bytes a B-tree entry of [`ValueCounts`] costs beyond its value's
+/// encoding: the key's id and boxed slice, the count, the node's share.
+const VALUE_ENTRY_BYTES: usize = 48;
+
+impl ValueCounts {
+    fn new(data_type: &DataType, max: bool) -> Result<Self> {
+        Ok(ValueCounts {
+            max,
+            data_type: data_type.clone(),
+            converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
+            counts: BTreeMap::new(),
+            changed: BTreeSet::new(),
+            bytes: 0,
+        })
+    }
+
+    /// The durable table for groups of `group_fields`.
+    pub(crate) fn spec(&self, group_fields: &[Field]) -> TableSpec {
+        let mut fields = group_fields.to_vec();
+        fields.push(Field::new("__weir_value", self.data_type.clone(), true));
+        fields.push(Field::new("__weir_count", DataType::Int64, false));
+        let key = (0..fields.len() - 1).collect();
+        TableSpec::with_primary_key(
+            Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+            key,
+        )
+    }
+
+    /// The entries changed since the last call, group keys decoded by `keys`.
+    pub(crate) fn take_delta(
+        &mut self,
+        keys: &KeyIndex,
+        group_fields: &[Field],
+    ) -> Result<Option<DeltaBatches>> {
+        if self.changed.is_empty() {
+            return Ok(None);
+        }
+        let spec = self.spec(group_fields);
+        let parser = self.converter.parser();
+        let (mut up_groups, mut up_values, mut up_counts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gone_groups, mut gone_values) = (Vec::new(), Vec::new());
+        for entry in std::mem::take(&mut self.changed) {
+            match self.counts.get(&entry) {
+                Some(&count) => {
+                    up_groups.push(entry.0);
+                    up_values.push(entry.1);
+                    up_counts.push(count);
+                }
+                None => {
+                    gone_groups.push(entry.0);
+                    gone_values.push(entry.1);
+                }
+            }
+        }
+        let batch = |groups: &[KeyId], values: &[Box<[u8]>], counts: Option<Vec<i64>>| {
+            let mut columns = keys
+                .decode(groups)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let rows = values.iter().map(|v| parser.parse(v));
+            columns.extend(self.converter.convert_rows(rows)?);
+            let schema = match &counts {
+                Some(_) => spec.schema.clone(),
+                None => spec.key_schema(),
+            };
+            if let Some(counts) = counts {
+                columns.push(Arc::new(Int64Array::from(counts)));
+            }
+            Ok::<_, DataFusionError>(RecordBatch::try_new(schema, columns)?)
+        };
+        let upserts = (!up_groups.is_empty())
+            .then(|| batch(&up_groups, &up_values, Some(up_counts)))
+            .transpose()?;
+        let deletes = (!gone_groups.is_empty())
+            .then(|| batch(&gone_groups, &gone_values, None))
+            .transpose()?;
+        Ok(Some(DeltaBatches { upserts, deletes }))
+    }
+
+    /// Loads the durable table's rows, whose groups have ids `groups`.
+    pub(crate) fn restore_values(&mut self, groups: &[KeyId], rows: &RecordBatch) -> Result<()> {
+        let width = rows.num_columns();
+        let values = self
+            .converter
+            .convert_columns(&rows.columns()[width - 2..width - 1])?;
+        let counts = rows.column(width - 1).as_primitive::<Int64Type>();
+        for (i, &g) in groups.iter().enumerate() {
+            let bytes: Box<[u8]> = values.row(i).as_ref().into();
+            self.bytes += bytes.len() + VALUE_ENTRY_BYTES;
+            self.counts.insert((g, bytes), counts.value(i));
+        }
+        Ok(())
+    }
+}
+
+impl GroupAccumulator for ValueCounts {
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[KeyId],
+        weights: &[i64],
+        mask: Option<&BooleanArray>,
+        _groups_len: usize,
+    ) -> Result<()> {
+        let nulls = args[0].logical_nulls();
+        let rows = self.converter.convert_columns(&args[..1])?;
+        for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+            if !included(mask, nulls.as_ref(), i) || w == 0 {
+                continue;
+            }
+            let entry = (g, Box::<[u8]>::from(rows.row(i).as_ref()));
+            let len = entry.1.len();
+            let count = self.counts.entry(entry.clone()).or_insert(0);
+            if *count == 0 {
+                self.bytes += len + VALUE_ENTRY_BYTES;
+            }
+            *count += w;
+            if *count < 0 {
+                return Err(DataFusionError::Internal(
+                    "a value was removed from min/max more often than it was added".into(),
+                ));
+            }
+            if *count == 0 {
+                self.counts.remove(&entry);
+                self.bytes -= len + VALUE_ENTRY_BYTES;
+            }
+            self.changed.insert(entry);
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
+        let parser = self.converter.parser();
+        let mut present = Vec::with_capacity(groups.len());
+        let mut rows = Vec::new();
+        for &g in groups {
+            let mut range = self.counts.range(group_range(g));
+            let found = if self.max {
+                range.next_back()
+            } else {
+                range.next()
+            };
+            match found {
+                Some(((_, bytes), _)) => {
+                    present.push(true);
+                    rows.push(parser.parse(bytes));
+                }
+                None => present.push(false),
+            }
+        }
+        let found = self.converter.convert_rows(rows)?.remove(0);
+        spread(&found, &present)
+    }
+
+    fn reset(&mut self, _group: KeyId) {
+        // A group is reset only once every row left it, and with them
+        // every value.
+    }
+
+    fn state_fields(&self) -> Vec<Field> {
+        Vec::new()
+    }
+
+    fn state(&self, _groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        Ok(Vec::new())
+    }
+
+    fn restore(&mut self, _: &[KeyId], _: &[ArrayRef], _: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn memory_size(&self) -> usize {
+        self.bytes + self.converter.size()
+    }
+
+    fn values(&mut self) -> Option<&mut ValueCounts> {
+        Some(self)
+    }
+
+    fn values_spec(&self, group_fields: &[Field]) -> Option<TableSpec> {
+        Some(self.spec(group_fields))
+    }
+
+    fn value_entries(&self) -> Option<usize> {
+        Some(self.counts.len())
+    }
+}
