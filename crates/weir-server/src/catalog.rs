@@ -49,6 +49,15 @@ pub struct SourceDef {
     /// When it was created (unix microseconds): the base of event-time
     /// columns, so that every reader generates the same rows.
     pub created_micros: i64,
+    /// The version of the generator it was created with (see
+    /// `weir_connectors::datagen::GENERATOR_VERSION`); 1 for sources
+    /// created before versions were recorded.
+    #[serde(default = "first_generator_version")]
+    pub generator_version: u32,
+}
+
+fn first_generator_version() -> u32 {
+    1
 }
 
 impl SourceDef {
@@ -64,6 +73,7 @@ impl SourceDef {
             &self.options,
             self.created_micros,
         )
+        .and_then(|spec| spec.with_version(self.generator_version))
         .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
     }
 }

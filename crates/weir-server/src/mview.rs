@@ -334,7 +334,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
-    let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
+    let sources = source_inputs(&working.catalog, &planned, |_| 0)?;
     let def = MaterializedViewDef {
         name: name.clone(),
         query: create.query.to_string(),
@@ -370,14 +370,15 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     Ok(Output::command("CREATE MATERIALIZED VIEW"))
 }
 
-/// The datagen sources among a view's relations, each with its reader's
-/// starting position.
+/// The datagen sources a planned view reads, each with the columns it
+/// reads and its reader's starting position.
 fn source_inputs(
     catalog: &crate::catalog::Catalog,
-    relations: &BTreeSet<String>,
+    planned: &PlannedView,
     offset: impl Fn(TableId) -> u64,
 ) -> WeirResult<Vec<SourceInput>> {
-    relations
+    planned
+        .sources
         .iter()
         .filter_map(|name| catalog.sources.get(name))
         .map(|def| {
@@ -385,6 +386,7 @@ fn source_inputs(
                 source_id: def.id,
                 name: def.name.clone(),
                 spec: Arc::new(def.generator()?),
+                columns: planned.plan.columns_read(&def.name, def.columns.len()),
                 offset: offset(def.id),
             })
         })
@@ -531,9 +533,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             Ok(query) => plan_view(&session, &query, &[]).await,
             Err(e) => Err(e),
         };
-        let (mut dataflow, planned_sources) = match planned
-            .and_then(|p| Ok((Dataflow::new(&p.plan)?, p.sources)))
-        {
+        let (mut dataflow, planned) = match planned.and_then(|p| Ok((Dataflow::new(&p.plan)?, p))) {
             Ok(d) => d,
             Err(e) => {
                 warn!(view = %def.name, error = %e, "materialized view cannot be planned again");
@@ -558,7 +558,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         let output = db
             .take_restored_output(def.id)
             .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
-        let sources = source_inputs(&committed.catalog, &planned_sources, |source| {
+        let sources = source_inputs(&committed.catalog, &planned, |source| {
             offsets
                 .get(&offset_key(def.id, source))
                 .copied()
@@ -649,7 +649,7 @@ async fn rebuild(
         let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
             .map(|_| allocate_id(&mut working.catalog))
             .collect();
-        let sources = source_inputs(&working.catalog, &planned.sources, |_| 0)?;
+        let sources = source_inputs(&working.catalog, &planned, |_| 0)?;
         let Some(entry) = working.catalog.materialized_views.get_mut(&def.name) else {
             continue;
         };

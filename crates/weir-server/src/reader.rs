@@ -57,11 +57,12 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Starts reading `spec` at row `offset` on the current runtime.
-    pub fn spawn(spec: Arc<DatagenSpec>, offset: u64) -> Reader {
+    /// Starts reading `spec` at row `offset` on the current runtime,
+    /// generating only the `columns` it marks (all when `None`).
+    pub fn spawn(spec: Arc<DatagenSpec>, columns: Option<Vec<bool>>, offset: u64) -> Reader {
         let (sender, messages) = mpsc::channel(CHANNEL_BATCHES);
         let (barriers, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(generate(spec, offset, sender, requests));
+        let task = tokio::spawn(generate(spec, columns, offset, sender, requests));
         Reader {
             messages,
             barriers,
@@ -85,6 +86,7 @@ impl Drop for Reader {
 /// once, up to a batch, when it is behind), barriers when asked.
 async fn generate(
     spec: Arc<DatagenSpec>,
+    columns: Option<Vec<bool>>,
     mut offset: u64,
     sender: mpsc::Sender<SourceMessage>,
     mut requests: mpsc::UnboundedReceiver<u64>,
@@ -106,7 +108,7 @@ async fn generate(
             permit = sender.reserve(), if due > offset => {
                 let Ok(permit) = permit else { return };
                 let count = (due - offset).min(MAX_BATCH_ROWS);
-                let rows = spec.generate(offset, count as usize);
+                let rows = spec.generate_columns(offset, count as usize, columns.as_deref());
                 offset += count;
                 permit.send(SourceMessage::Rows(rows));
             }

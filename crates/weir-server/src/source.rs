@@ -84,6 +84,7 @@ pub async fn create(
         connector,
         options,
         created_micros: chrono::Utc::now().timestamp_micros(),
+        generator_version: weir_connectors::datagen::GENERATOR_VERSION,
     };
     // Refuse bad options now rather than when a view first reads it.
     def.generator()?;

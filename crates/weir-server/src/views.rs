@@ -44,6 +44,9 @@ pub struct SourceInput {
     pub name: String,
     /// Its generator.
     pub spec: Arc<DatagenSpec>,
+    /// The columns the view reads (the reader leaves the others NULL);
+    /// `None`: all.
+    pub columns: Option<Vec<bool>>,
     /// Rows read so far.
     pub offset: u64,
 }
@@ -125,46 +128,14 @@ pub fn apply_output(
         .into_iter()
         .map(|c| c.with_schema(view_schema.clone()))
         .collect::<datafusion::error::Result<Vec<_>>>()?;
-    let net = Changes::concat(&view_schema, &parts)?.consolidate()?;
-    if net.is_empty() {
-        return Ok(net);
-    }
-    let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
-    let found = table.lookup(&net.rows).map_err(to_df)?;
-    let positions: Vec<u64> = found.iter().filter_map(|m| m.existing).collect();
-    let old_rows = table.rows_at(&positions).map_err(to_df)?;
-    let old_counts = old_rows.column(width).as_primitive::<Int64Type>();
-    // Merging each changed row's count with its stored count is one add per
-    // changed row; the rows themselves move with `filter` kernels.
-    let mut next_old = 0;
-    let mut counts = Vec::with_capacity(net.len());
-    for (m, &delta) in found.iter().zip(net.weights.values()) {
-        let old = if m.existing.is_some() {
-            next_old += 1;
-            old_counts.value(next_old - 1)
-        } else {
-            0
-        };
-        let count = old + delta;
-        if count < 0 {
-            return Err(DataFusionError::Internal(
-                "a view row would be removed more often than it was added".into(),
-            ));
-        }
-        counts.push(count);
-    }
-    let counts = Int64Array::from(counts);
-    let keep = datafusion::arrow::compute::kernels::cmp::gt(&counts, &Int64Array::new_scalar(0))?;
-    let kept = datafusion::arrow::compute::filter_record_batch(&net.rows, &keep)?;
-    let kept_counts = datafusion::arrow::compute::filter(&counts, &keep)?;
-    let mut columns = kept.columns().to_vec();
-    columns.push(kept_counts);
-    let inserts = RecordBatch::try_new(spec.schema.clone(), columns)?;
+    let all = Changes::concat(&view_schema, &parts)?;
+    // Rows that cancel within the changes cancel in the table as well; the
+    // table sums each row's weights (one key lookup per row), so the
+    // changes are passed on unconsolidated.
     table
-        .write(&positions, Some(&inserts))
-        .map_err(to_df)?
-        .map_err(|_| DataFusionError::Internal("view rows collided".into()))?;
-    Ok(net)
+        .add_counts(&all.rows, all.weights.values())
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    Ok(all)
 }
 
 /// [`apply_output`] for a view whose output has a unique key: its rows
@@ -187,31 +158,15 @@ fn apply_keyed(table: &mut StateTable, out: Vec<Changes>) -> datafusion::error::
     if net.is_empty() {
         return Ok(net);
     }
-    let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
-    let not_unique = || DataFusionError::Internal("a materialized view's key is not unique".into());
     let weights = net.weights.values();
     if weights.iter().any(|&w| w != 1 && w != -1) {
-        return Err(not_unique());
+        return Err(DataFusionError::Internal(
+            "a materialized view's key is not unique".into(),
+        ));
     }
-    let deleted =
-        datafusion::arrow::compute::kernels::cmp::lt(&net.weights, &Int64Array::new_scalar(0))?;
-    let inserted = datafusion::arrow::compute::not(&deleted)?;
-    let key = table.spec().key.clone();
-    let deletes = datafusion::arrow::compute::filter_record_batch(&net.rows, &deleted)?;
-    let positions = if deletes.num_rows() == 0 {
-        Vec::new()
-    } else {
-        let found = table.lookup(&deletes.project(&key)?).map_err(to_df)?;
-        found
-            .iter()
-            .map(|m| m.existing.ok_or_else(not_unique))
-            .collect::<datafusion::error::Result<Vec<u64>>>()?
-    };
-    let inserts = datafusion::arrow::compute::filter_record_batch(&net.rows, &inserted)?;
     table
-        .write(&positions, Some(&inserts))
-        .map_err(to_df)?
-        .map_err(|_| not_unique())?;
+        .apply_keyed(&net.rows, weights)
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
     Ok(net)
 }
 

@@ -312,7 +312,7 @@ impl Worker {
                 view: view.name.clone(),
                 source: source.name.clone(),
                 key,
-                reader: Reader::spawn(source.spec.clone(), source.offset),
+                reader: Reader::spawn(source.spec.clone(), source.columns.clone(), source.offset),
                 offset: source.offset,
             });
         }

@@ -369,7 +369,22 @@ impl Builder {
         let relation = scan.table_name.table().to_owned();
         let full: SchemaRef = scan.source.schema();
         let full_df = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &full)?;
-        let mut index = self.push(NodeKind::Source { relation }, vec![], full.clone());
+        // The columns the projection keeps and the pushed filters look at:
+        // a source need not produce the others.
+        let read = scan.projection.as_ref().map(|projection| {
+            let mut read: Vec<usize> = projection.clone();
+            for filter in &scan.filters {
+                for column in filter.column_refs() {
+                    if let Ok(i) = full_df.index_of_column(column) {
+                        read.push(i);
+                    }
+                }
+            }
+            read.sort_unstable();
+            read.dedup();
+            read
+        });
+        let mut index = self.push(NodeKind::Source { relation, read }, vec![], full.clone());
         if !scan.filters.is_empty() {
             let predicate = scan
                 .filters

@@ -83,6 +83,18 @@ impl Probe {
             _ => self.hashes[row],
         }
     }
+
+    /// Whether keys `a` and `b` are equal.
+    fn same(&self, a: usize, b: usize) -> bool {
+        match &self.values {
+            ProbeValues::Unit(_) => true,
+            ProbeValues::Int { values, nulls } => match nulls {
+                Some(n) if n.is_null(a) || n.is_null(b) => n.is_null(a) && n.is_null(b),
+                _ => values[a] == values[b],
+            },
+            ProbeValues::Encoded(rows) => rows.row(a) == rows.row(b),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -308,6 +320,23 @@ impl KeyIndex {
                 (self.slots - 1) as KeyId
             }
         }
+    }
+
+    /// Whether each key of `probe` equals an earlier key of `probe`
+    /// (nothing is looked up in or added to the index).
+    pub fn repeated(&self, probe: &Probe) -> Vec<bool> {
+        let mut seen: HashTable<usize> = HashTable::with_capacity(probe.len());
+        (0..probe.len())
+            .map(|row| {
+                let hash = probe.hash(row);
+                if seen.find(hash, |&other| probe.same(other, row)).is_some() {
+                    true
+                } else {
+                    seen.insert_unique(hash, row, |&other| probe.hash(other));
+                    false
+                }
+            })
+            .collect()
     }
 
     /// The ids of every key of `columns`, `None` where absent.

@@ -14,9 +14,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array, UInt64Array,
+};
 use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
-use datafusion::arrow::compute::{concat_batches, filter_record_batch, interleave_record_batch};
+use datafusion::arrow::compute::{
+    concat_batches, filter_record_batch, interleave_record_batch, take,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
@@ -132,6 +136,8 @@ struct Chunk {
     batch: RecordBatch,
     live: BooleanBuffer,
     live_rows: usize,
+    /// Each row's key id: a deleted or moved row needs no key lookup.
+    keys: Vec<KeyId>,
 }
 
 /// The key's row is present (its position is valid).
@@ -300,8 +306,17 @@ impl StateTable {
     /// whether an earlier row of `keys` has the same key.
     pub fn lookup(&self, keys: &RecordBatch) -> StateResult<Vec<KeyMatch>> {
         let all: Vec<usize> = (0..keys.num_columns()).collect();
-        let found = self.live_ids(keys, &all)?;
-        let repeated = repeated_keys(keys, &all)?;
+        let probe = self
+            .keys
+            .prepare(&Self::key_columns(keys, &all), keys.num_rows())?;
+        let found: Vec<Option<KeyId>> = (0..probe.len())
+            .map(|row| {
+                self.keys
+                    .find(&probe, row)
+                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
+            })
+            .collect();
+        let repeated = self.keys.repeated(&probe);
         Ok(found
             .iter()
             .zip(repeated)
@@ -346,12 +361,22 @@ impl StateTable {
             Some(batch) if batch.num_rows() > 0 => Some(self.with_row_ids(batch)?),
             _ => None,
         };
-        if let Some(batch) = &inserts {
-            let found = self.live_ids(batch, &self.spec.key)?;
+        let probe = match &inserts {
+            Some(batch) => Some(
+                self.keys
+                    .prepare(&Self::key_columns(batch, &self.spec.key), batch.num_rows())?,
+            ),
+            None => None,
+        };
+        if let Some(probe) = &probe {
             let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
-            let repeated = repeated_keys(batch, &self.spec.key)?;
-            for (row, (id, repeated)) in found.iter().zip(repeated).enumerate() {
-                let taken = id.is_some_and(|id| !deleted.contains(&self.positions[id as usize]));
+            let repeated = self.keys.repeated(probe);
+            for (row, repeated) in repeated.into_iter().enumerate() {
+                let taken = self
+                    .keys
+                    .find(probe, row)
+                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
+                    .is_some_and(|id| !deleted.contains(&self.positions[id as usize]));
                 if taken || repeated {
                     return Ok(Err(KeyViolation { row }));
                 }
@@ -359,32 +384,30 @@ impl StateTable {
         }
         self.written |= !deletes.is_empty() || inserts.is_some();
         if !deletes.is_empty() {
-            let gone = self.gather(deletes)?;
-            if let Some(changes) = &mut self.changes {
-                changes.push((self.spec.visible_columns(&gone)?, -1));
+            let gone = match self.changes {
+                Some(_) => Some(self.spec.visible_columns(&self.gather(deletes)?)?),
+                None => None,
+            };
+            if let (Some(changes), Some(gone)) = (&mut self.changes, gone) {
+                changes.push((gone, -1));
             }
-            let ids = self.live_ids(&gone, &self.spec.key)?;
-            for id in ids {
-                let id = id.ok_or_else(|| {
-                    StateError::Internal("deleted a row that is not indexed".into())
-                })?;
+            for &position in deletes {
+                let id = self.key_at(position);
                 self.unset_live(id, true);
             }
             self.clear_live(deletes);
         }
-        if let Some(batch) = inserts {
+        if let (Some(batch), Some(probe)) = (inserts, probe) {
             if self.spec.hidden_row_id {
                 self.next_row_id += batch.num_rows() as u64;
             }
             if let Some(changes) = &mut self.changes {
                 changes.push((self.spec.visible_columns(&batch)?, 1));
             }
-            let probe = self
-                .keys
-                .prepare(&Self::key_columns(&batch, &self.spec.key), batch.num_rows())?;
-            let chunk = self.push_chunk(batch);
-            for row in 0..probe.len() {
-                let (id, _) = self.keys.intern(&probe, row);
+            let mut ids = Vec::new();
+            self.keys.intern_all(&probe, &mut ids);
+            let chunk = self.push_chunk(batch, ids.clone());
+            for (row, id) in ids.into_iter().enumerate() {
                 self.set_live(id, position(chunk, row), true);
             }
         }
@@ -392,13 +415,188 @@ impl StateTable {
         Ok(Ok(()))
     }
 
+    /// The key id of the row at `position`.
+    fn key_at(&self, position: RowPosition) -> KeyId {
+        let (chunk, row) = split_position(position);
+        self.chunks[&chunk].keys[row]
+    }
+
+    /// Adds `deltas[i]` copies of each row of `rows` to a table whose last
+    /// column counts its rows (a view's output without a key): a row's
+    /// count changes, and the row disappears at 0. `rows` holds the other
+    /// columns; equal rows may repeat. Encodes each key once.
+    pub fn add_counts(&mut self, rows: &RecordBatch, deltas: &[i64]) -> StateResult<()> {
+        let n = rows.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let probe = self.keys.prepare(rows.columns(), n)?;
+        let mut ids = Vec::new();
+        self.keys.intern_all(&probe, &mut ids);
+        self.grow();
+        // Each distinct key once: its first row here and its total delta.
+        let mut order: Vec<KeyId> = Vec::new();
+        let mut totals: std::collections::HashMap<KeyId, (usize, i64)> =
+            std::collections::HashMap::with_capacity(n);
+        for (row, (&id, &delta)) in ids.iter().zip(deltas).enumerate() {
+            totals
+                .entry(id)
+                .and_modify(|t| t.1 += delta)
+                .or_insert_with(|| {
+                    order.push(id);
+                    (row, delta)
+                });
+        }
+        let live = |flags: &[u8], id: KeyId| flags[id as usize] & LIVE != 0;
+        let old_positions: Vec<RowPosition> = order
+            .iter()
+            .filter(|&&id| live(&self.flags, id))
+            .map(|&id| self.positions[id as usize])
+            .collect();
+        let count_column = self.spec.schema.fields().len() - 1;
+        let mut old_counts = self
+            .gather_column(&old_positions, count_column)?
+            .into_iter();
+        let (mut kept_rows, mut kept_ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        self.written = true;
+        for &id in &order {
+            let (row, delta) = totals[&id];
+            let was_live = live(&self.flags, id);
+            let old = if was_live {
+                old_counts.next().unwrap_or(0)
+            } else {
+                0
+            };
+            let count = old + delta;
+            if count < 0 {
+                return Err(StateError::Internal(
+                    "a view row would be removed more often than it was added".into(),
+                ));
+            }
+            match (was_live, count > 0) {
+                // The count changes: the row moves to the new chunk below.
+                (true, true) => self.mark_dirty(id),
+                (true, false) => self.unset_live(id, true),
+                (false, true) => {}
+                // Added and taken away within the call: a fresh key leaves
+                // again (a tombstone stays as it was).
+                (false, false) => {
+                    if self.flags[id as usize] == 0 {
+                        self.keys.remove(id);
+                    }
+                }
+            }
+            if count > 0 {
+                kept_rows.push(row as u32);
+                kept_ids.push(id);
+                counts.push(count);
+            }
+        }
+        self.clear_live(&old_positions);
+        if !kept_rows.is_empty() {
+            let indices = UInt32Array::from(kept_rows);
+            let mut columns: Vec<ArrayRef> = rows
+                .columns()
+                .iter()
+                .map(|c| take(c.as_ref(), &indices, None))
+                .collect::<Result<_, _>>()?;
+            columns.push(Arc::new(Int64Array::from(counts)));
+            let batch = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
+            let chunk = self.push_chunk(batch, kept_ids.clone());
+            for (row, id) in kept_ids.into_iter().enumerate() {
+                if live(&self.flags, id) {
+                    self.positions[id as usize] = position(chunk, row);
+                } else {
+                    self.set_live(id, position(chunk, row), true);
+                }
+            }
+        }
+        self.merge_chunks()
+    }
+
+    /// Applies changes of a table keyed by some of its columns (a view's
+    /// output with a key): rows with weight -1 are deleted by key, then
+    /// rows with weight +1 inserted. Fails if a deleted key is absent or an
+    /// inserted one present. Encodes each key once.
+    pub fn apply_keyed(&mut self, rows: &RecordBatch, weights: &[i64]) -> StateResult<()> {
+        let n = rows.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let probe = self
+            .keys
+            .prepare(&Self::key_columns(rows, &self.spec.key), n)?;
+        let mut gone = Vec::new();
+        for (row, &weight) in weights.iter().enumerate() {
+            if weight < 0 {
+                let id = self
+                    .keys
+                    .find(&probe, row)
+                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
+                    .ok_or_else(|| {
+                        StateError::Internal("a deleted key is not in the table".into())
+                    })?;
+                gone.push(self.positions[id as usize]);
+                self.unset_live(id, true);
+            }
+        }
+        self.written = true;
+        self.clear_live(&gone);
+        let added: Vec<u32> = (0..n as u32).filter(|&i| weights[i as usize] > 0).collect();
+        if !added.is_empty() {
+            let mut ids = Vec::with_capacity(added.len());
+            for &row in &added {
+                let (id, _) = self.keys.intern(&probe, row as usize);
+                self.grow();
+                if self.flags[id as usize] & LIVE != 0 {
+                    return Err(StateError::Internal(
+                        "an inserted key is already in the table".into(),
+                    ));
+                }
+                ids.push(id);
+            }
+            let batch = if added.len() == n {
+                rows.clone()
+            } else {
+                datafusion::arrow::compute::take_record_batch(rows, &UInt32Array::from(added))?
+            };
+            let chunk = self.push_chunk(batch, ids.clone());
+            for (row, id) in ids.into_iter().enumerate() {
+                self.set_live(id, position(chunk, row), true);
+            }
+        }
+        self.merge_chunks()
+    }
+
+    /// One column of the rows at `positions`, as `i64` (counts).
+    fn gather_column(&self, positions: &[RowPosition], column: usize) -> StateResult<Vec<i64>> {
+        let mut out = Vec::with_capacity(positions.len());
+        for &p in positions {
+            let (chunk, row) = split_position(p);
+            let values = self.chunks[&chunk]
+                .batch
+                .column(column)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| StateError::Internal("the count column is not int64".into()))?;
+            out.push(values.value(row));
+        }
+        Ok(out)
+    }
+
+    /// Makes room for every key id in the per-key vectors.
+    fn grow(&mut self) {
+        let slots = self.keys.slots();
+        if self.positions.len() < slots {
+            self.positions.resize(slots, 0);
+            self.flags.resize(slots, 0);
+        }
+    }
+
     /// Records that key `id` now has the row at `position`.
     fn set_live(&mut self, id: KeyId, position: RowPosition, mark_dirty: bool) {
         let slot = id as usize;
-        if self.positions.len() <= slot {
-            self.positions.resize(slot + 1, 0);
-            self.flags.resize(slot + 1, 0);
-        }
+        self.grow();
         self.positions[slot] = position;
         self.flags[slot] |= LIVE;
         self.live_rows += 1;
@@ -445,7 +643,7 @@ impl StateTable {
         Ok(RecordBatch::try_new(self.spec.schema.clone(), columns)?)
     }
 
-    fn push_chunk(&mut self, batch: RecordBatch) -> u32 {
+    fn push_chunk(&mut self, batch: RecordBatch, keys: Vec<KeyId>) -> u32 {
         let id = self.next_chunk;
         self.next_chunk += 1;
         let rows = batch.num_rows();
@@ -455,6 +653,7 @@ impl StateTable {
                 batch,
                 live: BooleanBuffer::new_set(rows),
                 live_rows: rows,
+                keys,
             },
         );
         id
@@ -511,8 +710,10 @@ impl StateTable {
             return Ok(());
         }
         let mut parts = Vec::with_capacity(victims.len());
+        let mut ids = Vec::new();
         for id in &victims {
             let chunk = self.chunks.remove(id).expect("victim exists");
+            ids.extend(chunk.live.set_indices().map(|row| chunk.keys[row]));
             parts.push(filter_record_batch(
                 &chunk.batch,
                 &BooleanArray::new(chunk.live, None),
@@ -522,10 +723,8 @@ impl StateTable {
         if merged.num_rows() == 0 {
             return Ok(());
         }
-        let ids = self.live_ids(&merged, &self.spec.key)?;
-        let chunk = self.push_chunk(merged);
+        let chunk = self.push_chunk(merged, ids.clone());
         for (row, id) in ids.into_iter().enumerate() {
-            let id = id.ok_or_else(|| StateError::Internal("merged rows are indexed".into()))?;
             self.positions[id as usize] = position(chunk, row);
         }
         Ok(())
@@ -592,6 +791,7 @@ impl StateTable {
                 upserts.num_rows(),
             )?;
             let chunk = self.next_chunk;
+            let mut ids = Vec::with_capacity(probe.len());
             for row in 0..probe.len() {
                 let (id, _) = self.keys.intern(&probe, row);
                 if self.flags.get(id as usize).is_some_and(|f| f & LIVE != 0) {
@@ -600,27 +800,15 @@ impl StateTable {
                 }
                 self.set_live(id, position(chunk, row), false);
                 self.flags[id as usize] |= COMMITTED;
+                ids.push(id);
             }
             self.clear_live(&stale);
-            self.push_chunk(upserts.clone());
+            self.push_chunk(upserts.clone(), ids);
         } else {
             self.clear_live(&stale);
         }
         self.merge_chunks()
     }
-}
-
-/// Whether each key of `batch`'s `key` columns equals an earlier one.
-fn repeated_keys(batch: &RecordBatch, key: &[usize]) -> StateResult<Vec<bool>> {
-    let types: Vec<DataType> = key
-        .iter()
-        .map(|&i| batch.schema().field(i).data_type().clone())
-        .collect();
-    let mut seen = KeyIndex::new(&types)?;
-    let probe = seen.prepare(&StateTable::key_columns(batch, key), batch.num_rows())?;
-    Ok((0..probe.len())
-        .map(|row| !seen.intern(&probe, row).1)
-        .collect())
 }
 
 fn bit_is_set(bytes: &[u8], bit: usize) -> bool {
@@ -732,7 +920,7 @@ impl TableSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{AsArray, StringArray};
+    use datafusion::arrow::array::{Array, AsArray, StringArray};
     use datafusion::arrow::datatypes::Int32Type;
 
     fn keyed() -> TableSpec {
@@ -867,6 +1055,97 @@ mod tests {
         assert!(table.is_dirty());
         assert!(table.take_delta().unwrap().is_none());
         assert!(!table.is_dirty());
+    }
+
+    fn counted() -> TableSpec {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Utf8, true),
+            Field::new("__weir_count", DataType::Int64, false),
+        ]));
+        TableSpec::with_primary_key(schema, vec![0])
+    }
+
+    fn strings(values: &[Option<&str>]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(values.to_vec()))]).unwrap()
+    }
+
+    /// Each row of a counted table with its count, sorted.
+    fn counts_of(table: &StateTable) -> Vec<(Option<String>, i64)> {
+        let mut out = Vec::new();
+        for batch in table.snapshot().scan(None, false).unwrap() {
+            let v = batch.column(0).as_string::<i32>();
+            let n = batch
+                .column(1)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+            for i in 0..batch.num_rows() {
+                out.push((v.is_valid(i).then(|| v.value(i).to_owned()), n.value(i)));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn counted_rows_sum_their_weights_and_leave_at_zero() {
+        let mut table = StateTable::new(counted()).unwrap();
+        let mut replica = StateTable::new(counted()).unwrap();
+        let mut replay = |table: &mut StateTable| {
+            if let Some(d) = table.take_delta().unwrap() {
+                replica
+                    .apply_delta(d.upserts.as_ref(), d.deletes.as_ref())
+                    .unwrap();
+            }
+            counts_of(&replica)
+        };
+        table
+            .add_counts(
+                &strings(&[Some("a"), Some("b"), Some("a"), None]),
+                &[1, 1, 2, 1],
+            )
+            .unwrap();
+        let expected = vec![(None, 1), (Some("a".into()), 3), (Some("b".into()), 1)];
+        assert_eq!(counts_of(&table), expected);
+        assert_eq!(replay(&mut table), expected);
+        // b goes away, c comes and goes within one call, a loses one.
+        table
+            .add_counts(
+                &strings(&[Some("b"), Some("c"), Some("a"), Some("c")]),
+                &[-1, 1, -1, -1],
+            )
+            .unwrap();
+        let expected = vec![(None, 1), (Some("a".into()), 2)];
+        assert_eq!(counts_of(&table), expected);
+        assert_eq!(table.len(), 2);
+        assert_eq!(replay(&mut table), expected);
+        // A deleted row comes back in the next call before any delta.
+        table.add_counts(&strings(&[None]), &[-1]).unwrap();
+        table.add_counts(&strings(&[None]), &[4]).unwrap();
+        assert_eq!(replay(&mut table), vec![(None, 4), (Some("a".into()), 2)]);
+        let err = table
+            .add_counts(&strings(&[Some("zz")]), &[-1])
+            .unwrap_err();
+        assert!(err.to_string().contains("removed more often"), "{err}");
+    }
+
+    #[test]
+    fn keyed_changes_replace_rows_by_key() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        table
+            .apply_keyed(&rows(&spec, &[1, 2], "a"), &[1, 1])
+            .unwrap();
+        let update = datafusion::arrow::compute::concat_batches(
+            &spec.schema,
+            &[rows(&spec, &[1], "a"), rows(&spec, &[1], "b")],
+        )
+        .unwrap();
+        table.apply_keyed(&update, &[-1, 1]).unwrap();
+        assert_eq!(keys_of(&table.snapshot()), vec![1, 2]);
+        let now = table.rows_at(&positions_of(&table, &[1])).unwrap();
+        assert_eq!(now.column(1).as_string::<i32>().value(0), "b");
+        assert!(table.apply_keyed(&rows(&spec, &[7], "x"), &[-1]).is_err());
+        assert!(table.apply_keyed(&rows(&spec, &[2], "x"), &[1]).is_err());
     }
 
     #[test]

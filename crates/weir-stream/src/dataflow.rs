@@ -104,7 +104,7 @@ impl Dataflow {
                 )));
             }
             let relation = match &spec.kind {
-                NodeKind::Source { relation } => Some(relation.clone()),
+                NodeKind::Source { relation, .. } => Some(relation.clone()),
                 _ => None,
             };
             for (port, &input) in spec.inputs.iter().enumerate() {
@@ -296,6 +296,7 @@ mod tests {
         let source = |relation: &str| NodeSpec {
             kind: NodeKind::Source {
                 relation: relation.into(),
+                read: None,
             },
             inputs: vec![],
             schema: schema.clone(),

@@ -40,10 +40,13 @@ pub struct NodeSpec {
 /// The operator kinds.
 #[derive(Debug, Clone)]
 pub enum NodeKind {
-    /// The changes of a table or materialized view.
+    /// The changes of a table, source or materialized view.
     Source {
         /// The relation's name.
         relation: String,
+        /// The columns the plan reads (the others may arrive as NULL);
+        /// `None`: all.
+        read: Option<Vec<usize>>,
     },
     /// Constant rows.
     Values {
@@ -127,7 +130,7 @@ impl StreamPlan {
             let all = inputs.iter().all(|&a| a);
             let node = &mut self.nodes[i];
             node.append_only = match &node.kind {
-                NodeKind::Source { relation } => relation_is_append_only(relation),
+                NodeKind::Source { relation, .. } => relation_is_append_only(relation),
                 NodeKind::Values { .. } => true,
                 NodeKind::Filter { .. } | NodeKind::Project { .. } | NodeKind::Union => all,
                 // A semi join's row appears with its first match and stays
@@ -163,7 +166,7 @@ impl StreamPlan {
             };
             let node = &self.nodes[i];
             let key = match &node.kind {
-                NodeKind::Source { relation } => relation_key(relation),
+                NodeKind::Source { relation, .. } => relation_key(relation),
                 NodeKind::Filter { .. } | NodeKind::TopN(_) => input_key(0),
                 NodeKind::Project { exprs } => input_key(0).and_then(|key| {
                     key.iter()
@@ -203,6 +206,30 @@ impl StreamPlan {
         }
     }
 
+    /// The columns of `relation` the plan reads, as a mask over its
+    /// columns (`width` of them); `None` when it reads them all.
+    pub fn columns_read(&self, relation: &str, width: usize) -> Option<Vec<bool>> {
+        let mut mask = vec![false; width];
+        for node in &self.nodes {
+            if let NodeKind::Source { relation: r, read } = &node.kind {
+                if r != relation {
+                    continue;
+                }
+                match read {
+                    None => return None,
+                    Some(columns) => {
+                        for &c in columns {
+                            if let Some(m) = mask.get_mut(c) {
+                                *m = true;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(mask)
+    }
+
     /// Whether input `port` of node `index` only ever inserts.
     pub fn input_append_only(&self, index: usize, port: usize) -> bool {
         self.nodes[self.nodes[index].inputs[port]].append_only
@@ -240,7 +267,7 @@ impl StreamPlan {
         let node = &self.nodes[index];
         let list = |exprs: &mut dyn Iterator<Item = String>| exprs.collect::<Vec<_>>().join(", ");
         match &node.kind {
-            NodeKind::Source { relation } => format!("Source: {relation}"),
+            NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
             NodeKind::Project { exprs } => {

@@ -11,4 +11,5 @@ mod psql;
 mod s3;
 mod slt;
 mod sources;
+mod upgrade;
 mod view_property;
