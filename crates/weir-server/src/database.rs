@@ -334,14 +334,19 @@ impl Database {
         }))
     }
 
-    /// Loads a state table that is not a catalog table (an operator's
-    /// state) from the last committed manifest; empty if it names none.
-    pub async fn load_state(&self, id: TableId, spec: TableSpec) -> WeirResult<StateTable> {
+    /// The rows of a state table that is not a catalog table (an
+    /// operator's state) at the last committed manifest; none if it names
+    /// none.
+    pub async fn load_state(
+        &self,
+        id: TableId,
+        spec: TableSpec,
+    ) -> WeirResult<datafusion::arrow::record_batch::RecordBatch> {
         let files = self
             .last_manifest()
             .and_then(|m| m.tables.get(&id).cloned())
             .unwrap_or_default();
-        Ok(self.store.lock().await.load_table(spec, &files).await?)
+        Ok(self.store.lock().await.load_rows(spec, &files).await?)
     }
 
     /// The state format of the manifest recovered at startup (see

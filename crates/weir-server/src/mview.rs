@@ -551,8 +551,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         }
         let mut tables = Vec::with_capacity(specs.len());
         for (spec, &id) in specs.into_iter().zip(&def.state_ids) {
-            let table = db.load_state(id, spec).await?;
-            tables.push(table.snapshot().stored_rows()?);
+            tables.push(db.load_state(id, spec).await?);
         }
         dataflow.restore(tables)?;
         let output = db

@@ -92,11 +92,11 @@ impl Compactor {
                 });
             }
         }
-        let table = self
-            .objects
-            .load_table(job.spec.clone(), &job.files)
-            .await?;
-        let bytes = codec::encode(&table.snapshot().stored_rows()?)?;
+        let rows = match &job.snapshot {
+            Some(snapshot) => snapshot.stored_rows()?,
+            None => self.objects.load_rows(job.spec.clone(), &job.files).await?,
+        };
+        let bytes = codec::encode(&rows)?;
         let path = base_path(self.objects.root(), job.table, through_epoch);
         let base = FileSlice {
             path: self.objects.relative(&path),

@@ -33,6 +33,7 @@ pub mod faulty;
 mod key_index;
 mod layout;
 mod manifest;
+mod row_index;
 mod store;
 mod table;
 

@@ -3,13 +3,14 @@
 //!
 //! Rows live in immutable Arrow chunks. A delete clears the row's bit in its
 //! chunk's live mask (copy-on-write, so snapshots taken earlier never
-//! change); an insert appends a chunk. A [`KeyIndex`] numbers the keys;
-//! per key id the table keeps the row's position and a few flags. Small and
-//! sparse chunks are merged as writes go on, so the chunk count stays small.
+//! change); an insert appends a chunk. A [`RowIndex`] finds a key's slot
+//! by hash, confirmed against the stored row; per slot the table keeps the
+//! row's position and a few flags. Small and sparse chunks are merged as
+//! writes go on, so the chunk count stays small.
 //!
-//! Memory per row: the row's Arrow data, one live bit, and the key index's
-//! share (about 14 bytes for an integer key, the key's encoding plus 26
-//! for others), plus 9 bytes of position and flags.
+//! Memory per row: the row's Arrow data, one live bit, and 27 bytes: the
+//! index's share (about 14 with the hash it keeps), the position, the
+//! flags and the row's slot.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
-use crate::key_index::{KeyId, KeyIndex};
+use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 
 /// Name of the hidden row id column of tables without a primary key.
 pub const ROW_ID_COLUMN: &str = "_weir_row_id";
@@ -55,6 +56,10 @@ pub struct TableSpec {
     pub key: Vec<usize>,
     /// Whether the last stored column is a row id the table assigns.
     pub hidden_row_id: bool,
+    /// A log: rows are only ever appended, never replaced or deleted, so
+    /// they need no key; loading and merging its deltas is concatenating
+    /// them.
+    pub log: bool,
 }
 
 impl TableSpec {
@@ -64,6 +69,18 @@ impl TableSpec {
             schema: visible,
             key,
             hidden_row_id: false,
+            log: false,
+        }
+    }
+
+    /// A log of rows of `schema` (see [`TableSpec::log`]): operator state
+    /// over an input that never deletes.
+    pub fn log(schema: SchemaRef) -> Self {
+        TableSpec {
+            schema,
+            key: Vec::new(),
+            hidden_row_id: false,
+            log: true,
         }
     }
 
@@ -76,6 +93,7 @@ impl TableSpec {
             schema: Arc::new(Schema::new(fields)),
             key,
             hidden_row_id: true,
+            log: false,
         }
     }
 
@@ -136,37 +154,38 @@ struct Chunk {
     batch: RecordBatch,
     live: BooleanBuffer,
     live_rows: usize,
-    /// Each row's key id: a deleted or moved row needs no key lookup.
-    keys: Vec<KeyId>,
+    /// Each row's index slot: a deleted or moved row needs no key lookup.
+    keys: Vec<Slot>,
 }
 
-/// The key's row is present (its position is valid).
+/// The slot holds a live key (its position is valid).
 const LIVE: u8 = 1;
-/// The key is listed in `dirty`.
+/// The slot is listed in `dirty`.
 const DIRTY: u8 = 2;
-/// The key existed at the last delta.
+/// The slot's key existed at the last delta.
 const COMMITTED: u8 = 4;
 
 /// A table's rows with a key index; the writer side of a table.
 ///
-/// A key deleted since the last delta that existed at it stays in the index
-/// as a tombstone (not `LIVE`), so the next delta can name it; a key added
-/// and deleted between two deltas leaves at once.
+/// The index ([`RowIndex`]) holds a slot per live key; per slot the table
+/// keeps the row's position and a few flags. A key deleted since the last
+/// delta that existed at it has its key columns kept in `deleted`, so the
+/// next delta names it; its slot is free at once.
 #[derive(Debug)]
 pub struct StateTable {
     spec: TableSpec,
     chunks: BTreeMap<u32, Chunk>,
     next_chunk: u32,
-    /// Every live key, and the tombstones of keys deleted since the last
-    /// delta.
-    keys: KeyIndex,
-    /// Per key id: the row's position (while `LIVE`).
+    index: RowIndex,
+    /// Per slot: the row's position (while `LIVE`).
     positions: Vec<RowPosition>,
-    /// Per key id: `LIVE`, `DIRTY`, `COMMITTED`.
+    /// Per slot: `LIVE`, `DIRTY`, `COMMITTED`.
     flags: Vec<u8>,
-    /// Keys changed since the last delta (ids whose `DIRTY` flag is set;
-    /// an id may appear twice if it was freed and handed out again).
-    dirty: Vec<KeyId>,
+    /// Slots changed since the last delta (each with `DIRTY` set; a slot
+    /// freed and handed out again may appear twice).
+    dirty: Vec<Slot>,
+    /// Key columns of the committed keys deleted since the last delta.
+    deleted: Vec<RecordBatch>,
     live_rows: usize,
     next_row_id: u64,
     /// Whether anything was written since the last delta (even if it
@@ -177,22 +196,75 @@ pub struct StateTable {
     changes: Option<Vec<(RecordBatch, i64)>>,
 }
 
+/// Keys of a batch prepared for lookups: the key columns and their hashes.
+struct Keys {
+    columns: Vec<ArrayRef>,
+    hashes: Vec<u64>,
+}
+
+impl Keys {
+    fn new(batch: &RecordBatch, key: &[usize]) -> StateResult<Self> {
+        let columns: Vec<ArrayRef> = key.iter().map(|&i| batch.column(i).clone()).collect();
+        let hashes = hash_keys(&columns, batch.num_rows())?;
+        Ok(Keys { columns, hashes })
+    }
+
+    /// Whether each key equals an earlier key of the same batch.
+    fn repeated(&self) -> Vec<bool> {
+        let all: Vec<usize> = (0..self.columns.len()).collect();
+        let batch = columns_batch(&self.columns, self.hashes.len());
+        let comparer = KeyComparer::new(&self.columns, &all);
+        let mut seen: hashbrown::HashTable<usize> =
+            hashbrown::HashTable::with_capacity(self.hashes.len());
+        (0..self.hashes.len())
+            .map(|row| {
+                let hash = self.hashes[row];
+                let found = seen
+                    .find(hash, |&other| comparer.same(row, 0, &batch, other))
+                    .is_some();
+                if !found {
+                    seen.insert_unique(hash, row, |&other| self.hashes[other]);
+                }
+                found
+            })
+            .collect()
+    }
+}
+
+/// `columns` as a batch without a schema of interest (for comparers).
+fn columns_batch(columns: &[ArrayRef], rows: usize) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Field::new(format!("k{i}"), c.data_type().clone(), true))
+        .collect();
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns.to_vec(),
+        &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )
+    .expect("columns of one length")
+}
+
 impl StateTable {
-    /// An empty table.
+    /// An empty table. A log ([`TableSpec::log`]) has no key to index its
+    /// rows by: its rows are only ever concatenated
+    /// ([`crate::StateStore::load_rows`]).
     pub fn new(spec: TableSpec) -> StateResult<Self> {
-        let types: Vec<DataType> = spec
-            .key
-            .iter()
-            .map(|&i| spec.schema.field(i).data_type().clone())
-            .collect();
+        if spec.log {
+            return Err(StateError::Internal(
+                "a log table is read as rows, not indexed".into(),
+            ));
+        }
         Ok(StateTable {
-            keys: KeyIndex::new(&types)?,
             spec,
             chunks: BTreeMap::new(),
             next_chunk: 0,
+            index: RowIndex::default(),
             positions: Vec::new(),
             flags: Vec::new(),
             dirty: Vec::new(),
+            deleted: Vec::new(),
             live_rows: 0,
             next_row_id: 0,
             written: false,
@@ -231,10 +303,14 @@ impl StateTable {
         let chunks: usize = self
             .chunks
             .values()
-            .map(|c| c.batch.get_array_memory_size() + c.live.inner().capacity())
+            .map(|c| {
+                c.batch.get_array_memory_size() + c.live.inner().capacity() + c.keys.capacity() * 4
+            })
             .sum();
+        let deleted: usize = self.deleted.iter().map(|b| b.get_array_memory_size()).sum();
         chunks
-            + self.keys.memory_size()
+            + deleted
+            + self.index.memory_size()
             + self.positions.capacity() * 8
             + self.flags.capacity()
             + self.dirty.capacity() * 4
@@ -259,7 +335,7 @@ impl StateTable {
 
     /// Whether any key changed since the last [`StateTable::take_delta`].
     pub fn is_dirty(&self) -> bool {
-        self.written || !self.dirty.is_empty()
+        self.written || !self.dirty.is_empty() || !self.deleted.is_empty()
     }
 
     /// An immutable view of the current rows.
@@ -281,24 +357,17 @@ impl StateTable {
         }
     }
 
-    /// The key columns of `batch` (stored columns, or key columns only
-    /// when `key` is `0..n`).
-    fn key_columns(batch: &RecordBatch, key: &[usize]) -> Vec<ArrayRef> {
-        key.iter().map(|&i| batch.column(i).clone()).collect()
-    }
-
-    /// The id of each key of `batch`'s `key` columns that is live.
-    fn live_ids(&self, batch: &RecordBatch, key: &[usize]) -> StateResult<Vec<Option<KeyId>>> {
-        let probe = self
-            .keys
-            .prepare(&Self::key_columns(batch, key), batch.num_rows())?;
-        Ok((0..probe.len())
+    /// The live slot of each key of `keys`, if any.
+    fn find_all(&self, keys: &Keys) -> Vec<Option<Slot>> {
+        let comparer = KeyComparer::new(&keys.columns, &self.spec.key);
+        (0..keys.hashes.len())
             .map(|row| {
-                self.keys
-                    .find(&probe, row)
-                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
+                self.index.find(keys.hashes[row], |slot| {
+                    let (chunk, at) = split_position(self.positions[slot as usize]);
+                    comparer.same(row, chunk as usize, &self.chunks[&chunk].batch, at)
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// For each row of `keys` (a batch holding the key columns in key
@@ -306,22 +375,13 @@ impl StateTable {
     /// whether an earlier row of `keys` has the same key.
     pub fn lookup(&self, keys: &RecordBatch) -> StateResult<Vec<KeyMatch>> {
         let all: Vec<usize> = (0..keys.num_columns()).collect();
-        let probe = self
-            .keys
-            .prepare(&Self::key_columns(keys, &all), keys.num_rows())?;
-        let found: Vec<Option<KeyId>> = (0..probe.len())
-            .map(|row| {
-                self.keys
-                    .find(&probe, row)
-                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
-            })
-            .collect();
-        let repeated = self.keys.repeated(&probe);
+        let keys = Keys::new(keys, &all)?;
+        let found = self.find_all(&keys);
         Ok(found
             .iter()
-            .zip(repeated)
-            .map(|(id, repeated)| KeyMatch {
-                existing: id.map(|id| self.positions[id as usize]),
+            .zip(keys.repeated())
+            .map(|(slot, repeated)| KeyMatch {
+                existing: slot.map(|s| self.positions[s as usize]),
                 repeated,
             })
             .collect())
@@ -361,62 +421,98 @@ impl StateTable {
             Some(batch) if batch.num_rows() > 0 => Some(self.with_row_ids(batch)?),
             _ => None,
         };
-        let probe = match &inserts {
-            Some(batch) => Some(
-                self.keys
-                    .prepare(&Self::key_columns(batch, &self.spec.key), batch.num_rows())?,
-            ),
+        let keys = match &inserts {
+            Some(batch) => Some(Keys::new(batch, &self.spec.key)?),
             None => None,
         };
-        if let Some(probe) = &probe {
+        if let Some(keys) = &keys {
             let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
-            let repeated = self.keys.repeated(probe);
-            for (row, repeated) in repeated.into_iter().enumerate() {
-                let taken = self
-                    .keys
-                    .find(probe, row)
-                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
-                    .is_some_and(|id| !deleted.contains(&self.positions[id as usize]));
+            let found = self.find_all(keys);
+            for (row, (slot, repeated)) in found.iter().zip(keys.repeated()).enumerate() {
+                let taken = slot.is_some_and(|s| !deleted.contains(&self.positions[s as usize]));
                 if taken || repeated {
                     return Ok(Err(KeyViolation { row }));
                 }
             }
         }
         self.written |= !deletes.is_empty() || inserts.is_some();
-        if !deletes.is_empty() {
-            let gone = match self.changes {
-                Some(_) => Some(self.spec.visible_columns(&self.gather(deletes)?)?),
-                None => None,
-            };
-            if let (Some(changes), Some(gone)) = (&mut self.changes, gone) {
-                changes.push((gone, -1));
-            }
-            for &position in deletes {
-                let id = self.key_at(position);
-                self.unset_live(id, true);
-            }
-            self.clear_live(deletes);
-        }
-        if let (Some(batch), Some(probe)) = (inserts, probe) {
+        self.delete_positions(deletes, true)?;
+        if let (Some(batch), Some(keys)) = (inserts, keys) {
             if self.spec.hidden_row_id {
                 self.next_row_id += batch.num_rows() as u64;
             }
             if let Some(changes) = &mut self.changes {
                 changes.push((self.spec.visible_columns(&batch)?, 1));
             }
-            let mut ids = Vec::new();
-            self.keys.intern_all(&probe, &mut ids);
-            let chunk = self.push_chunk(batch, ids.clone());
-            for (row, id) in ids.into_iter().enumerate() {
-                self.set_live(id, position(chunk, row), true);
-            }
+            self.insert_new(batch, &keys.hashes);
         }
         self.merge_chunks()?;
         Ok(Ok(()))
     }
 
-    /// The key id of the row at `position`.
-    fn key_at(&self, position: RowPosition) -> KeyId {
+    /// Deletes the rows at `positions` (their keys leave the index);
+    /// `track`: keep what a delta and the views reading the table need.
+    fn delete_positions(&mut self, positions: &[RowPosition], track: bool) -> StateResult<()> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let gone = if track && (self.changes.is_some() || self.any_committed(positions)) {
+            Some(self.gather(positions)?)
+        } else {
+            None
+        };
+        if let (Some(changes), Some(gone)) = (&mut self.changes, &gone) {
+            changes.push((self.spec.visible_columns(gone)?, -1));
+        }
+        let mut committed = Vec::new();
+        for (i, &position) in positions.iter().enumerate() {
+            let slot = self.slot_at(position);
+            if track && self.flags[slot as usize] & COMMITTED != 0 {
+                committed.push(i as u32);
+            }
+            self.flags[slot as usize] = 0;
+            self.index.remove(slot);
+            self.live_rows -= 1;
+        }
+        if let (false, Some(gone)) = (committed.is_empty(), gone) {
+            let keys = gone.project(&self.spec.key)?;
+            let keys = if committed.len() == positions.len() {
+                keys
+            } else {
+                datafusion::arrow::compute::take_record_batch(&keys, &UInt32Array::from(committed))?
+            };
+            self.deleted.push(keys);
+        }
+        self.clear_live(positions);
+        Ok(())
+    }
+
+    /// Whether some row at `positions` has a key that existed at the last
+    /// delta.
+    fn any_committed(&self, positions: &[RowPosition]) -> bool {
+        positions
+            .iter()
+            .any(|&p| self.flags[self.slot_at(p) as usize] & COMMITTED != 0)
+    }
+
+    /// Appends `batch` (stored columns) whose keys, hashing to `hashes`,
+    /// are not in the table; each becomes a live, dirty key.
+    fn insert_new(&mut self, batch: RecordBatch, hashes: &[u64]) {
+        self.index.reserve(hashes.len());
+        let slots: Vec<Slot> = hashes.iter().map(|&h| self.index.insert(h)).collect();
+        self.grow();
+        let chunk = self.push_chunk(batch, slots.clone());
+        for (row, slot) in slots.into_iter().enumerate() {
+            let s = slot as usize;
+            self.positions[s] = position(chunk, row);
+            self.flags[s] = LIVE;
+            self.live_rows += 1;
+            self.mark_dirty(slot);
+        }
+    }
+
+    /// The slot of the row at `position`.
+    fn slot_at(&self, position: RowPosition) -> Slot {
         let (chunk, row) = split_position(position);
         self.chunks[&chunk].keys[row]
     }
@@ -424,77 +520,67 @@ impl StateTable {
     /// Adds `deltas[i]` copies of each row of `rows` to a table whose last
     /// column counts its rows (a view's output without a key): a row's
     /// count changes, and the row disappears at 0. `rows` holds the other
-    /// columns; equal rows may repeat. Encodes each key once.
+    /// columns; equal rows may repeat. Hashes each row once.
     pub fn add_counts(&mut self, rows: &RecordBatch, deltas: &[i64]) -> StateResult<()> {
         let n = rows.num_rows();
         if n == 0 {
             return Ok(());
         }
-        let probe = self.keys.prepare(rows.columns(), n)?;
-        let mut ids = Vec::new();
-        self.keys.intern_all(&probe, &mut ids);
-        self.grow();
-        // Each distinct key once: its first row here and its total delta.
-        let mut order: Vec<KeyId> = Vec::new();
-        let mut totals: std::collections::HashMap<KeyId, (usize, i64)> =
-            std::collections::HashMap::with_capacity(n);
-        for (row, (&id, &delta)) in ids.iter().zip(deltas).enumerate() {
-            totals
-                .entry(id)
-                .and_modify(|t| t.1 += delta)
-                .or_insert_with(|| {
-                    order.push(id);
-                    (row, delta)
-                });
+        let all: Vec<usize> = (0..rows.num_columns()).collect();
+        let keys = Keys::new(rows, &all)?;
+        let found = self.find_all(&keys);
+        // Each distinct row once: the first of its copies here, its total.
+        let comparer = KeyComparer::new(&keys.columns, &all);
+        let mut first: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(n);
+        let mut order: Vec<usize> = Vec::new();
+        let mut totals: Vec<i64> = vec![0; n];
+        for (row, &delta) in deltas.iter().enumerate().take(n) {
+            let hash = keys.hashes[row];
+            let seen = first
+                .find(hash, |&other| comparer.same(row, 0, rows, other))
+                .copied();
+            let head = match seen {
+                Some(head) => head,
+                None => {
+                    first.insert_unique(hash, row, |&other| keys.hashes[other]);
+                    order.push(row);
+                    row
+                }
+            };
+            totals[head] += delta;
         }
-        let live = |flags: &[u8], id: KeyId| flags[id as usize] & LIVE != 0;
-        let old_positions: Vec<RowPosition> = order
+        let existing: Vec<RowPosition> = order
             .iter()
-            .filter(|&&id| live(&self.flags, id))
-            .map(|&id| self.positions[id as usize])
+            .filter_map(|&row| found[row].map(|slot| self.positions[slot as usize]))
             .collect();
         let count_column = self.spec.schema.fields().len() - 1;
-        let mut old_counts = self
-            .gather_column(&old_positions, count_column)?
-            .into_iter();
-        let (mut kept_rows, mut kept_ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        self.written = true;
-        for &id in &order {
-            let (row, delta) = totals[&id];
-            let was_live = live(&self.flags, id);
-            let old = if was_live {
-                old_counts.next().unwrap_or(0)
-            } else {
-                0
+        let mut old_counts = self.gather_column(&existing, count_column)?.into_iter();
+        let (mut kept, mut counts, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for &row in &order {
+            let old = match found[row] {
+                Some(slot) => {
+                    gone.push(self.positions[slot as usize]);
+                    old_counts.next().unwrap_or(0)
+                }
+                None => 0,
             };
-            let count = old + delta;
+            let count = old + totals[row];
             if count < 0 {
                 return Err(StateError::Internal(
                     "a view row would be removed more often than it was added".into(),
                 ));
             }
-            match (was_live, count > 0) {
-                // The count changes: the row moves to the new chunk below.
-                (true, true) => self.mark_dirty(id),
-                (true, false) => self.unset_live(id, true),
-                (false, true) => {}
-                // Added and taken away within the call: a fresh key leaves
-                // again (a tombstone stays as it was).
-                (false, false) => {
-                    if self.flags[id as usize] == 0 {
-                        self.keys.remove(id);
-                    }
-                }
-            }
             if count > 0 {
-                kept_rows.push(row as u32);
-                kept_ids.push(id);
+                kept.push(row as u32);
                 counts.push(count);
             }
         }
-        self.clear_live(&old_positions);
-        if !kept_rows.is_empty() {
-            let indices = UInt32Array::from(kept_rows);
+        self.written = true;
+        // A changed count is a delete of the row and an insert of the row
+        // with its new count.
+        self.delete_positions(&gone, true)?;
+        if !kept.is_empty() {
+            let indices = UInt32Array::from(kept);
             let mut columns: Vec<ArrayRef> = rows
                 .columns()
                 .iter()
@@ -502,14 +588,12 @@ impl StateTable {
                 .collect::<Result<_, _>>()?;
             columns.push(Arc::new(Int64Array::from(counts)));
             let batch = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
-            let chunk = self.push_chunk(batch, kept_ids.clone());
-            for (row, id) in kept_ids.into_iter().enumerate() {
-                if live(&self.flags, id) {
-                    self.positions[id as usize] = position(chunk, row);
-                } else {
-                    self.set_live(id, position(chunk, row), true);
-                }
-            }
+            let hashes: Vec<u64> = indices
+                .values()
+                .iter()
+                .map(|&r| keys.hashes[r as usize])
+                .collect();
+            self.insert_new(batch, &hashes);
         }
         self.merge_chunks()
     }
@@ -517,54 +601,42 @@ impl StateTable {
     /// Applies changes of a table keyed by some of its columns (a view's
     /// output with a key): rows with weight -1 are deleted by key, then
     /// rows with weight +1 inserted. Fails if a deleted key is absent or an
-    /// inserted one present. Encodes each key once.
+    /// inserted one present. Hashes each key once.
     pub fn apply_keyed(&mut self, rows: &RecordBatch, weights: &[i64]) -> StateResult<()> {
         let n = rows.num_rows();
         if n == 0 {
             return Ok(());
         }
-        let probe = self
-            .keys
-            .prepare(&Self::key_columns(rows, &self.spec.key), n)?;
+        let keys = Keys::new(rows, &self.spec.key)?;
+        let found = self.find_all(&keys);
         let mut gone = Vec::new();
         for (row, &weight) in weights.iter().enumerate() {
             if weight < 0 {
-                let id = self
-                    .keys
-                    .find(&probe, row)
-                    .filter(|&id| self.flags[id as usize] & LIVE != 0)
-                    .ok_or_else(|| {
-                        StateError::Internal("a deleted key is not in the table".into())
-                    })?;
-                gone.push(self.positions[id as usize]);
-                self.unset_live(id, true);
+                let slot = found[row].ok_or_else(|| {
+                    StateError::Internal("a deleted key is not in the table".into())
+                })?;
+                gone.push(self.positions[slot as usize]);
             }
         }
         self.written = true;
-        self.clear_live(&gone);
+        self.delete_positions(&gone, true)?;
         let added: Vec<u32> = (0..n as u32).filter(|&i| weights[i as usize] > 0).collect();
-        if !added.is_empty() {
-            let mut ids = Vec::with_capacity(added.len());
-            for &row in &added {
-                let (id, _) = self.keys.intern(&probe, row as usize);
-                self.grow();
-                if self.flags[id as usize] & LIVE != 0 {
-                    return Err(StateError::Internal(
-                        "an inserted key is already in the table".into(),
-                    ));
-                }
-                ids.push(id);
-            }
-            let batch = if added.len() == n {
-                rows.clone()
-            } else {
-                datafusion::arrow::compute::take_record_batch(rows, &UInt32Array::from(added))?
-            };
-            let chunk = self.push_chunk(batch, ids.clone());
-            for (row, id) in ids.into_iter().enumerate() {
-                self.set_live(id, position(chunk, row), true);
-            }
+        if added.is_empty() {
+            return self.merge_chunks();
         }
+        let batch = if added.len() == n {
+            rows.clone()
+        } else {
+            datafusion::arrow::compute::take_record_batch(rows, &UInt32Array::from(added.clone()))?
+        };
+        let added_keys = Keys::new(&batch, &self.spec.key)?;
+        let still = self.find_all(&added_keys);
+        if still.iter().any(Option::is_some) || added_keys.repeated().iter().any(|&r| r) {
+            return Err(StateError::Internal(
+                "an inserted key is already in the table".into(),
+            ));
+        }
+        self.insert_new(batch, &added_keys.hashes);
         self.merge_chunks()
     }
 
@@ -584,47 +656,20 @@ impl StateTable {
         Ok(out)
     }
 
-    /// Makes room for every key id in the per-key vectors.
+    /// Makes room for every slot in the per-slot vectors.
     fn grow(&mut self) {
-        let slots = self.keys.slots();
+        let slots = self.index.slots();
         if self.positions.len() < slots {
             self.positions.resize(slots, 0);
             self.flags.resize(slots, 0);
         }
     }
 
-    /// Records that key `id` now has the row at `position`.
-    fn set_live(&mut self, id: KeyId, position: RowPosition, mark_dirty: bool) {
-        let slot = id as usize;
-        self.grow();
-        self.positions[slot] = position;
-        self.flags[slot] |= LIVE;
-        self.live_rows += 1;
-        if mark_dirty {
-            self.mark_dirty(id);
-        }
-    }
-
-    /// Records that key `id`'s row is gone. A key that existed at the last
-    /// delta stays as a tombstone (if the change is to be in the next
-    /// delta); any other leaves the index.
-    fn unset_live(&mut self, id: KeyId, mark_dirty: bool) {
-        let slot = id as usize;
-        self.flags[slot] &= !LIVE;
-        self.live_rows -= 1;
-        if mark_dirty && self.flags[slot] & COMMITTED != 0 {
-            self.mark_dirty(id);
-        } else {
-            self.flags[slot] = 0;
-            self.keys.remove(id);
-        }
-    }
-
-    fn mark_dirty(&mut self, id: KeyId) {
-        let flags = &mut self.flags[id as usize];
+    fn mark_dirty(&mut self, slot: Slot) {
+        let flags = &mut self.flags[slot as usize];
         if *flags & DIRTY == 0 {
             *flags |= DIRTY;
-            self.dirty.push(id);
+            self.dirty.push(slot);
         }
     }
 
@@ -643,7 +688,7 @@ impl StateTable {
         Ok(RecordBatch::try_new(self.spec.schema.clone(), columns)?)
     }
 
-    fn push_chunk(&mut self, batch: RecordBatch, keys: Vec<KeyId>) -> u32 {
+    fn push_chunk(&mut self, batch: RecordBatch, keys: Vec<Slot>) -> u32 {
         let id = self.next_chunk;
         self.next_chunk += 1;
         let rows = batch.num_rows();
@@ -710,10 +755,10 @@ impl StateTable {
             return Ok(());
         }
         let mut parts = Vec::with_capacity(victims.len());
-        let mut ids = Vec::new();
+        let mut slots = Vec::new();
         for id in &victims {
             let chunk = self.chunks.remove(id).expect("victim exists");
-            ids.extend(chunk.live.set_indices().map(|row| chunk.keys[row]));
+            slots.extend(chunk.live.set_indices().map(|row| chunk.keys[row]));
             parts.push(filter_record_batch(
                 &chunk.batch,
                 &BooleanArray::new(chunk.live, None),
@@ -723,9 +768,9 @@ impl StateTable {
         if merged.num_rows() == 0 {
             return Ok(());
         }
-        let chunk = self.push_chunk(merged, ids.clone());
-        for (row, id) in ids.into_iter().enumerate() {
-            self.positions[id as usize] = position(chunk, row);
+        let chunk = self.push_chunk(merged, slots.clone());
+        for (row, slot) in slots.into_iter().enumerate() {
+            self.positions[slot as usize] = position(chunk, row);
         }
         Ok(())
     }
@@ -734,21 +779,32 @@ impl StateTable {
     pub fn take_delta(&mut self) -> StateResult<Option<DeltaBatches>> {
         self.written = false;
         let mut present = Vec::new();
-        let mut absent = Vec::new();
-        for id in std::mem::take(&mut self.dirty) {
-            let flags = &mut self.flags[id as usize];
+        for slot in std::mem::take(&mut self.dirty) {
+            let flags = &mut self.flags[slot as usize];
             if *flags & DIRTY == 0 {
                 continue;
             }
             *flags &= !DIRTY;
             if *flags & LIVE != 0 {
                 *flags |= COMMITTED;
-                present.push(self.positions[id as usize]);
-            } else {
-                absent.push(id);
+                present.push(self.positions[slot as usize]);
             }
         }
-        if present.is_empty() && absent.is_empty() {
+        // A deleted key that is back is an upsert alone.
+        let mut deleted = Vec::new();
+        for keys in std::mem::take(&mut self.deleted) {
+            let all: Vec<usize> = (0..keys.num_columns()).collect();
+            let absent: BooleanArray = self
+                .find_all(&Keys::new(&keys, &all)?)
+                .iter()
+                .map(|slot| Some(slot.is_none()))
+                .collect();
+            let keys = filter_record_batch(&keys, &absent)?;
+            if keys.num_rows() > 0 {
+                deleted.push(keys);
+            }
+        }
+        if present.is_empty() && deleted.is_empty() {
             return Ok(None);
         }
         let upserts = if present.is_empty() {
@@ -757,15 +813,10 @@ impl StateTable {
             present.sort_unstable();
             Some(self.gather(&present)?)
         };
-        let deletes = if absent.is_empty() {
+        let deletes = if deleted.is_empty() {
             None
         } else {
-            let columns = self.keys.decode(&absent)?;
-            for &id in &absent {
-                self.flags[id as usize] = 0;
-                self.keys.remove(id);
-            }
-            Some(RecordBatch::try_new(self.spec.key_schema(), columns)?)
+            Some(concat_batches(&self.spec.key_schema(), &deleted)?)
         };
         Ok(Some(DeltaBatches { upserts, deletes }))
     }
@@ -777,35 +828,31 @@ impl StateTable {
         upserts: Option<&RecordBatch>,
         deletes: Option<&RecordBatch>,
     ) -> StateResult<()> {
-        let mut stale = Vec::new();
-        if let Some(deletes) = deletes {
+        if let Some(deletes) = deletes.filter(|d| d.num_rows() > 0) {
             let all: Vec<usize> = (0..deletes.num_columns()).collect();
-            for id in self.live_ids(deletes, &all)?.into_iter().flatten() {
-                stale.push(self.positions[id as usize]);
-                self.unset_live(id, false);
-            }
+            let found = self.find_all(&Keys::new(deletes, &all)?);
+            let gone: Vec<RowPosition> = found
+                .into_iter()
+                .flatten()
+                .map(|slot| self.positions[slot as usize])
+                .collect();
+            self.delete_positions(&gone, false)?;
         }
         if let Some(upserts) = upserts.filter(|u| u.num_rows() > 0) {
-            let probe = self.keys.prepare(
-                &Self::key_columns(upserts, &self.spec.key),
-                upserts.num_rows(),
-            )?;
-            let chunk = self.next_chunk;
-            let mut ids = Vec::with_capacity(probe.len());
-            for row in 0..probe.len() {
-                let (id, _) = self.keys.intern(&probe, row);
-                if self.flags.get(id as usize).is_some_and(|f| f & LIVE != 0) {
-                    stale.push(self.positions[id as usize]);
-                    self.live_rows -= 1;
-                }
-                self.set_live(id, position(chunk, row), false);
-                self.flags[id as usize] |= COMMITTED;
-                ids.push(id);
+            let keys = Keys::new(upserts, &self.spec.key)?;
+            let replaced: Vec<RowPosition> = self
+                .find_all(&keys)
+                .into_iter()
+                .flatten()
+                .map(|slot| self.positions[slot as usize])
+                .collect();
+            self.delete_positions(&replaced, false)?;
+            self.insert_new(upserts.clone(), &keys.hashes);
+            // Recovered rows are what the last delta left: committed, clean.
+            for slot in std::mem::take(&mut self.dirty) {
+                let flags = &mut self.flags[slot as usize];
+                *flags = (*flags & !DIRTY) | COMMITTED;
             }
-            self.clear_live(&stale);
-            self.push_chunk(upserts.clone(), ids);
-        } else {
-            self.clear_live(&stale);
         }
         self.merge_chunks()
     }

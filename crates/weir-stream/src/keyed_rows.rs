@@ -10,23 +10,27 @@
 //! - the previous row of the same key (a chain per key, newest first,
 //!   from `heads`; the chains are the key index, as in DataFusion's
 //!   `JoinHashMap`),
-//! - its durable id (the key of its row in the checkpointed state table),
-//! - on an input that deletes (`updating`), a hash of the whole row, so a
-//!   deleted row is found in its key's chain by hash and then compared.
+//! - on an input that deletes (`updating`): its durable id (the key of its
+//!   row in the checkpointed state table) and a hash of the whole row, so
+//!   a deleted row is found in its key's chain by hash and then compared.
 //!
 //! Keys are numbered by a [`KeyIndex`]. Rows are never moved by an
 //! insert; removed rows stay in place with weight 0 until they outnumber
 //! the live ones, and then the store is rebuilt from the live rows
 //! (amortized: at most once per as many removals as live rows).
 //!
-//! Memory per row: the row's Arrow data plus 20 bytes (weight, chain, id),
-//! plus 8 on an updating input; per key, the key index's share and 8
-//! bytes.
+//! Memory per row: the row's Arrow data plus 12 bytes (weight, chain), plus
+//! 16 on an updating input (id, hash); per key, the key index's share and
+//! 8 bytes.
 //!
-//! Durable form: the rows with `__weir_weight` and `__weir_row` (the id),
-//! keyed by the id. [`KeyedRows::take_delta`] yields the rows whose weight
-//! changed since the last call: new and changed rows as upserts, rows gone
-//! to weight 0 as deletes.
+//! Durable form: on an updating input, the rows with `__weir_weight` and
+//! `__weir_row` (the id), keyed by the id; [`KeyedRows::take_delta`]
+//! yields the rows whose weight changed since the last call: new and
+//! changed rows as upserts, rows gone to weight 0 as deletes. On an
+//! append-only input a row never changes once added, so the durable form
+//! is a log of the rows with their weights ([`TableSpec::log`]): each
+//! delta holds the rows added since the last, and merging deltas is
+//! concatenating them.
 
 use std::sync::Arc;
 
@@ -87,6 +91,7 @@ pub struct KeyedRows {
     starts: Vec<usize>,
     weights: Vec<i64>,
     next: Vec<RowNumber>,
+    /// Durable ids (updating inputs only).
     ids: Vec<u64>,
     /// Whole-row hashes, and the encoder that compares rows whose hashes
     /// are equal (updating inputs only).
@@ -112,7 +117,9 @@ impl KeyedRows {
             .collect::<Result<Vec<DataType>>>()?;
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(WEIGHT_COLUMN, DataType::Int64, false));
-        fields.push(Field::new(ROW_ID_COLUMN, DataType::UInt64, false));
+        if updating {
+            fields.push(Field::new(ROW_ID_COLUMN, DataType::UInt64, false));
+        }
         Ok(KeyedRows {
             keys: KeyIndex::new(&types).map_err(external)?,
             schema: schema.clone(),
@@ -144,10 +151,19 @@ impl KeyedRows {
         &self.schema
     }
 
-    /// The durable table's shape: the rows, their weight, their id (the key).
+    /// The durable table's shape: the rows, their weight and their id (the
+    /// key); or, on an append-only input, a log of the rows and weights.
     pub fn state_spec(&self) -> TableSpec {
+        if !self.updating() {
+            return TableSpec::log(self.state_schema.clone());
+        }
         let id = self.state_schema.fields().len() - 1;
         TableSpec::with_primary_key(self.state_schema.clone(), vec![id])
+    }
+
+    /// Whether rows may be removed.
+    fn updating(&self) -> bool {
+        self.hashes.is_some()
     }
 
     /// Rows with a positive weight.
@@ -270,10 +286,10 @@ impl KeyedRows {
             self.heads[key] = number;
             self.live_per_key[key] += 1;
             self.weights.push(weight);
-            self.ids.push(self.next_id);
-            self.next_id += 1;
             if let Some(hashes) = &mut self.hashes {
                 hashes.push(hash);
+                self.ids.push(self.next_id);
+                self.next_id += 1;
             }
         }
         self.live_rows += rows.num_rows();
@@ -495,6 +511,7 @@ impl KeyedRows {
         } else {
             Some(self.durable_rows(&present)?)
         };
+        // An append-only store never changes a row, so it never deletes one.
         let deletes = if absent.is_empty() {
             None
         } else {
@@ -519,9 +536,11 @@ impl KeyedRows {
         columns.push(Arc::new(Int64Array::from_iter_values(
             rows.iter().map(|&r| self.weights[r as usize]),
         )));
-        columns.push(Arc::new(UInt64Array::from_iter_values(
-            rows.iter().map(|&r| self.ids[r as usize]),
-        )));
+        if self.updating() {
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|&r| self.ids[r as usize]),
+            )));
+        }
         Ok(RecordBatch::try_new_with_options(
             self.state_schema.clone(),
             columns,
@@ -533,6 +552,9 @@ impl KeyedRows {
     /// them. Runs right after a delta, when every row is committed.
     fn rebuild_if_sparse(&mut self) -> Result<()> {
         let dead = self.weights.len() - self.live_rows;
+        if !self.updating() {
+            return Ok(());
+        }
         if dead < MIN_DEAD_ROWS || dead < self.live_rows {
             return Ok(());
         }
@@ -566,7 +588,7 @@ impl KeyedRows {
     /// as committed.
     pub fn restore(&mut self, state: &RecordBatch) -> Result<()> {
         let width = self.schema.fields().len();
-        if state.num_columns() != width + 2 {
+        if state.num_columns() != self.state_schema.fields().len() {
             return Err(DataFusionError::Internal(format!(
                 "operator state with {} columns for rows of {width}",
                 state.num_columns()
@@ -578,19 +600,21 @@ impl KeyedRows {
             &RecordBatchOptions::new().with_row_count(Some(state.num_rows())),
         )?;
         let weights = as_weights(state.column(width))?;
-        let ids = state
-            .column(width + 1)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .cloned()
-            .ok_or_else(|| DataFusionError::Internal("row ids are not uint64".into()))?;
         if rows.num_rows() > 0 {
             let changes = Changes::new(rows, weights)?;
             let first = self.weights.len();
             self.update(&changes)?;
-            for (offset, &id) in ids.values().iter().enumerate() {
-                self.ids[first + offset] = id;
-                self.next_id = self.next_id.max(id + 1);
+            if self.updating() {
+                let ids = state
+                    .column(width + 1)
+                    .as_any()
+                    .downcast_ref::<UInt64Array>()
+                    .cloned()
+                    .ok_or_else(|| DataFusionError::Internal("row ids are not uint64".into()))?;
+                for (offset, &id) in ids.values().iter().enumerate() {
+                    self.ids[first + offset] = id;
+                    self.next_id = self.next_id.max(id + 1);
+                }
             }
         }
         self.committed_rows = self.weights.len();
@@ -720,6 +744,30 @@ mod tests {
         let delta = replica.take_delta().unwrap().unwrap();
         replay(&mut durable, Some(delta));
         assert_eq!(durable.len(), 1000);
+    }
+
+    #[test]
+    fn an_append_only_store_checkpoints_a_log_of_its_rows() {
+        let mut store = store(false);
+        assert!(store.state_spec().log);
+        let mut log = Vec::new();
+        for i in 0..3 {
+            store
+                .update(&kv(&[(Some(i), Some(10 * i), 1), (Some(1), Some(i), 2)]))
+                .unwrap();
+            let delta = store.take_delta().unwrap().unwrap();
+            assert!(delta.deletes.is_none());
+            log.push(delta.upserts.unwrap());
+        }
+        assert!(store.take_delta().unwrap().is_none());
+        let all = datafusion::arrow::compute::concat_batches(&log[0].schema(), &log).unwrap();
+        assert_eq!(all.num_rows(), 6);
+        let mut replica = self::store(false);
+        replica.restore(&all).unwrap();
+        let keys: Vec<Option<i32>> = (0..3).map(Some).collect();
+        let a = store.rows_with_keys(keys_of(&store, &keys)).unwrap();
+        let b = replica.rows_with_keys(keys_of(&replica, &keys)).unwrap();
+        assert_eq!(net(&[a]), net(&[b]));
     }
 
     #[test]
