@@ -200,8 +200,9 @@ impl DatagenSpec {
     }
 
     /// Like [`generate`](Self::generate), but only the columns `read`
-    /// marks are computed; the others are NULL (a view that does not read
-    /// a column does not pay for it).
+    /// marks are computed; the others hold zeros and empty strings (a view
+    /// that does not read a column does not pay for it, and never sees
+    /// it).
     pub fn generate_columns(&self, from: u64, count: usize, read: Option<&[bool]>) -> RecordBatch {
         let end = from
             .saturating_add(count as u64)
@@ -215,10 +216,10 @@ impl DatagenSpec {
             .enumerate()
             .map(|(i, (generator, field))| {
                 let wanted = read.is_none_or(|r| r.get(i).copied().unwrap_or(true));
-                if wanted || !field.is_nullable() {
+                if wanted {
                     self.column(generator, field.data_type(), rows.clone())
                 } else {
-                    datafusion::arrow::array::new_null_array(field.data_type(), len)
+                    placeholder(field.data_type(), len)
                 }
             })
             .collect();
@@ -561,6 +562,17 @@ fn strings<O: OffsetSizeTrait>(bytes: Vec<u8>, length: usize, len: usize) -> Gen
     )
 }
 
+/// `len` zeros (empty strings, false) of `data_type`, without NULLs: the
+/// column a view does not read. Costs zeroed buffers, no computation.
+fn placeholder(data_type: &DataType, len: usize) -> ArrayRef {
+    let nulls = datafusion::arrow::array::new_null_array(data_type, len);
+    let data = nulls.to_data().into_builder().nulls(None).null_count(0);
+    datafusion::arrow::array::make_array(
+        data.build()
+            .expect("a null array's zeroed buffers are valid values"),
+    )
+}
+
 /// SplitMix64's finalizer: a bijection on `u64` that scatters every input bit
 /// over the whole output.
 fn mix(mut z: u64) -> u64 {
@@ -849,12 +861,17 @@ mod tests {
     }
 
     #[test]
-    fn columns_not_read_are_null_and_the_others_unchanged() {
+    fn columns_not_read_are_zeros_and_the_others_unchanged() {
         let fields = [("a", DataType::Int64), ("s", DataType::Utf8)];
         let all = spec(&fields, &[]).generate(7, 50);
         let some = spec(&fields, &[]).generate_columns(7, 50, Some(&[true, false]));
         assert_eq!(all.column(0), some.column(0));
-        assert_eq!(some.column(1).null_count(), 50);
+        let unread = some.column(1).as_string::<i32>();
+        assert_eq!(unread.null_count(), 0, "sources' columns are never NULL");
+        assert!(unread.iter().all(|v| v == Some("")));
+        let timestamps = [("t", DataType::Timestamp(TimeUnit::Microsecond, None))];
+        let zeros = spec(&timestamps, &[]).generate_columns(0, 3, Some(&[false]));
+        assert_eq!(zeros.column(0).null_count(), 0);
     }
 
     #[test]

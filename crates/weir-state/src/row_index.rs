@@ -47,10 +47,13 @@ impl RowIndex {
         self.table.allocation_size() + self.hashes.capacity() * 8 + self.free.capacity() * 4
     }
 
-    /// The slot whose key hashes to `hash` and for which `same` holds.
+    /// The slot whose key hashes to `hash` and for which `same` holds
+    /// (asked only of slots whose whole hash is equal).
     pub fn find(&self, hash: u64, same: impl FnMut(Slot) -> bool) -> Option<Slot> {
         let mut same = same;
-        self.table.find(hash, |&slot| same(slot)).copied()
+        self.table
+            .find(hash, |&slot| self.hashes[slot as usize] == hash && same(slot))
+            .copied()
     }
 
     /// A new slot for a key hashing to `hash`, which the caller knows is
