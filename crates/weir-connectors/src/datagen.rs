@@ -258,16 +258,16 @@ impl DatagenSpec {
             },
             Generator::RandomString { seed, length } => {
                 let len = (rows.end - rows.start) as usize;
-                let mut bytes = Vec::with_capacity(len * length);
-                for i in rows {
+                let mut bytes = vec![0u8; len * length];
+                for (i, out) in rows.zip(bytes.chunks_exact_mut(length)) {
                     let row = draw(seed, i);
                     if self.version == 1 {
-                        bytes.extend((0..length as u64).map(|j| {
-                            ALPHABET
-                                [(((draw(row, j) >> 32) * ALPHABET.len() as u64) >> 32) as usize]
-                        }));
+                        for (j, c) in out.iter_mut().enumerate() {
+                            let h = draw(row, j as u64);
+                            *c = ALPHABET[(((h >> 32) * ALPHABET.len() as u64) >> 32) as usize];
+                        }
                     } else {
-                        random_chars(row, length, &mut bytes);
+                        random_chars(row, out);
                     }
                 }
                 match data_type {
@@ -288,9 +288,7 @@ impl DatagenSpec {
                 ))
             }
             Generator::Timestamp => {
-                let start = i128::from(self.start_time_micros);
-                let rps = i128::from(self.rows_per_second);
-                let micros = rows.map(move |i| start + i128::from(i) * MICROS_PER_SECOND / rps);
+                let micros = event_times(self.start_time_micros, self.rows_per_second, rows);
                 match data_type {
                     DataType::Timestamp(unit, tz) => {
                         let tz = tz.clone();
@@ -555,11 +553,12 @@ fn integers(data_type: &DataType, rows: Range<u64>, value: impl Fn(u64) -> i128)
 
 /// `len` strings of `length` bytes each, laid end to end in `bytes`.
 fn strings<O: OffsetSizeTrait>(bytes: Vec<u8>, length: usize, len: usize) -> GenericStringArray<O> {
-    GenericStringArray::new(
-        OffsetBuffer::from_lengths(std::iter::repeat_n(length, len)),
-        Buffer::from_vec(bytes),
-        None,
-    )
+    debug_assert!(bytes.iter().all(|b| ALPHABET.contains(b)));
+    let offsets = OffsetBuffer::from_lengths(std::iter::repeat_n(length, len));
+    // SAFETY: every byte is from ALPHABET, which is ASCII, so every string
+    // is valid UTF-8; the offsets are `len` equal lengths covering `bytes`
+    // exactly. (Checking it again cost a few percent of a source's rows.)
+    unsafe { GenericStringArray::new_unchecked(offsets, Buffer::from_vec(bytes), None) }
 }
 
 /// `len` zeros (empty strings, false) of `data_type`, without NULLs: the
@@ -595,19 +594,36 @@ const CHARS_PER_DRAW: usize = 8;
 /// each 64-bit draw, read as a fraction, yields its first eight base-62
 /// digits (multiply by 62: the high word is the digit, the low word the
 /// rest).
-fn random_chars(row: u64, length: usize, out: &mut Vec<u8>) {
-    let mut left = length;
-    let mut block = 0;
-    while left > 0 {
-        let mut h = draw(row, block);
-        for _ in 0..left.min(CHARS_PER_DRAW) {
+fn random_chars(row: u64, out: &mut [u8]) {
+    for (block, chars) in out.chunks_mut(CHARS_PER_DRAW).enumerate() {
+        let mut h = draw(row, block as u64);
+        for c in chars {
             let wide = u128::from(h) * ALPHABET.len() as u128;
-            out.push(ALPHABET[(wide >> 64) as usize]);
+            *c = ALPHABET[(wide >> 64) as usize];
             h = wide as u64;
         }
-        left = left.saturating_sub(CHARS_PER_DRAW);
-        block += 1;
     }
+}
+
+/// The event time of each row of `rows`, `start + i * 1e6 / rate`
+/// microseconds (rounded down), stepping from one row to the next without
+/// a division per row.
+fn event_times(start: i64, rate: u64, rows: Range<u64>) -> impl Iterator<Item = i128> {
+    let rate = u128::from(rate);
+    let micros = MICROS_PER_SECOND as u128;
+    let first = u128::from(rows.start) * micros;
+    let (mut whole, mut part) = (first / rate, first % rate);
+    let (step, step_part) = (micros / rate, micros % rate);
+    rows.map(move |_| {
+        let value = i128::from(start) + whole as i128;
+        whole += step;
+        part += step_part;
+        if part >= rate {
+            whole += 1;
+            part -= rate;
+        }
+        value
+    })
 }
 
 /// `h` scaled onto `[min, max]` by a widening multiply.
@@ -872,6 +888,19 @@ mod tests {
         let timestamps = [("t", DataType::Timestamp(TimeUnit::Microsecond, None))];
         let zeros = spec(&timestamps, &[]).generate_columns(0, 3, Some(&[false]));
         assert_eq!(zeros.column(0).null_count(), 0);
+    }
+
+    #[test]
+    fn stepped_event_times_equal_the_formula() {
+        for rate in [1, 3, 7, 999_983, 1_000_000, 1_000_001, 100_000_000] {
+            for from in [0, 5, 123_456_789] {
+                let stepped: Vec<i128> = event_times(-42, rate, from..from + 1000).collect();
+                let formula: Vec<i128> = (from..from + 1000)
+                    .map(|i| -42 + i128::from(i) * MICROS_PER_SECOND / i128::from(rate))
+                    .collect();
+                assert_eq!(stepped, formula, "rate {rate}, from {from}");
+            }
+        }
     }
 
     #[test]

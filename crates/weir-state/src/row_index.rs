@@ -52,7 +52,9 @@ impl RowIndex {
     pub fn find(&self, hash: u64, same: impl FnMut(Slot) -> bool) -> Option<Slot> {
         let mut same = same;
         self.table
-            .find(hash, |&slot| self.hashes[slot as usize] == hash && same(slot))
+            .find(hash, |&slot| {
+                self.hashes[slot as usize] == hash && same(slot)
+            })
             .copied()
     }
 
