@@ -83,6 +83,9 @@ enum Bench {
         /// Also run with checkpoints off and print the overhead.
         #[arg(long)]
         compare_off: bool,
+        /// Runs per configuration; the median is reported.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
         /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
@@ -116,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             workers,
             checkpoint_interval,
             compare_off,
+            repeat,
             server_args,
         } => {
             stream::run(stream::StreamLoad {
@@ -124,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
                 workers,
                 checkpoint_interval,
                 compare_off,
+                repeat,
                 server_args,
             })
             .await
