@@ -131,7 +131,7 @@ pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
 /// The run with the median events per CPU-second; with several runs, each
 /// one's figure is printed first.
 fn median(mut runs: Vec<Measured>, rows: u64) -> Measured {
-    runs.sort_by(|a, b| a.cpu.cmp(&b.cpu));
+    runs.sort_by_key(|r| r.cpu);
     if runs.len() > 1 {
         let each: Vec<String> = runs
             .iter()

@@ -78,6 +78,69 @@ impl SourceDef {
     }
 }
 
+/// Why a materialized view stopped being maintained: the error that
+/// stopped it, which reads of the view report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "FailureRecord")]
+pub struct ViewFailure {
+    /// What went wrong.
+    pub message: String,
+    /// The error's SQLSTATE.
+    pub sqlstate: String,
+    /// What the user can do about it.
+    pub hint: Option<String>,
+}
+
+impl ViewFailure {
+    /// The failure `error` caused.
+    pub fn from_error(error: &WeirError) -> Self {
+        ViewFailure {
+            message: error.message.clone(),
+            sqlstate: error.code.0.to_owned(),
+            hint: error.hint.clone(),
+        }
+    }
+
+    /// A failure with a message only (SQLSTATE 55000, object not in
+    /// prerequisite state).
+    pub fn other(message: impl Into<String>) -> Self {
+        ViewFailure {
+            message: message.into(),
+            sqlstate: "55000".to_owned(),
+            hint: None,
+        }
+    }
+}
+
+/// Catalogs written before failures had a SQLSTATE hold only the message.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FailureRecord {
+    Message(String),
+    Full {
+        message: String,
+        sqlstate: String,
+        hint: Option<String>,
+    },
+}
+
+impl From<FailureRecord> for ViewFailure {
+    fn from(record: FailureRecord) -> Self {
+        match record {
+            FailureRecord::Message(message) => ViewFailure::other(message),
+            FailureRecord::Full {
+                message,
+                sqlstate,
+                hint,
+            } => ViewFailure {
+                message,
+                sqlstate,
+                hint,
+            },
+        }
+    }
+}
+
 /// A materialized view: its query, its output table and its operators'
 /// state tables.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,7 +161,7 @@ pub struct MaterializedViewDef {
     /// plain views its query names.
     pub depends_on: Vec<String>,
     /// Why the view stopped being maintained, if it did.
-    pub failed: Option<String>,
+    pub failed: Option<ViewFailure>,
     /// Whether its rows are only ever inserted (views reading it may keep
     /// less state).
     #[serde(default)]
@@ -320,5 +383,23 @@ pub fn normalize_ident(ident: &datafusion::sql::sqlparser::ast::Ident) -> String
         ident.value.clone()
     } else {
         ident.value.to_lowercase()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_without_sqlstate_reads_as_55000() {
+        let old: ViewFailure = serde_json::from_str(r#""division by zero""#).unwrap();
+        assert_eq!(old, ViewFailure::other("division by zero"));
+        let full = ViewFailure {
+            message: "too big".into(),
+            sqlstate: "53200".into(),
+            hint: Some("raise it".into()),
+        };
+        let text = serde_json::to_string(&full).unwrap();
+        assert_eq!(serde_json::from_str::<ViewFailure>(&text).unwrap(), full);
     }
 }

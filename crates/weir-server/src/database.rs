@@ -30,18 +30,23 @@ use weir_state::{
     TableSpec,
 };
 
-use crate::catalog::{Catalog, TableDef};
+use crate::catalog::{Catalog, TableDef, ViewFailure};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::worker::{Control, ViewCounters, ViewPart, Worker};
+use weir_stream::OperatorInfo;
 
 /// How many epochs may be cut and not yet committed. Beyond that the
 /// coordinator waits, the stream worker waits to hand over its state, and
 /// back-pressure reaches the sources.
 pub const MAX_EPOCHS_IN_FLIGHT: usize = 2;
 
-/// Settings of the epoch machinery.
+/// The default of `--view-memory-mb`: 4 GiB, as much as all queries
+/// together may use by default.
+pub const DEFAULT_VIEW_MEMORY_MB: usize = 4096;
+
+/// Settings of the database: epoch timing and the views' memory budget.
 #[derive(Debug, Clone)]
-pub struct EpochConfig {
+pub struct DatabaseConfig {
     /// How often an epoch is committed when nobody is waiting; zero turns
     /// periodic checkpoints off (epochs are then cut only for statements
     /// that wait, `FLUSH` and `CHECKPOINT`).
@@ -51,14 +56,18 @@ pub struct EpochConfig {
     pub min_commit_gap: Duration,
     /// How long a statement waits for its epoch to commit before failing.
     pub commit_timeout: Duration,
+    /// The most bytes one materialized view's state (its operators' and
+    /// its output's) may hold; a view that needs more fails alone.
+    pub view_memory_bytes: usize,
 }
 
-impl Default for EpochConfig {
+impl Default for DatabaseConfig {
     fn default() -> Self {
-        EpochConfig {
+        DatabaseConfig {
             checkpoint_interval: Duration::from_secs(1),
             min_commit_gap: Duration::from_millis(2),
             commit_timeout: Duration::from_secs(30),
+            view_memory_bytes: DEFAULT_VIEW_MEMORY_MB << 20,
         }
     }
 }
@@ -229,7 +238,7 @@ pub struct Database {
     commit_requested: Notify,
     store: Mutex<StateStore>,
     last_commit_error: std::sync::Mutex<Option<String>>,
-    config: EpochConfig,
+    config: DatabaseConfig,
     /// What the commit path has done.
     pub counters: CommitCounters,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,
@@ -245,9 +254,12 @@ pub struct Database {
     /// even if no table does.
     stream_dirty: AtomicBool,
     /// Views that failed, with the reason, until the catalog says so.
-    failures: std::sync::Mutex<BTreeMap<String, String>>,
+    failures: std::sync::Mutex<BTreeMap<String, ViewFailure>>,
     /// Rows into and out of each view.
     view_counters: std::sync::Mutex<BTreeMap<String, ViewCounters>>,
+    /// Each view's operators as of its last checkpoint (kept for a failed
+    /// view, until it is dropped).
+    view_operators: std::sync::Mutex<BTreeMap<String, Vec<OperatorInfo>>>,
     /// Materialized views' output tables loaded at startup, until their
     /// views are restored.
     restored_outputs: std::sync::Mutex<HashMap<TableId, StateTable>>,
@@ -258,7 +270,7 @@ pub struct Database {
 impl Database {
     /// Opens the database from the newest committed manifest in `store`
     /// (or empty for a fresh store).
-    pub async fn open(mut store: StateStore, config: EpochConfig) -> WeirResult<Arc<Self>> {
+    pub async fn open(mut store: StateStore, config: DatabaseConfig) -> WeirResult<Arc<Self>> {
         let started = Instant::now();
         let manifest = store.recover().await?;
         let recovered_state_format = manifest
@@ -328,6 +340,7 @@ impl Database {
             control_receiver: std::sync::Mutex::new(Some(control_receiver)),
             stream_dirty: AtomicBool::new(false),
             failures: std::sync::Mutex::new(BTreeMap::new()),
+            view_operators: std::sync::Mutex::new(BTreeMap::new()),
             view_counters: std::sync::Mutex::new(BTreeMap::new()),
             restored_outputs: std::sync::Mutex::new(outputs),
             recovered_state_format,
@@ -412,18 +425,40 @@ impl Database {
         self.stream_dirty.store(false, Ordering::Relaxed);
     }
 
+    /// The most bytes one view's state may hold.
+    pub fn view_memory_bytes(&self) -> usize {
+        self.config.view_memory_bytes
+    }
+
     /// Records that a view failed; the next commit writes it into the
     /// catalog.
-    pub fn view_failed(&self, name: &str, reason: String) {
+    pub fn view_failed(&self, name: &str, failure: ViewFailure) {
         self.failures
             .lock()
             .expect("failures lock")
-            .insert(name.to_owned(), reason);
+            .insert(name.to_owned(), failure);
     }
 
-    /// Forgets a dropped view's failure and counters.
+    /// Records what a view's operators have done and hold.
+    pub fn publish_operators(&self, name: &str, operators: Vec<OperatorInfo>) {
+        self.view_operators
+            .lock()
+            .expect("operators lock")
+            .insert(name.to_owned(), operators);
+    }
+
+    /// Every view's operators as last published.
+    pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
+        self.view_operators.lock().expect("operators lock").clone()
+    }
+
+    /// Forgets a dropped view's failure, counters and operators.
     pub fn forget_view(&self, name: &str) {
         self.failures.lock().expect("failures lock").remove(name);
+        self.view_operators
+            .lock()
+            .expect("operators lock")
+            .remove(name);
         self.view_counters
             .lock()
             .expect("counters lock")
@@ -453,10 +488,10 @@ impl Database {
     fn record_failures(&self, catalog: &mut Catalog) -> bool {
         let failures = self.failures.lock().expect("failures lock");
         let mut changed = false;
-        for (name, reason) in failures.iter() {
+        for (name, failure) in failures.iter() {
             if let Some(def) = catalog.materialized_views.get_mut(name) {
                 if def.failed.is_none() {
-                    def.failed = Some(reason.clone());
+                    def.failed = Some(failure.clone());
                     changed = true;
                 }
             }
@@ -826,10 +861,10 @@ mod tests {
         let local: Arc<dyn ObjectStore> =
             Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let (store, faults) = FaultyStore::new(local);
-        let config = EpochConfig {
+        let config = DatabaseConfig {
             checkpoint_interval: Duration::from_millis(50),
             commit_timeout: Duration::from_millis(300),
-            ..EpochConfig::default()
+            ..DatabaseConfig::default()
         };
         let state = StateStore::with_store(store, Path::default(), Default::default());
         let db = Database::open(state, config).await.unwrap();
@@ -918,9 +953,9 @@ mod tests {
         let local: Arc<dyn ObjectStore> =
             Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let (store, faults) = FaultyStore::new(local);
-        let config = EpochConfig {
+        let config = DatabaseConfig {
             checkpoint_interval: Duration::from_millis(20),
-            ..EpochConfig::default()
+            ..DatabaseConfig::default()
         };
         let state = StateStore::with_store(store, Path::default(), Default::default());
         let db = Database::open(state, config).await.unwrap();

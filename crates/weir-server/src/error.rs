@@ -40,6 +40,7 @@ impl SqlState {
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42P02");
     pub const PROTOCOL_VIOLATION: SqlState = SqlState("08P01");
+    pub const OUT_OF_MEMORY: SqlState = SqlState("53200");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const IO_ERROR: SqlState = SqlState("58030");
     pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
@@ -54,6 +55,8 @@ pub struct WeirError {
     pub message: String,
     /// Optional `DETAIL` line.
     pub detail: Option<String>,
+    /// Optional `HINT` line: what the user can do about it.
+    pub hint: Option<String>,
 }
 
 /// Result alias for the server.
@@ -66,12 +69,19 @@ impl WeirError {
             code,
             message: message.into(),
             detail: None,
+            hint: None,
         }
     }
 
     /// Adds a `DETAIL` line.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
+        self
+    }
+
+    /// Adds a `HINT` line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
         self
     }
 
@@ -359,6 +369,7 @@ impl From<WeirError> for PgWireError {
     fn from(e: WeirError) -> Self {
         let mut info = ErrorInfo::new("ERROR".to_owned(), e.code.0.to_owned(), e.message);
         info.detail = e.detail;
+        info.hint = e.hint;
         PgWireError::UserError(Box::new(info))
     }
 }
@@ -370,23 +381,29 @@ impl From<PgWireError> for WeirError {
                 code: SqlState(leak_code(&info.code)),
                 message: info.message,
                 detail: info.detail,
+                hint: info.hint,
             },
             other => WeirError::new(SqlState::PROTOCOL_VIOLATION, other.to_string()),
         }
     }
 }
 
-/// SQLSTATEs from pgwire come as strings; map the ones it produces to our
-/// constants without allocating per error.
-fn leak_code(code: &str) -> &'static str {
-    match code {
-        "22023" => "22023",
-        "22P02" => "22P02",
-        "08P01" => "08P01",
-        "42P02" => "42P02",
-        "0A000" => "0A000",
-        "57014" => "57014",
-        _ => "XX000",
+/// A SQLSTATE that came as a string (from pgwire, from the catalog) as a
+/// `&'static str`: each distinct code is allocated once and kept.
+pub(crate) fn leak_code(code: &str) -> &'static str {
+    static CODES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if code.len() != 5 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return SqlState::INTERNAL_ERROR.0;
+    }
+    let mut codes = CODES.lock().expect("SQLSTATE lock");
+    match codes.get(code) {
+        Some(known) => known,
+        None => {
+            let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
+            codes.insert(leaked);
+            leaked
+        }
     }
 }
 

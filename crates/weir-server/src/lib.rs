@@ -43,5 +43,5 @@ mod views;
 mod worker;
 
 pub use auth::Auth;
-pub use database::{Database, EpochConfig};
+pub use database::{Database, DatabaseConfig, DEFAULT_VIEW_MEMORY_MB};
 pub use server::{serve, ServeOptions};

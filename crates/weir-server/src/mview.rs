@@ -31,12 +31,12 @@ use tracing::{info, warn};
 use weir_state::TableId;
 use weir_stream::{Changes, Dataflow, StreamPlan};
 
-use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind};
+use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind, ViewFailure};
 use crate::database::{Database, DbSnapshot};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
 use crate::views::{
-    apply_output, offset_key, refresh_tracking, EarlyDeltas, SourceInput, ViewRuntime,
+    apply_output, check_memory, offset_key, refresh_tracking, EarlyDeltas, SourceInput, ViewRuntime,
 };
 use crate::worker::{catch_up, Control, PendingQueue};
 
@@ -275,8 +275,9 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let progress = session.progress.clone();
     let view = name.clone();
     let spec = crate::catalog::view_output_spec(&planned.columns, planned.key.as_deref());
+    let budget = db.view_memory_bytes();
     let (dataflow, table, early) = tokio::task::spawn_blocking(move || {
-        backfill(dataflow, spec, inputs, |done| {
+        backfill(&view, budget, dataflow, spec, inputs, |done| {
             if let Some(progress) = progress
                 .as_ref()
                 .filter(|_| input_rows >= BACKFILL_BATCH_ROWS)
@@ -298,9 +299,11 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         if queued.is_empty() {
             break;
         }
+        let view = name.clone();
         (dataflow, table, early) = tokio::task::spawn_blocking(move || {
             let out = catch_up(&mut dataflow, queued)?;
             apply_output(&mut table, out)?;
+            check_memory(&view, &dataflow, &table, budget)?;
             early.take(&mut dataflow, &mut table)?;
             Ok::<_, datafusion::error::DataFusionError>((dataflow, table, early))
         })
@@ -397,6 +400,8 @@ fn source_inputs(
 /// adding each batch's output to a fresh output table of `spec`, and takes
 /// the resulting state deltas. `progress` hears the rows done so far.
 fn backfill(
+    name: &str,
+    budget: usize,
     mut dataflow: Dataflow,
     spec: weir_state::TableSpec,
     inputs: Vec<(String, Changes)>,
@@ -411,9 +416,11 @@ fn backfill(
         done += rows.len();
         let out = dataflow.push(&relation, rows)?;
         apply_output(&mut table, out)?;
+        check_memory(name, &dataflow, &table, budget)?;
         progress(done);
     }
     apply_output(&mut table, dataflow.flush()?)?;
+    check_memory(name, &dataflow, &table, budget)?;
     let mut early = EarlyDeltas::default();
     early.take(&mut dataflow, &mut table)?;
     Ok((dataflow, table, early))
@@ -537,7 +544,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             Ok(d) => d,
             Err(e) => {
                 warn!(view = %def.name, error = %e, "materialized view cannot be planned again");
-                failed.push((def.name.clone(), e.to_string()));
+                failed.push((def.name.clone(), ViewFailure::from_error(&e)));
                 continue;
             }
         };
@@ -545,7 +552,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         if specs.len() != def.state_ids.len() {
             failed.push((
                 def.name.clone(),
-                "its plan changed since it was created".into(),
+                ViewFailure::other("its plan changed since it was created"),
             ));
             continue;
         }
@@ -574,8 +581,8 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         });
     }
     let mut working = db.working().await;
-    for (name, reason) in failed {
-        db.view_failed(&name, reason);
+    for (name, failure) in failed {
+        db.view_failed(&name, failure);
         working.catalog_changed();
     }
     let count = restored.len();
@@ -626,8 +633,10 @@ async fn rebuild(
                 let spec =
                     crate::catalog::view_output_spec(&planned.columns, planned.key.as_deref());
                 let dataflow = Dataflow::new(&planned.plan)?;
+                let (name, budget) = (def.name.clone(), db.view_memory_bytes());
                 tokio::task::spawn_blocking(move || {
-                    backfill(dataflow, spec, inputs, |_| {}).map(|built| (planned, built))
+                    backfill(&name, budget, dataflow, spec, inputs, |_| {})
+                        .map(|built| (planned, built))
                 })
                 .await
                 .map_err(|e| WeirError::internal(format!("rebuild task: {e}")))?
@@ -639,7 +648,7 @@ async fn rebuild(
             Ok(built) => built,
             Err(e) => {
                 warn!(view = %def.name, error = %e, "materialized view cannot be rebuilt");
-                failed.push((def.name.clone(), e.to_string()));
+                failed.push((def.name.clone(), ViewFailure::from_error(&e)));
                 continue;
             }
         };
@@ -673,8 +682,8 @@ async fn rebuild(
         ));
     }
     let mut working = db.working().await;
-    for (name, reason) in failed {
-        db.view_failed(&name, reason);
+    for (name, failure) in failed {
+        db.view_failed(&name, failure);
         working.catalog_changed();
     }
     refresh_tracking(&mut working);

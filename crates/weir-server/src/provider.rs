@@ -137,12 +137,16 @@ impl SchemaProvider for PublicSchema {
             return self.view(view).await.map(Some);
         }
         if let Some(view) = snapshot.catalog.materialized_views.get(name) {
-            if let Some(reason) = &view.failed {
-                let error = crate::error::WeirError::new(
-                    crate::error::SqlState("55000"),
-                    format!("materialized view \"{name}\" is no longer maintained: {reason}"),
+            if let Some(failure) = &view.failed {
+                let mut error = crate::error::WeirError::new(
+                    crate::error::SqlState(crate::error::leak_code(&failure.sqlstate)),
+                    format!(
+                        "materialized view \"{name}\" is no longer maintained: {}",
+                        failure.message
+                    ),
                 )
                 .with_detail("Drop the view and create it again.");
+                error.hint = failure.hint.clone();
                 return Err(DataFusionError::External(Box::new(error)));
             }
             let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {

@@ -7,7 +7,10 @@
 //!   (distinct rows for views and operators) and files in the newest
 //!   manifest (base size, delta count and size);
 //! - `weir_source_readers`: each view's reader of each source and its
-//!   position (rows read) at the epoch the query reads.
+//!   position (rows read) at the epoch the query reads;
+//! - `weir_view_operators`: each running view's operators as of its last
+//!   checkpoint: change rows in and out, state rows and bytes, busy time;
+//!   the last entry of a view is its output table.
 
 use std::sync::Arc;
 
@@ -25,6 +28,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_checkpoints",
     "weir_state_tables",
     "weir_source_readers",
+    "weir_view_operators",
 ];
 
 /// The system table called `name`, if there is one; `snapshot` is the
@@ -38,6 +42,7 @@ pub fn table(
         "weir_checkpoints" => Some(checkpoints(db)),
         "weir_state_tables" => Some(state_tables(db)),
         "weir_source_readers" => Some(source_readers(snapshot)),
+        "weir_view_operators" => Some(view_operators(db)),
         _ => None,
     }
 }
@@ -70,6 +75,45 @@ fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
                 rows.iter().map(|r| r.1.clone()),
             )),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+        ],
+    )
+}
+
+fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let views = db.view_operators();
+    let rows: Vec<(&String, &weir_stream::OperatorInfo)> = views
+        .iter()
+        .flat_map(|(view, operators)| operators.iter().map(move |o| (view, o)))
+        .collect();
+    let column = |value: fn(&weir_stream::OperatorInfo) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from_iter_values(
+            rows.iter().map(|(_, o)| value(o)),
+        ))
+    };
+    mem_table(
+        vec![
+            Field::new("view", DataType::Utf8, false),
+            Field::new("operator", DataType::UInt64, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("rows_in", DataType::UInt64, false),
+            Field::new("rows_out", DataType::UInt64, false),
+            Field::new("state_rows", DataType::UInt64, false),
+            Field::new("state_bytes", DataType::UInt64, false),
+            Field::new("busy_ms", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(view, _)| view.as_str()),
+            )),
+            column(|o| o.index as u64),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(_, o)| o.name.as_str()),
+            )),
+            column(|o| o.stats.rows_in),
+            column(|o| o.stats.rows_out),
+            column(|o| o.state_rows.iter().sum::<usize>() as u64),
+            column(|o| o.state_bytes as u64),
+            column(|o| o.stats.busy.as_millis() as u64),
         ],
     )
 }

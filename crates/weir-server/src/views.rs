@@ -14,6 +14,7 @@ use weir_state::{DeltaBatches, StateTable, TableId};
 use weir_stream::{Changes, Dataflow};
 
 use crate::database::WorkingState;
+use crate::error::{SqlState, WeirError};
 
 /// One running materialized view.
 #[derive(Debug)]
@@ -86,6 +87,36 @@ impl EarlyDeltas {
         self.output.extend(output);
         Ok(())
     }
+}
+
+/// Fails with 53200 (out of memory) if a view's state holds more than
+/// `budget` bytes: its operators' state and its output table, counted from
+/// the allocations they hold.
+pub fn check_memory(
+    name: &str,
+    dataflow: &Dataflow,
+    output: &StateTable,
+    budget: usize,
+) -> datafusion::error::Result<()> {
+    let used = dataflow.memory_size() + output.memory_size();
+    if used <= budget {
+        return Ok(());
+    }
+    let mib = |bytes: usize| bytes.div_ceil(1 << 20);
+    let error = WeirError::new(
+        SqlState::OUT_OF_MEMORY,
+        format!(
+            "materialized view \"{name}\" needs {} MiB for its state, more than its budget of {} MiB",
+            mib(used),
+            mib(budget)
+        ),
+    )
+    .with_hint(
+        "Start the server with a larger --view-memory-mb, or define the view to keep less \
+         state (fewer groups, a filter before a join); weir_view_operators shows each \
+         operator's state.",
+    );
+    Err(DataFusionError::External(Box::new(error)))
 }
 
 /// The changes of every relation in one step.

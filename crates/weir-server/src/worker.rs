@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use datafusion::error::DataFusionError;
 use tokio::sync::{mpsc, oneshot};
@@ -38,9 +39,13 @@ use tracing::{debug, warn};
 use weir_state::{TableChange, TableId, TableSnapshot};
 use weir_stream::{Aligner, Changes};
 
+use crate::catalog::ViewFailure;
 use crate::database::Database;
 use crate::reader::{Reader, SourceMessage};
-use crate::views::{apply_output, offset_key, RelationChanges, ViewRuntime};
+use crate::views::{apply_output, check_memory, offset_key, RelationChanges, ViewRuntime};
+
+/// How often, at most, views' memory is counted within an epoch.
+const MEMORY_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// A view being created: the changes to the relations it reads after its
 /// snapshot, queued for its catch-up.
@@ -140,6 +145,8 @@ pub struct Worker {
     barrier_since: Option<std::time::Instant>,
     /// An alignment that removing a view's readers completed.
     aligned_by_removal: Option<u64>,
+    /// When views' memory was last counted.
+    memory_checked: Instant,
 }
 
 enum Next {
@@ -168,6 +175,7 @@ impl Worker {
             next_reader: 0,
             barrier_since: None,
             aligned_by_removal: None,
+            memory_checked: Instant::now(),
         }
     }
 
@@ -197,7 +205,10 @@ impl Worker {
                     // view cannot go on exactly-once: it fails.
                     let (view, source) =
                         (self.readers[i].view.clone(), self.readers[i].source.clone());
-                    self.stop_failed(&view, format!("its reader of source \"{source}\" stopped"));
+                    self.stop_failed(
+                        &view,
+                        ViewFailure::other(format!("its reader of source \"{source}\" stopped")),
+                    );
                     Ok(())
                 }
             };
@@ -298,10 +309,12 @@ impl Worker {
             };
             let pending = self.pending.remove(position);
             let queued = std::mem::take(&mut *pending.queue.lock().expect("queue lock"));
+            let budget = self.db.view_memory_bytes();
             let caught_up = catch_up(&mut view.dataflow, queued)
-                .and_then(|out| apply_output(&mut view.output, out));
+                .and_then(|out| apply_output(&mut view.output, out))
+                .and_then(|_| check_memory(&view.name, &view.dataflow, &view.output, budget));
             if let Err(e) = caught_up {
-                self.stop_failed(&view.name, describe(e));
+                self.stop_failed(&view.name, failure(e));
                 return;
             }
         }
@@ -332,6 +345,13 @@ impl Worker {
         let source = source.map(|(view, name, rows)| (view, name, Changes::inserts(rows)));
         if changes.is_empty() && source.is_none() && !end_of_epoch {
             return;
+        }
+        // Views' memory is counted at each epoch's end and in between at
+        // most every MEMORY_CHECK_INTERVAL (counting walks their chunks).
+        let budget = self.db.view_memory_bytes();
+        let check = end_of_epoch || self.memory_checked.elapsed() >= MEMORY_CHECK_INTERVAL;
+        if check {
+            self.memory_checked = Instant::now();
         }
         let mut failed = Vec::new();
         for view in self.views.iter_mut() {
@@ -367,7 +387,11 @@ impl Worker {
                 if end_of_epoch {
                     out.extend(view.dataflow.flush()?);
                 }
-                apply_output(&mut view.output, out)
+                let out = apply_output(&mut view.output, out)?;
+                if check {
+                    check_memory(&view.name, &view.dataflow, &view.output, budget)?;
+                }
+                Ok(out)
             };
             let outcome = step();
             match outcome {
@@ -378,12 +402,12 @@ impl Worker {
                         changes.insert(view.name.clone(), vec![out]);
                     }
                 }
-                Err(e) => failed.push((view.name.clone(), describe(e))),
+                Err(e) => failed.push((view.name.clone(), failure(e))),
             }
         }
-        for (name, reason) in failed {
+        for (name, failure) in failed {
             if self.views.iter().any(|v| v.name == name) {
-                self.stop_failed(&name, reason);
+                self.stop_failed(&name, failure);
             }
         }
         for pending in &self.pending {
@@ -401,9 +425,9 @@ impl Worker {
     /// A failed view stops for good: its operators, state and readers go,
     /// and the committer records the failure in the catalog.
     /// Views that read a failed view fail with it.
-    fn stop_failed(&mut self, name: &str, reason: String) {
-        warn!(view = %name, %reason, "materialized view failed");
-        self.db.view_failed(name, reason);
+    fn stop_failed(&mut self, name: &str, failure: ViewFailure) {
+        warn!(view = %name, reason = %failure.message, sqlstate = %failure.sqlstate, "materialized view failed");
+        self.db.view_failed(name, failure);
         self.remove_view(name);
         let readers: Vec<String> = self
             .views
@@ -412,7 +436,10 @@ impl Worker {
             .map(|v| v.name.clone())
             .collect();
         for reader in readers {
-            self.stop_failed(&reader, format!("it reads \"{name}\", which failed"));
+            self.stop_failed(
+                &reader,
+                ViewFailure::other(format!("it reads \"{name}\", which failed")),
+            );
         }
     }
 
@@ -480,12 +507,13 @@ impl Worker {
         };
         let mut failed = Vec::new();
         for view in &mut self.views {
+            self.db.publish_operators(&view.name, operators(view));
             if let Err(e) = cut_view(view, &mut part) {
-                failed.push((view.name.clone(), describe(e)));
+                failed.push((view.name.clone(), failure(e)));
             }
         }
-        for (name, reason) in failed {
-            self.stop_failed(&name, reason);
+        for (name, failure) in failed {
+            self.stop_failed(&name, failure);
         }
         let running: BTreeSet<TableId> = self
             .views
@@ -499,6 +527,25 @@ impl Worker {
         self.db.stream_clean();
         part
     }
+}
+
+/// What each of a view's operators has done and holds, and its output
+/// table as a last entry.
+fn operators(view: &ViewRuntime) -> Vec<weir_stream::OperatorInfo> {
+    let mut operators = view.dataflow.operators();
+    let rows_in = operators.last().map_or(0, |o| o.stats.rows_out);
+    operators.push(weir_stream::OperatorInfo {
+        index: operators.len(),
+        name: "Output".into(),
+        stats: weir_stream::OperatorStats {
+            rows_in,
+            rows_out: 0,
+            busy: Duration::ZERO,
+        },
+        state_rows: vec![view.output.len()],
+        state_bytes: view.output.memory_size(),
+    });
+    operators
 }
 
 /// Adds one view's output table and operator state changes to `part`.
@@ -550,10 +597,9 @@ fn external(e: weir_state::StateError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// A view failure's message for the catalog.
-fn describe(e: DataFusionError) -> String {
-    let error = crate::error::WeirError::from_datafusion(e);
-    format!("{} (SQLSTATE {})", error.message, error.code.0)
+/// What the catalog records about a view that `e` stopped.
+fn failure(e: DataFusionError) -> ViewFailure {
+    ViewFailure::from_error(&crate::error::WeirError::from_datafusion(e))
 }
 
 /// Pushes queued changes through a new view's operators and ends the

@@ -8,7 +8,7 @@ use weir_state::StoreConfig;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use weir_server::{Auth, EpochConfig};
+use weir_server::{Auth, DatabaseConfig};
 
 /// Weir: a streaming SQL database that speaks PostgreSQL.
 #[derive(Debug, Parser)]
@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// and results, in MiB; a query that needs more fails with 54000.
     #[arg(long, default_value_t = 4096)]
     pub query_memory_mb: usize,
+    /// Memory each materialized view's state (operators and output) may
+    /// hold, in MiB; a view that needs more stops being maintained and its
+    /// reads fail with 53200, while the server and other views go on.
+    #[arg(long, default_value_t = weir_server::DEFAULT_VIEW_MEMORY_MB)]
+    pub view_memory_mb: usize,
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -93,8 +98,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A local folder or an object store URL.
     pub state_location: String,
-    /// Epoch timing.
-    pub epochs: EpochConfig,
+    /// Epoch timing and the views' memory budget.
+    pub database: DatabaseConfig,
     /// Client authentication.
     pub auth: Auth,
     /// Memory for queries, in bytes.
@@ -128,13 +133,14 @@ impl Config {
                 Auth::Trust
             }
         };
-        let epochs = EpochConfig {
+        let database = DatabaseConfig {
             checkpoint_interval: match args.checkpoint_interval.trim() {
                 "off" => Duration::ZERO,
                 text => parse_duration(text).context("--checkpoint-interval")?,
             },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
-            ..EpochConfig::default()
+            view_memory_bytes: args.view_memory_mb << 20,
+            ..DatabaseConfig::default()
         };
         let metrics_listen = match &args.metrics_listen {
             Some(text) => Some(
@@ -145,6 +151,9 @@ impl Config {
         };
         if args.query_memory_mb == 0 {
             bail!("--query-memory-mb must be positive");
+        }
+        if args.view_memory_mb == 0 {
+            bail!("--view-memory-mb must be positive");
         }
         if args.retained_manifests == 0 {
             bail!("--retained-manifests must be at least 1");
@@ -159,7 +168,7 @@ impl Config {
             metrics_listen,
             listen,
             state_location: args.state_url.unwrap_or(args.data_dir),
-            epochs,
+            database,
             auth,
             store,
         })

@@ -47,7 +47,7 @@ async fn backup(from: &str, to: &str) -> anyhow::Result<()> {
 async fn run(config: Config) -> anyhow::Result<()> {
     let store = StateStore::open(&config.state_location, config.store.clone())
         .with_context(|| format!("opening state store {}", config.state_location))?;
-    let db = Database::open(store, config.epochs.clone())
+    let db = Database::open(store, config.database.clone())
         .await
         .context("recovering state")?;
     let listener = TcpListener::bind(config.listen)

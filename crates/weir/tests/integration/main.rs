@@ -12,4 +12,5 @@ mod s3;
 mod slt;
 mod sources;
 mod upgrade;
+mod view_memory;
 mod view_property;
