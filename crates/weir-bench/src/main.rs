@@ -13,6 +13,7 @@ mod server;
 mod sources;
 mod stream;
 mod views;
+mod write;
 
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,26 @@ enum Bench {
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
     },
+    /// The write path: 128-byte rows by COPY or multi-row INSERT into a
+    /// table, alone or read by a group-by view; reports rows per second and
+    /// per CPU-second of the server.
+    Write {
+        /// `copy` or `insert`.
+        #[arg(long, default_value = "copy")]
+        mode: String,
+        /// Rows written.
+        #[arg(long, default_value_t = 2_000_000)]
+        rows: usize,
+        /// Rows per COPY or INSERT statement.
+        #[arg(long, default_value_t = 100_000)]
+        batch: usize,
+        /// Concurrent connections.
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
+        /// With a group-by view over the table.
+        #[arg(long)]
+        view: bool,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -130,6 +151,22 @@ async fn main() -> anyhow::Result<()> {
                 compare_off,
                 repeat,
                 server_args,
+            })
+            .await
+        }
+        Bench::Write {
+            mode,
+            rows,
+            batch,
+            connections,
+            view,
+        } => {
+            write::run(write::WriteLoad {
+                mode,
+                rows,
+                batch,
+                connections,
+                view,
             })
             .await
         }

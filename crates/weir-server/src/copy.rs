@@ -5,6 +5,7 @@
 //! text columns, and then stored like `INSERT ... SELECT` from those
 //! columns: the same casts, defaults and constraint checks.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringBuilder};
@@ -190,30 +191,36 @@ impl CopyIn {
                 format!("invalid byte sequence for encoding \"UTF8\": {e}"),
             )
         })?;
-        let records = if self.format.csv {
-            split_csv(text, &self.format)?
-        } else {
-            split_text(text, &self.format)?
-        };
-        for (line, record) in records
-            .into_iter()
-            .enumerate()
-            .skip(usize::from(self.format.header))
-        {
-            if record.len() != self.columns.len() {
-                let problem = if record.len() > self.columns.len() {
+        let mut line = 0;
+        let mut append = |record: &[Option<Cow<str>>]| -> WeirResult<()> {
+            line += 1;
+            if self.format.header && line == 1 {
+                return Ok(());
+            }
+            if record.len() != builders.len() {
+                let problem = if record.len() > builders.len() {
                     "extra data after last expected column"
                 } else {
                     "missing data for column"
                 };
                 return Err(
                     WeirError::new(SqlState::BAD_COPY_FORMAT, problem.to_string())
-                        .with_detail(format!("COPY {}, line {}", self.table.name, line + 1)),
+                        .with_detail(format!("COPY {}, line {line}", self.table.name)),
                 );
             }
             for (builder, field) in builders.iter_mut().zip(record) {
-                builder.append_option(field);
+                builder.append_option(field.as_deref());
             }
+            Ok(())
+        };
+        if self.format.csv {
+            for record in split_csv(text, &self.format)? {
+                let record: Vec<Option<Cow<str>>> =
+                    record.into_iter().map(|f| f.map(Cow::Owned)).collect();
+                append(&record)?;
+            }
+        } else {
+            for_each_text_record(text, &self.format, append)?;
         }
         let fields: Vec<Field> = self
             .columns
@@ -230,10 +237,16 @@ impl CopyIn {
 
 /// Splits PostgreSQL text format: one row per line, fields separated by the
 /// delimiter, backslash escapes, `\N` (or the NULL string) for NULL, and an
-/// optional `\.` end marker.
-fn split_text(text: &str, format: &CopyFormat) -> WeirResult<Vec<Vec<Option<String>>>> {
+/// optional `\.` end marker. Hands each record's fields to `record`; a
+/// line without backslashes (most are) is split in place, without copying
+/// its fields.
+fn for_each_text_record(
+    text: &str,
+    format: &CopyFormat,
+    mut record: impl FnMut(&[Option<Cow<str>>]) -> WeirResult<()>,
+) -> WeirResult<()> {
     let delimiter = format.delimiter as char;
-    let mut records = Vec::new();
+    let mut fields: Vec<Option<Cow<str>>> = Vec::new();
     for line in text.split('\n') {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." {
@@ -242,6 +255,28 @@ fn split_text(text: &str, format: &CopyFormat) -> WeirResult<Vec<Vec<Option<Stri
         if line.is_empty() {
             continue;
         }
+        fields.clear();
+        if line.contains('\\') {
+            fields.extend(
+                unescape_text_line(line, format)
+                    .into_iter()
+                    .map(|f| f.map(Cow::Owned)),
+            );
+        } else {
+            fields.extend(
+                line.split(delimiter)
+                    .map(|f| (f != format.null).then_some(Cow::Borrowed(f))),
+            );
+        }
+        record(&fields)?;
+    }
+    Ok(())
+}
+
+/// The fields of one text-format line that holds backslash escapes.
+fn unescape_text_line(line: &str, format: &CopyFormat) -> Vec<Option<String>> {
+    let delimiter = format.delimiter as char;
+    {
         let mut fields = Vec::new();
         let mut raw = String::new();
         let mut chars = line.chars().peekable();
@@ -311,9 +346,8 @@ fn split_text(text: &str, format: &CopyFormat) -> WeirResult<Vec<Vec<Option<Stri
                 }
             }
         }
-        records.push(fields);
+        fields
     }
-    Ok(records)
 }
 
 fn finish_text_field(raw: &str, field: String, format: &CopyFormat) -> Option<String> {
@@ -399,12 +433,27 @@ mod tests {
     #[test]
     fn text_format_escapes_and_nulls() {
         let format = CopyFormat::text();
-        let rows = split_text("1\ta\\tb\t\\N\n2\tx\\\\y\t\\101\n\\.\n", &format).unwrap();
+        let mut rows: Vec<Vec<Option<String>>> = Vec::new();
+        for_each_text_record(
+            "1\ta\\tb\t\\N\n2\tx\\\\y\t\\101\n3\tplain\t\\N\n\\.\n4\tafter\tend\n",
+            &format,
+            |fields| {
+                rows.push(
+                    fields
+                        .iter()
+                        .map(|f| f.as_deref().map(str::to_owned))
+                        .collect(),
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
         assert_eq!(
             rows,
             vec![
                 vec![Some("1".into()), Some("a\tb".into()), None],
                 vec![Some("2".into()), Some("x\\y".into()), Some("A".into())],
+                vec![Some("3".into()), Some("plain".into()), None],
             ]
         );
     }

@@ -183,6 +183,7 @@ impl WorkingState {
             catalog: self.catalog.clone(),
             tables: changes,
             snapshots,
+            through_views: true,
         })
     }
 }
@@ -194,6 +195,9 @@ struct TablePart {
     catalog: Catalog,
     tables: BTreeMap<TableId, TableChange>,
     snapshots: HashMap<TableId, TableSnapshot>,
+    /// Whether the epoch went through the stream worker, which then hands
+    /// over the views' part; if not, no view changed in it.
+    through_views: bool,
 }
 
 /// One committed epoch, for the `weir_checkpoints` system table.
@@ -227,6 +231,9 @@ pub struct CommitCounters {
     pub bytes: AtomicU64,
     /// Delta chains merged into bases since start.
     pub compactions: AtomicU64,
+    /// Epochs committed without going through the stream worker (no view
+    /// changed in them) since start.
+    pub epochs_without_views: AtomicU64,
 }
 
 /// Tables, epochs and durability.
@@ -253,6 +260,9 @@ pub struct Database {
     /// Source rows arrived since the last barrier: the epoch has changes
     /// even if no table does.
     stream_dirty: AtomicBool,
+    /// A message went to the stream worker (a view started, stopped,
+    /// began its creation) since the last epoch that went through it.
+    control_sent: AtomicBool,
     /// Views that failed, with the reason, until the catalog says so.
     failures: std::sync::Mutex<BTreeMap<String, ViewFailure>>,
     /// Rows into and out of each view.
@@ -339,6 +349,7 @@ impl Database {
             control,
             control_receiver: std::sync::Mutex::new(Some(control_receiver)),
             stream_dirty: AtomicBool::new(false),
+            control_sent: AtomicBool::new(false),
             failures: std::sync::Mutex::new(BTreeMap::new()),
             view_operators: std::sync::Mutex::new(BTreeMap::new()),
             view_counters: std::sync::Mutex::new(BTreeMap::new()),
@@ -405,6 +416,16 @@ impl Database {
     /// catalog send it while they hold the working lock, so it reaches the
     /// worker before the barrier of the epoch that commits the change.
     pub fn send_control(&self, message: Control) {
+        // Forgetting a pending view's queue changes no view's state.
+        if !matches!(message, Control::RemovePending(_)) {
+            self.control_sent.store(true, Ordering::SeqCst);
+        }
+        self.send_to_worker(message);
+    }
+
+    /// Sends a message to the stream worker without marking the open
+    /// epoch as one that must go through it.
+    fn send_to_worker(&self, message: Control) {
         if self.control.send(message).is_err() {
             warn!("the stream worker is gone");
         }
@@ -667,12 +688,21 @@ impl Database {
         }
         let changes = crate::views::take_table_changes(&mut working);
         let epoch = working.epoch;
+        // An epoch in which no view can have changed (no table a view
+        // reads was written, no source rows arrived, no view started or
+        // stopped) commits without a round trip through the worker.
+        let through_views = !changes.is_empty()
+            || self.stream_dirty.load(Ordering::SeqCst)
+            || self.control_sent.swap(false, Ordering::SeqCst);
         match working.cut() {
-            Ok(part) => {
-                if !changes.is_empty() {
-                    self.send_control(Control::Changes(changes));
+            Ok(mut part) => {
+                part.through_views = through_views;
+                if through_views {
+                    if !changes.is_empty() {
+                        self.send_to_worker(Control::Changes(changes));
+                    }
+                    self.send_to_worker(Control::Barrier(epoch));
                 }
-                self.send_control(Control::Barrier(epoch));
                 let _ = tables.send(part);
                 self.open_epoch.store(working.epoch, Ordering::Relaxed);
                 debug!(
@@ -742,6 +772,18 @@ impl Database {
         mut views: mpsc::Receiver<ViewPart>,
     ) {
         while let Some(part) = tables.recv().await {
+            if !part.through_views {
+                let view_part = self.unchanged_views(&part).await;
+                match self.commit(part, view_part).await {
+                    Ok(()) => {
+                        self.counters
+                            .epochs_without_views
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => warn!(error = %e, "could not commit epoch"),
+                }
+                continue;
+            }
             let Some(view_part) = views.recv().await else {
                 warn!(
                     epoch = part.epoch,
@@ -763,12 +805,44 @@ impl Database {
         }
     }
 
+    /// The views' part of an epoch that did not go through the worker: the
+    /// views as committed in the epoch before (which the committer, one
+    /// epoch at a time and in order, has just published), each of their
+    /// tables live with no change.
+    async fn unchanged_views(&self, part: &TablePart) -> ViewPart {
+        let committed = self.committed();
+        let store = self.store.lock().await;
+        let mut views = ViewPart {
+            epoch: part.epoch,
+            operator_rows: committed.operator_rows.clone(),
+            offsets: committed.offsets.clone(),
+            ..ViewPart::default()
+        };
+        for def in part.catalog.materialized_views.values() {
+            for &id in std::iter::once(&def.id).chain(&def.state_ids) {
+                if let Some(spec) = store.spec_of(id) {
+                    let unchanged = TableChange {
+                        deltas: Vec::new(),
+                        next_row_id: 0,
+                        spec: spec.clone(),
+                    };
+                    views.tables.insert(id, unchanged);
+                }
+            }
+            if let Some(snapshot) = committed.tables.get(&def.id) {
+                views.snapshots.insert(def.id, snapshot.clone());
+            }
+        }
+        views
+    }
+
     async fn commit(&self, part: TablePart, views: ViewPart) -> WeirResult<()> {
         let TablePart {
             epoch,
             mut catalog,
             mut tables,
             mut snapshots,
+            through_views: _,
         } = part;
         self.record_failures(&mut catalog);
         // A view missing from the worker's part failed, and

@@ -43,6 +43,15 @@ pub fn render(db: &Database) -> String {
         counters.epochs.load(Ordering::Relaxed).to_string(),
     );
     metric(
+        "weir_epochs_without_views_total",
+        "counter",
+        "Epochs committed without a round trip through the stream worker (no view changed).",
+        counters
+            .epochs_without_views
+            .load(Ordering::Relaxed)
+            .to_string(),
+    );
+    metric(
         "weir_objects_written_total",
         "counter",
         "State objects written since start.",

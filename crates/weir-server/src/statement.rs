@@ -159,6 +159,10 @@ fn show(
         "transaction isolation level" => "read committed".to_owned(),
         "committed_epoch" => session.db.committed_epoch().to_string(),
         "epochs_committed" => counters.epochs.load(Ordering::Relaxed).to_string(),
+        "epochs_without_views" => counters
+            .epochs_without_views
+            .load(Ordering::Relaxed)
+            .to_string(),
         "objects_written" => counters.objects.load(Ordering::Relaxed).to_string(),
         "bytes_written" => counters.bytes.load(Ordering::Relaxed).to_string(),
         other => session.settings.get(other)?.to_owned(),

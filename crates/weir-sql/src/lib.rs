@@ -22,6 +22,7 @@
 
 mod parse;
 mod stream_plan;
+mod values;
 
 pub use parse::{parse, ParseError, WeirStatement};
 pub use stream_plan::{check_deterministic, stream_plan};

@@ -39,6 +39,10 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 
 /// Parses SQL text into statements with PostgreSQL's dialect.
 ///
+/// A bulk `INSERT ... VALUES` of plain literals is scanned without
+/// sqlparser's expression parser ([`crate::values`]), into the same
+/// statement.
+///
 /// The text is split at top-level semicolons first, so that Weir's own
 /// statements (`FLUSH`, `CHECKPOINT`) can stand beside standard ones. A statement that
 /// reads the system catalogs (`pg_*`, `information_schema`, `regclass`
@@ -48,6 +52,9 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 /// some of those rewrites (subqueries in the select list) change what
 /// ordinary queries mean.
 pub fn parse(sql: &str) -> Result<Vec<WeirStatement>, ParseError> {
+    if let Some(insert) = crate::values::parse_insert_values(sql) {
+        return Ok(vec![WeirStatement::Sql(Box::new(insert))]);
+    }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| ParseError(e.to_string()))?;

@@ -163,8 +163,9 @@ impl StateStore {
         self.retained.back()
     }
 
-    /// A live table's spec, once a commit named it.
-    pub(crate) fn spec_of(&self, id: TableId) -> Option<&TableSpec> {
+    /// A live table's spec, once a commit (since this store was opened)
+    /// named it.
+    pub fn spec_of(&self, id: TableId) -> Option<&TableSpec> {
         self.specs.get(&id)
     }
 

@@ -69,19 +69,27 @@ pub(super) async fn insert_rows(
     }
     let def = insert_target(&working.catalog, insert)?.clone();
     let columns = insert_columns(&def, insert)?;
-    let source = match &insert.source {
-        Some(query) => {
-            let query = replace_default_keyword(query, &def, &columns)?;
-            session.plan(Statement::Query(query), params).await?
+    let literal = insert
+        .source
+        .as_deref()
+        .and_then(super::values::literal_rows);
+    let rows = match (&insert.source, literal) {
+        (Some(_), Some(literal)) => {
+            let columns = fit_columns(columns, literal.num_columns(), insert)?;
+            batch_rows(session, &def, literal, &columns).await?
         }
-        None => LogicalPlanBuilder::empty(true).build()?,
-    };
-    let columns = match &insert.source {
+        (Some(query), None) => {
+            let query = replace_default_keyword(query, &def, &columns)?;
+            let source = session.plan(Statement::Query(query), params).await?;
+            let columns = fit_columns(columns, source.schema().fields().len(), insert)?;
+            plan_rows(session, &def, source, &columns).await?
+        }
         // DEFAULT VALUES: every column takes its default.
-        None => Vec::new(),
-        Some(_) => fit_columns(columns, source.schema().fields().len(), insert)?,
+        (None, _) => {
+            let source = LogicalPlanBuilder::empty(true).build()?;
+            plan_rows(session, &def, source, &[]).await?
+        }
     };
-    let rows = plan_rows(session, &def, source, &columns).await?;
     let table = working.table_mut(def.id)?;
     match &insert.on {
         None => {
@@ -236,6 +244,62 @@ async fn plan_rows(
     conform(def, &batches)
 }
 
+/// The rows `batch` stores in `def`, as [`plan_rows`] computes them. When
+/// the batch fills every column, the assignment casts are evaluated on it
+/// directly as physical expressions: planning and optimizing a query per
+/// statement cost more than the casts themselves for a few hundred rows.
+async fn batch_rows(
+    session: &Session,
+    def: &TableDef,
+    batch: RecordBatch,
+    columns: &[usize],
+) -> WeirResult<RecordBatch> {
+    if columns.len() == def.columns.len() && !batch.columns().is_empty() {
+        if let Some(exprs) = direct_assignments(session, def, &batch, columns) {
+            let arrays = exprs
+                .iter()
+                .map(|e| e.evaluate(&batch)?.into_array(batch.num_rows()))
+                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(
+                def.columns
+                    .iter()
+                    .zip(&arrays)
+                    .map(|(c, a)| {
+                        datafusion::arrow::datatypes::Field::new(
+                            &c.name,
+                            a.data_type().clone(),
+                            true,
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            ));
+            return conform(def, &[RecordBatch::try_new(schema, arrays)?]);
+        }
+    }
+    let source = session.ctx.read_batch(batch)?.into_unoptimized_plan();
+    plan_rows(session, def, source, columns).await
+}
+
+/// The physical expressions assigning `batch`'s columns to the columns
+/// `columns` of `def`, if they can be built without the planner's help.
+fn direct_assignments(
+    session: &Session,
+    def: &TableDef,
+    batch: &RecordBatch,
+    columns: &[usize],
+) -> Option<Vec<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+    let schema = DFSchema::try_from(batch.schema().as_ref().clone()).ok()?;
+    let state = session.ctx.state();
+    let mut exprs = vec![None; def.columns.len()];
+    for (j, &i) in columns.iter().enumerate() {
+        let field = batch.schema().field(j).clone();
+        let value = Expr::Column(Column::new_unqualified(field.name()));
+        let assigned = assign(&def.columns[i], value, field.data_type()).ok()?;
+        exprs[i] = Some(state.create_physical_expr(assigned, &schema).ok()?);
+    }
+    exprs.into_iter().collect()
+}
+
 /// Stores rows that arrive as a batch (COPY): `batch`'s columns go to the
 /// table columns `columns`, the others take their defaults. Returns the row
 /// count once it is committed.
@@ -248,8 +312,7 @@ pub async fn insert_batch(
     let db = session.db.clone();
     let mut working = db.working().await;
     let def = working.catalog.table(table)?.clone();
-    let source = session.ctx.read_batch(batch)?.into_unoptimized_plan();
-    let rows = plan_rows(session, &def, source, columns).await?;
+    let rows = batch_rows(session, &def, batch, columns).await?;
     let count = rows.num_rows();
     let table = working.table_mut(def.id)?;
     check_write(&def, &rows, table.write(&[], Some(&rows))?)?;

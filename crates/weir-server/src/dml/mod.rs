@@ -14,6 +14,7 @@ mod constraints;
 mod insert;
 mod target;
 mod upsert;
+mod values;
 
 use std::sync::Arc;
 

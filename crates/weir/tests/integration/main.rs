@@ -14,3 +14,4 @@ mod sources;
 mod upgrade;
 mod view_memory;
 mod view_property;
+mod write_path;
