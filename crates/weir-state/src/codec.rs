@@ -12,11 +12,19 @@ use crate::error::StateResult;
 /// Encodes one batch as a self-describing Arrow IPC stream.
 pub(crate) fn encode(batch: &RecordBatch) -> StateResult<Vec<u8>> {
     let mut out = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut out, batch.schema_ref())?;
+    encode_into(batch, &mut out)?;
+    Ok(out)
+}
+
+/// Appends one batch to `out` as a self-describing Arrow IPC stream,
+/// growing `out` once for about the batch's size rather than doubling as
+/// the writer goes.
+pub(crate) fn encode_into(batch: &RecordBatch, out: &mut Vec<u8>) -> StateResult<()> {
+    out.reserve(batch.get_array_memory_size() + 1024);
+    let mut writer = StreamWriter::try_new(&mut *out, batch.schema_ref())?;
     writer.write(batch)?;
     writer.finish()?;
-    drop(writer);
-    Ok(out)
+    Ok(())
 }
 
 /// Decodes an IPC stream written by [`encode`] into one batch of `schema`.

@@ -478,14 +478,13 @@ impl StateStore {
             for batches in &change.deltas {
                 let mut slice = |batch: &Option<RecordBatch>| -> StateResult<Option<FileSlice>> {
                     let Some(batch) = batch else { return Ok(None) };
-                    let bytes = codec::encode(batch)?;
-                    let slice = FileSlice {
+                    let offset = buffer.len();
+                    codec::encode_into(batch, &mut buffer)?;
+                    Ok(Some(FileSlice {
                         path: data_name.clone(),
-                        offset: buffer.len() as u64,
-                        len: bytes.len() as u64,
-                    };
-                    buffer.extend_from_slice(&bytes);
-                    Ok(Some(slice))
+                        offset: offset as u64,
+                        len: (buffer.len() - offset) as u64,
+                    }))
                 };
                 let upserts = slice(&batches.upserts)?;
                 let deletes = slice(&batches.deletes)?;

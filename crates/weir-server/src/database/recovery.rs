@@ -1,0 +1,126 @@
+//! Opening the database from the newest committed manifest.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch, Mutex, Notify};
+use tracing::info;
+use weir_state::{Manifest, StateStore, StateTable, TableId, TableSpec};
+
+use crate::catalog::Catalog;
+use crate::error::{SqlState, WeirError, WeirResult};
+
+use super::*;
+
+impl Database {
+    /// Opens the database from the newest committed manifest in `store`
+    /// (or empty for a fresh store).
+    pub async fn open(mut store: StateStore, config: DatabaseConfig) -> WeirResult<Arc<Self>> {
+        let started = Instant::now();
+        let manifest = store.recover().await?;
+        let recovered_state_format = manifest
+            .as_ref()
+            .map_or(Manifest::STATE_FORMAT, |m| m.state_format);
+        let last_manifest = manifest.clone().map(Arc::new);
+        let (catalog, epoch, tables, outputs) = match manifest {
+            None => (Catalog::default(), 0, HashMap::new(), HashMap::new()),
+            Some(manifest) => {
+                let catalog: Catalog =
+                    serde_json::from_value(manifest.catalog.clone()).map_err(|e| {
+                        WeirError::new(SqlState::IO_ERROR, format!("unreadable catalog: {e}"))
+                    })?;
+                let mut tables = HashMap::new();
+                for def in catalog.tables.values() {
+                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                    tables.insert(def.id, store.load_table(def.spec(), &files).await?);
+                }
+                let mut outputs = HashMap::new();
+                for def in catalog.materialized_views.values() {
+                    let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                    outputs.insert(def.id, store.load_table(def.spec(), &files).await?);
+                }
+                (catalog, manifest.epoch, tables, outputs)
+            }
+        };
+        let working = WorkingState {
+            catalog,
+            tables,
+            epoch: epoch + 1,
+            pending: HashMap::new(),
+            catalog_changed: false,
+            forced: false,
+        };
+        let mut committed = working.snapshot();
+        committed.epoch = epoch;
+        committed.offsets = last_manifest
+            .as_ref()
+            .map(|m| m.sources.clone())
+            .unwrap_or_default();
+        committed
+            .tables
+            .extend(outputs.iter().map(|(&id, t)| (id, t.snapshot())));
+        info!(
+            epoch,
+            tables = working.tables.len(),
+            views = outputs.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recovered state"
+        );
+        let store_config = store.config().clone();
+        let (control, control_receiver) = mpsc::unbounded_channel();
+        Ok(Arc::new(Database {
+            store_config,
+            working: Mutex::new(working),
+            committed: RwLock::new(Arc::new(committed)),
+            committed_epoch: watch::Sender::new(epoch),
+            commit_requested: Notify::new(),
+            store: Mutex::new(store),
+            last_commit_error: std::sync::Mutex::new(None),
+            config,
+            counters: CommitCounters::default(),
+            history: std::sync::Mutex::new(VecDeque::new()),
+            last_manifest: RwLock::new(last_manifest),
+            open_epoch: AtomicU64::new(epoch + 1),
+            control,
+            control_receiver: std::sync::Mutex::new(Some(control_receiver)),
+            stream_dirty: AtomicBool::new(false),
+            control_sent: AtomicBool::new(false),
+            failures: std::sync::Mutex::new(BTreeMap::new()),
+            view_operators: std::sync::Mutex::new(BTreeMap::new()),
+            view_counters: std::sync::Mutex::new(BTreeMap::new()),
+            restored_outputs: std::sync::Mutex::new(outputs),
+            recovered_state_format,
+        }))
+    }
+
+    /// The rows of a state table that is not a catalog table (an
+    /// operator's state) at the last committed manifest; none if it names
+    /// none.
+    pub async fn load_state(
+        &self,
+        id: TableId,
+        spec: TableSpec,
+    ) -> WeirResult<datafusion::arrow::record_batch::RecordBatch> {
+        let files = self
+            .last_manifest()
+            .and_then(|m| m.tables.get(&id).cloned())
+            .unwrap_or_default();
+        Ok(self.store.lock().await.load_rows(spec, &files).await?)
+    }
+
+    /// The state format of the manifest recovered at startup (see
+    /// [`Manifest::STATE_FORMAT`]).
+    pub fn recovered_state_format(&self) -> u32 {
+        self.recovered_state_format
+    }
+
+    /// A materialized view's output table as loaded at startup.
+    pub fn take_restored_output(&self, id: TableId) -> Option<StateTable> {
+        self.restored_outputs
+            .lock()
+            .expect("outputs lock")
+            .remove(&id)
+    }
+}
