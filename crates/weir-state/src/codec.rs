@@ -16,11 +16,8 @@ pub(crate) fn encode(batch: &RecordBatch) -> StateResult<Vec<u8>> {
     Ok(out)
 }
 
-/// Appends one batch to `out` as a self-describing Arrow IPC stream,
-/// growing `out` once for about the batch's size rather than doubling as
-/// the writer goes.
+/// Appends one batch to `out` as a self-describing Arrow IPC stream.
 pub(crate) fn encode_into(batch: &RecordBatch, out: &mut Vec<u8>) -> StateResult<()> {
-    out.reserve(batch.get_array_memory_size() + 1024);
     let mut writer = StreamWriter::try_new(&mut *out, batch.schema_ref())?;
     writer.write(batch)?;
     writer.finish()?;
