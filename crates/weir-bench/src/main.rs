@@ -303,7 +303,6 @@ async fn commit(connections: usize, statements: usize) -> anyhow::Result<()> {
 
 async fn recovery(mib: usize) -> anyhow::Result<()> {
     const ROW_BYTES: usize = 128;
-    const PAYLOAD: usize = ROW_BYTES - 16;
     let rows = mib * (1 << 20) / ROW_BYTES;
     let mut server = Server::start().await?;
     let client = server.client().await?;
@@ -311,19 +310,11 @@ async fn recovery(mib: usize) -> anyhow::Result<()> {
         .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, n BIGINT, payload TEXT)")
         .await?;
     let load = Instant::now();
-    let payload = "x".repeat(PAYLOAD);
     let chunk = 200_000;
     let mut id = 0;
     while id < rows {
         let end = (id + chunk).min(rows);
-        let mut data = String::with_capacity((end - id) * (ROW_BYTES + 8));
-        for i in id..end {
-            data.push_str(&format!("{i}\t{}\t{payload}\n", i % 1000));
-        }
-        let sink = client.copy_in("COPY big FROM STDIN").await?;
-        futures::pin_mut!(sink);
-        futures::SinkExt::send(&mut sink, bytes::Bytes::from(data)).await?;
-        sink.as_mut().finish().await?;
+        write::copy_rows(&client, id, end).await?;
         id = end;
     }
     let loaded = load.elapsed();

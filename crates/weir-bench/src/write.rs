@@ -23,6 +23,7 @@ pub struct WriteLoad {
     pub view: bool,
 }
 
+/// The text column's bytes: with the two `BIGINT`s, 128-byte rows.
 const PAYLOAD: usize = 112;
 
 /// Runs the load on a fresh server and prints its figures.
@@ -115,7 +116,12 @@ pub async fn run(load: WriteLoad) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn copy_rows(client: &tokio_postgres::Client, from: usize, to: usize) -> anyhow::Result<()> {
+/// Rows `from..to` of table `big` by one `COPY`.
+pub(crate) async fn copy_rows(
+    client: &tokio_postgres::Client,
+    from: usize,
+    to: usize,
+) -> anyhow::Result<()> {
     let payload = "x".repeat(PAYLOAD);
     let mut data = String::with_capacity((to - from) * 140);
     for i in from..to {
