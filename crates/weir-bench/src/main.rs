@@ -75,9 +75,6 @@ enum Bench {
         /// Rows the source produces.
         #[arg(long, default_value_t = 12_000_000)]
         rows: u64,
-        /// Worker threads of the server (its default when not given).
-        #[arg(long)]
-        workers: Option<usize>,
         /// The server's checkpoint interval.
         #[arg(long, default_value = "1s")]
         checkpoint_interval: String,
@@ -137,7 +134,6 @@ async fn main() -> anyhow::Result<()> {
         Bench::Stream {
             query,
             rows,
-            workers,
             checkpoint_interval,
             compare_off,
             repeat,
@@ -146,7 +142,6 @@ async fn main() -> anyhow::Result<()> {
             stream::run(stream::StreamLoad {
                 query,
                 rows,
-                workers,
                 checkpoint_interval,
                 compare_off,
                 repeat,

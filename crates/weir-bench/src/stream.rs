@@ -59,8 +59,6 @@ pub struct StreamLoad {
     pub query: String,
     /// Rows the source produces.
     pub rows: u64,
-    /// `--workers` for the server, if given.
-    pub workers: Option<usize>,
     /// `--checkpoint-interval` for the server.
     pub checkpoint_interval: String,
     /// Also run with checkpoints off and print the ratio.
@@ -94,13 +92,7 @@ pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
             let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
             format!("unknown query {:?}; one of {names:?}", load.query)
         })?;
-    println!(
-        "stream: {} rows, query {} ({sql}), workers {}",
-        load.rows,
-        load.query,
-        load.workers
-            .map_or("default".to_string(), |w| w.to_string())
-    );
+    println!("stream: {} rows, query {} ({sql})", load.rows, load.query);
     // With --compare-off the two configurations alternate, so a noisy
     // stretch of the machine hits both alike.
     let (mut ons, mut offs) = (Vec::new(), Vec::new());
@@ -177,9 +169,6 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         "--metrics-listen".to_string(),
         metrics.clone(),
     ];
-    if let Some(workers) = load.workers {
-        args.extend(["--workers".to_string(), workers.to_string()]);
-    }
     args.extend(load.server_args.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start_with(&args).await?;
