@@ -1,19 +1,82 @@
 //! S3 as the state store: the server commits to and recovers from an
-//! S3-compatible server on loopback (`.ci/run` starts moto and sets
-//! `WEIR_TEST_S3_ENDPOINT`).
+//! S3-compatible server on loopback: the one `WEIR_TEST_S3_ENDPOINT` names
+//! (`.ci/run` starts moto and sets it), or else a moto server each test
+//! starts and stops itself. Without either the tests fail.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::common::{column, TestServer};
 
-/// A server whose state lives under a fresh prefix of the test S3 server,
-/// or `None` (outside CI) when there is none.
-async fn s3_server() -> Option<TestServer> {
-    let Ok(endpoint) = std::env::var("WEIR_TEST_S3_ENDPOINT") else {
+/// An S3-compatible server (moto) this test started on a free loopback
+/// port, with a bucket `weir`; stopped by its process id when dropped.
+struct Moto {
+    child: Child,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `moto_server` on loopback and creates the bucket; returns it with
+/// its endpoint. Fails (the test cannot run) when moto is not installed.
+fn start_moto() -> (Moto, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "the S3 tests need an S3-compatible server: install moto \
+                 (`pip install 'moto[server]'`) or set WEIR_TEST_S3_ENDPOINT to a server \
+                 with a bucket `weir` ({e})"
+            )
+        });
+    let moto = Moto { child };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Moto does not check signatures: an unsigned PUT creates the bucket.
+        let created = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            write!(
+                s,
+                "PUT /weir HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut reply = String::new();
+            s.read_to_string(&mut reply)?;
+            Ok(reply.starts_with("HTTP/1.1 200"))
+        });
+        if created.unwrap_or(false) {
+            return (moto, format!("http://127.0.0.1:{port}"));
+        }
         assert!(
-            std::env::var("CI").is_err(),
-            "CI must provide an S3-compatible server (WEIR_TEST_S3_ENDPOINT)"
+            Instant::now() < deadline,
+            "moto_server did not start on port {port}"
         );
-        eprintln!("skipped: set WEIR_TEST_S3_ENDPOINT to an S3 server with a bucket `weir`");
-        return None;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A server whose state lives under a fresh prefix of the test S3 server:
+/// `WEIR_TEST_S3_ENDPOINT` if set (`.ci/run` sets it), else a moto server
+/// started here, which lives as long as the returned guard.
+async fn s3_server() -> (TestServer, Option<Moto>) {
+    let (endpoint, moto) = match std::env::var("WEIR_TEST_S3_ENDPOINT") {
+        Ok(endpoint) => (endpoint, None),
+        Err(_) => {
+            let (moto, endpoint) = start_moto();
+            (endpoint, Some(moto))
+        }
     };
     let prefix = format!(
         "s3://weir/test-{}",
@@ -29,28 +92,25 @@ async fn s3_server() -> Option<TestServer> {
         ("AWS_ENDPOINT", endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),
     ];
-    Some(TestServer::start_with_env(&["--state-url", &prefix], &envs).await)
+    let server = TestServer::start_with_env(&["--state-url", &prefix], &envs).await;
+    (server, moto)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_cycles_on_s3_lose_nothing() {
-    if let Some(server) = s3_server().await {
-        crate::crash::kill_cycles(server).await;
-    }
+    let (server, _moto) = s3_server().await;
+    crate::crash::kill_cycles(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datagen_views_on_s3_are_exact_through_sigkill_cycles() {
-    if let Some(server) = s3_server().await {
-        crate::sources::kill_cycles(server).await;
-    }
+    let (server, _moto) = s3_server().await;
+    crate::sources::kill_cycles(server).await;
 }
 
 #[tokio::test]
 async fn state_on_s3_survives_sigkill() {
-    let Some(mut server) = s3_server().await else {
-        return;
-    };
+    let (mut server, _moto) = s3_server().await;
     let client = server.client().await;
     client
         .batch_execute(
