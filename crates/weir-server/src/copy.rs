@@ -276,78 +276,76 @@ fn for_each_text_record(
 /// The fields of one text-format line that holds backslash escapes.
 fn unescape_text_line(line: &str, format: &CopyFormat) -> Vec<Option<String>> {
     let delimiter = format.delimiter as char;
-    {
-        let mut fields = Vec::new();
-        let mut raw = String::new();
-        let mut chars = line.chars().peekable();
-        let mut field = String::new();
-        loop {
-            match chars.next() {
-                None => {
-                    fields.push(finish_text_field(&raw, field, format));
-                    break;
-                }
-                Some(c) if c == delimiter => {
-                    fields.push(finish_text_field(&raw, std::mem::take(&mut field), format));
-                    raw.clear();
-                }
-                Some('\\') => {
-                    raw.push('\\');
-                    let Some(next) = chars.next() else {
-                        field.push('\\');
-                        continue;
-                    };
-                    raw.push(next);
-                    match next {
-                        'n' => field.push('\n'),
-                        't' => field.push('\t'),
-                        'r' => field.push('\r'),
-                        'b' => field.push('\u{8}'),
-                        'f' => field.push('\u{c}'),
-                        'v' => field.push('\u{b}'),
-                        'x' => {
-                            let mut value = 0u32;
-                            let mut digits = 0;
-                            while digits < 2 {
-                                match chars.peek().and_then(|d| d.to_digit(16)) {
-                                    Some(d) => {
-                                        value = value * 16 + d;
-                                        raw.push(chars.next().expect("peeked"));
-                                        digits += 1;
-                                    }
-                                    None => break,
+    let mut fields = Vec::new();
+    let mut raw = String::new();
+    let mut chars = line.chars().peekable();
+    let mut field = String::new();
+    loop {
+        match chars.next() {
+            None => {
+                fields.push(finish_text_field(&raw, field, format));
+                break;
+            }
+            Some(c) if c == delimiter => {
+                fields.push(finish_text_field(&raw, std::mem::take(&mut field), format));
+                raw.clear();
+            }
+            Some('\\') => {
+                raw.push('\\');
+                let Some(next) = chars.next() else {
+                    field.push('\\');
+                    continue;
+                };
+                raw.push(next);
+                match next {
+                    'n' => field.push('\n'),
+                    't' => field.push('\t'),
+                    'r' => field.push('\r'),
+                    'b' => field.push('\u{8}'),
+                    'f' => field.push('\u{c}'),
+                    'v' => field.push('\u{b}'),
+                    'x' => {
+                        let mut value = 0u32;
+                        let mut digits = 0;
+                        while digits < 2 {
+                            match chars.peek().and_then(|d| d.to_digit(16)) {
+                                Some(d) => {
+                                    value = value * 16 + d;
+                                    raw.push(chars.next().expect("peeked"));
+                                    digits += 1;
                                 }
-                            }
-                            if digits == 0 {
-                                field.push('x');
-                            } else {
-                                field.push(char::from_u32(value).unwrap_or('\u{fffd}'));
+                                None => break,
                             }
                         }
-                        d @ '0'..='7' => {
-                            let mut value = d.to_digit(8).expect("octal digit");
-                            for _ in 0..2 {
-                                match chars.peek().and_then(|d| d.to_digit(8)) {
-                                    Some(d) => {
-                                        value = value * 8 + d;
-                                        raw.push(chars.next().expect("peeked"));
-                                    }
-                                    None => break,
-                                }
-                            }
+                        if digits == 0 {
+                            field.push('x');
+                        } else {
                             field.push(char::from_u32(value).unwrap_or('\u{fffd}'));
                         }
-                        other => field.push(other),
                     }
-                }
-                Some(c) => {
-                    raw.push(c);
-                    field.push(c);
+                    d @ '0'..='7' => {
+                        let mut value = d.to_digit(8).expect("octal digit");
+                        for _ in 0..2 {
+                            match chars.peek().and_then(|d| d.to_digit(8)) {
+                                Some(d) => {
+                                    value = value * 8 + d;
+                                    raw.push(chars.next().expect("peeked"));
+                                }
+                                None => break,
+                            }
+                        }
+                        field.push(char::from_u32(value).unwrap_or('\u{fffd}'));
+                    }
+                    other => field.push(other),
                 }
             }
+            Some(c) => {
+                raw.push(c);
+                field.push(c);
+            }
         }
-        fields
     }
+    fields
 }
 
 fn finish_text_field(raw: &str, field: String, format: &CopyFormat) -> Option<String> {

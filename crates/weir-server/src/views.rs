@@ -45,8 +45,8 @@ pub struct SourceInput {
     pub name: String,
     /// Its generator.
     pub spec: Arc<DatagenSpec>,
-    /// The columns the view reads (the reader leaves the others NULL);
-    /// `None`: all.
+    /// The columns the view reads (the reader fills the others with
+    /// zeros, which nothing reads); `None`: all.
     pub columns: Option<Vec<bool>>,
     /// Rows read so far.
     pub offset: u64,

@@ -1,12 +1,14 @@
 //! [`KeyIndex`]: key tuples (one or more Arrow columns) interned as dense
 //! `u32` ids, without a heap allocation per key.
 //!
-//! Tables index their rows by primary key, aggregates number their groups
-//! and joins their join keys with it; each keeps what it needs per key in
-//! plain vectors indexed by the id. It is the same idea as DataFusion's
+//! Aggregates number their groups with it, and joins and `KeyedRows` their
+//! keys; each keeps what it needs per key in plain vectors indexed by the
+//! id (state tables index rows with [`crate::row_index::RowIndex`], which
+//! keeps no keys at all). It is the same idea as DataFusion's
 //! `GroupValues`, which numbers the groups of a batch query, with what a
 //! stream also needs: looking a key up without adding it, removing a key
-//! (its id is reused), and reading the key values of any id back.
+//! (its id is reused), and reading the key values of any id back (an
+//! aggregate's output and state rows).
 //!
 //! Keys are stored in one of three ways:
 //!
@@ -81,18 +83,6 @@ impl Probe {
         match &self.values {
             ProbeValues::Unit(_) => 0,
             _ => self.hashes[row],
-        }
-    }
-
-    /// Whether keys `a` and `b` are equal.
-    fn same(&self, a: usize, b: usize) -> bool {
-        match &self.values {
-            ProbeValues::Unit(_) => true,
-            ProbeValues::Int { values, nulls } => match nulls {
-                Some(n) if n.is_null(a) || n.is_null(b) => n.is_null(a) && n.is_null(b),
-                _ => values[a] == values[b],
-            },
-            ProbeValues::Encoded(rows) => rows.row(a) == rows.row(b),
         }
     }
 }
@@ -320,23 +310,6 @@ impl KeyIndex {
                 (self.slots - 1) as KeyId
             }
         }
-    }
-
-    /// Whether each key of `probe` equals an earlier key of `probe`
-    /// (nothing is looked up in or added to the index).
-    pub fn repeated(&self, probe: &Probe) -> Vec<bool> {
-        let mut seen: HashTable<usize> = HashTable::with_capacity(probe.len());
-        (0..probe.len())
-            .map(|row| {
-                let hash = probe.hash(row);
-                if seen.find(hash, |&other| probe.same(other, row)).is_some() {
-                    true
-                } else {
-                    seen.insert_unique(hash, row, |&other| probe.hash(other));
-                    false
-                }
-            })
-            .collect()
     }
 
     /// The ids of every key of `columns`, `None` where absent.

@@ -13,8 +13,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::array::{make_comparator, DynComparator};
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use hashbrown::HashTable;
@@ -124,10 +124,11 @@ impl<'a> KeyComparer<'a> {
         }
     }
 
-    /// Whether probed row `row` has the same key as row `at` of `stored`,
-    /// the batch the caller knows as `batch_id`. NULLs equal each other,
-    /// floats compare by their total order (as they hash).
-    pub fn same(&self, row: usize, batch_id: usize, stored: &RecordBatch, at: usize) -> bool {
+    /// Whether probed row `row` has the same key as row `at` of `stored`
+    /// (a batch's columns), the batch the caller knows as `batch_id`. NULLs
+    /// equal each other, floats compare by their total order (as they
+    /// hash).
+    pub fn same(&self, row: usize, batch_id: usize, stored: &[ArrayRef], at: usize) -> bool {
         let mut cache = self.comparators.borrow_mut();
         let comparators = cache.entry(batch_id).or_insert_with(|| {
             self.probe
@@ -136,7 +137,7 @@ impl<'a> KeyComparer<'a> {
                 .map(|(probe, &column)| {
                     make_comparator(
                         probe.as_ref(),
-                        stored.column(column).as_ref(),
+                        stored[column].as_ref(),
                         SortOptions::default(),
                     )
                     .expect("key columns of one type compare")
@@ -152,7 +153,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use datafusion::arrow::array::{Float64Array, StringArray};
+    use datafusion::arrow::array::{Float64Array, RecordBatch, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     #[test]
@@ -184,7 +185,7 @@ mod tests {
                 comparer.same(
                     row,
                     0,
-                    &stored,
+                    stored.columns(),
                     slots.iter().position(|&s| s == slot).unwrap(),
                 )
             })

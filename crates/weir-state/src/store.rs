@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
@@ -402,6 +403,18 @@ impl StateStore {
             .await?)
     }
 
+    /// The batch stored at `slice`, if there is one.
+    async fn decode_slice(
+        &self,
+        slice: Option<&FileSlice>,
+        schema: &SchemaRef,
+    ) -> StateResult<Option<RecordBatch>> {
+        match slice {
+            Some(slice) => Ok(Some(codec::decode(&self.read_slice(slice).await?, schema)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Every row of one table as the files a manifest names leave it: a
     /// log's deltas are concatenated; any other table is rebuilt by key.
     pub async fn load_rows(&self, spec: TableSpec, files: &TableFiles) -> StateResult<RecordBatch> {
@@ -409,9 +422,7 @@ impl StateStore {
             return self.load_table(spec, files).await?.snapshot().stored_rows();
         }
         let mut parts = Vec::with_capacity(files.deltas.len() + 1);
-        if let Some(base) = &files.base {
-            parts.push(codec::decode(&self.read_slice(base).await?, &spec.schema)?);
-        }
+        parts.extend(self.decode_slice(files.base.as_ref(), &spec.schema).await?);
         for delta in &files.deltas {
             if delta.deletes.is_some() {
                 return Err(StateError::Corrupt {
@@ -419,12 +430,10 @@ impl StateStore {
                     reason: "a log table's delta deletes rows".into(),
                 });
             }
-            if let Some(upserts) = &delta.upserts {
-                parts.push(codec::decode(
-                    &self.read_slice(upserts).await?,
-                    &spec.schema,
-                )?);
-            }
+            parts.extend(
+                self.decode_slice(delta.upserts.as_ref(), &spec.schema)
+                    .await?,
+            );
         }
         Ok(datafusion::arrow::compute::concat_batches(
             &spec.schema,
@@ -435,20 +444,17 @@ impl StateStore {
     /// Rebuilds one table from the files a manifest names.
     pub async fn load_table(&self, spec: TableSpec, files: &TableFiles) -> StateResult<StateTable> {
         let mut table = StateTable::new(spec.clone())?;
-        if let Some(base) = &files.base {
-            let rows = codec::decode(&self.read_slice(base).await?, &spec.schema)?;
+        if let Some(rows) = self.decode_slice(files.base.as_ref(), &spec.schema).await? {
             table.apply_delta(Some(&rows), None)?;
         }
         let key_schema = spec.key_schema();
         for delta in &files.deltas {
-            let upserts = match &delta.upserts {
-                Some(s) => Some(codec::decode(&self.read_slice(s).await?, &spec.schema)?),
-                None => None,
-            };
-            let deletes = match &delta.deletes {
-                Some(s) => Some(codec::decode(&self.read_slice(s).await?, &key_schema)?),
-                None => None,
-            };
+            let upserts = self
+                .decode_slice(delta.upserts.as_ref(), &spec.schema)
+                .await?;
+            let deletes = self
+                .decode_slice(delta.deletes.as_ref(), &key_schema)
+                .await?;
             table.apply_delta(upserts.as_ref(), deletes.as_ref())?;
         }
         table.set_next_row_id(files.next_row_id);

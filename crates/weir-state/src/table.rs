@@ -16,13 +16,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array, UInt64Array,
+    ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array, UInt64Array,
 };
 use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
 use datafusion::arrow::compute::{
-    concat_batches, filter_record_batch, interleave_record_batch, take,
+    concat_batches, filter_record_batch, interleave_record_batch, take, take_record_batch,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
@@ -209,41 +209,35 @@ impl Keys {
         Ok(Keys { columns, hashes })
     }
 
-    /// Whether each key equals an earlier key of the same batch.
-    fn repeated(&self) -> Vec<bool> {
+    /// For each key, the first row of the batch with an equal key (itself
+    /// if it is the first).
+    fn firsts(&self) -> Vec<usize> {
         let all: Vec<usize> = (0..self.columns.len()).collect();
-        let batch = columns_batch(&self.columns, self.hashes.len());
         let comparer = KeyComparer::new(&self.columns, &all);
         let mut seen: hashbrown::HashTable<usize> =
             hashbrown::HashTable::with_capacity(self.hashes.len());
         (0..self.hashes.len())
             .map(|row| {
                 let hash = self.hashes[row];
-                let found = seen
-                    .find(hash, |&other| comparer.same(row, 0, &batch, other))
-                    .is_some();
-                if !found {
+                let first = seen
+                    .find(hash, |&other| comparer.same(row, 0, &self.columns, other))
+                    .copied();
+                first.unwrap_or_else(|| {
                     seen.insert_unique(hash, row, |&other| self.hashes[other]);
-                }
-                found
+                    row
+                })
             })
             .collect()
     }
-}
 
-/// `columns` as a batch without a schema of interest (for comparers).
-fn columns_batch(columns: &[ArrayRef], rows: usize) -> RecordBatch {
-    let fields: Vec<Field> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Field::new(format!("k{i}"), c.data_type().clone(), true))
-        .collect();
-    RecordBatch::try_new_with_options(
-        Arc::new(Schema::new(fields)),
-        columns.to_vec(),
-        &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)),
-    )
-    .expect("columns of one length")
+    /// Whether each key equals an earlier key of the same batch.
+    fn repeated(&self) -> Vec<bool> {
+        self.firsts()
+            .into_iter()
+            .enumerate()
+            .map(|(row, first)| first != row)
+            .collect()
+    }
 }
 
 impl StateTable {
@@ -364,7 +358,7 @@ impl StateTable {
             .map(|row| {
                 self.index.find(keys.hashes[row], |slot| {
                     let (chunk, at) = split_position(self.positions[slot as usize]);
-                    comparer.same(row, chunk as usize, &self.chunks[&chunk].batch, at)
+                    comparer.same(row, chunk as usize, self.chunks[&chunk].batch.columns(), at)
                 })
             })
             .collect()
@@ -392,9 +386,25 @@ impl StateTable {
         self.spec.visible_columns(&self.gather(positions)?)
     }
 
+    /// The stored rows at `positions`, in that order.
     fn gather(&self, positions: &[RowPosition]) -> StateResult<RecordBatch> {
+        let all: Vec<usize> = (0..self.spec.schema.fields().len()).collect();
+        self.gather_columns(positions, &all)
+    }
+
+    /// Columns `columns` of the stored rows at `positions`, in that order.
+    fn gather_columns(
+        &self,
+        positions: &[RowPosition],
+        columns: &[usize],
+    ) -> StateResult<RecordBatch> {
         let ids: Vec<u32> = self.chunks.keys().copied().collect();
-        let batches: Vec<&RecordBatch> = self.chunks.values().map(|c| &c.batch).collect();
+        let batches = self
+            .chunks
+            .values()
+            .map(|c| c.batch.project(columns))
+            .collect::<Result<Vec<_>, _>>()?;
+        let batches: Vec<&RecordBatch> = batches.iter().collect();
         let indices: Vec<(usize, usize)> = positions
             .iter()
             .map(|&p| {
@@ -404,7 +414,9 @@ impl StateTable {
             })
             .collect();
         if batches.is_empty() {
-            return Ok(RecordBatch::new_empty(self.spec.schema.clone()));
+            return Ok(RecordBatch::new_empty(Arc::new(
+                self.spec.schema.project(columns)?,
+            )));
         }
         Ok(interleave_record_batch(&batches, &indices)?)
     }
@@ -456,10 +468,14 @@ impl StateTable {
         if positions.is_empty() {
             return Ok(());
         }
-        let gone = if track && (self.changes.is_some() || self.any_committed(positions)) {
-            Some(self.gather(positions)?)
-        } else {
-            None
+        // The deleted rows, for the views reading the table; else only
+        // their keys, for the next delta.
+        let gone = match (track, &self.changes) {
+            (true, Some(_)) => Some(self.gather(positions)?),
+            (true, None) if self.any_committed(positions) => {
+                Some(self.gather_columns(positions, &self.spec.key)?)
+            }
+            _ => None,
         };
         if let (Some(changes), Some(gone)) = (&mut self.changes, &gone) {
             changes.push((self.spec.visible_columns(gone)?, -1));
@@ -475,11 +491,15 @@ impl StateTable {
             self.live_rows -= 1;
         }
         if let (false, Some(gone)) = (committed.is_empty(), gone) {
-            let keys = gone.project(&self.spec.key)?;
+            let keys = if self.changes.is_some() {
+                gone.project(&self.spec.key)?
+            } else {
+                gone
+            };
             let keys = if committed.len() == positions.len() {
                 keys
             } else {
-                datafusion::arrow::compute::take_record_batch(&keys, &UInt32Array::from(committed))?
+                take_record_batch(&keys, &UInt32Array::from(committed))?
             };
             self.deleted.push(keys);
         }
@@ -501,14 +521,16 @@ impl StateTable {
         self.index.reserve(hashes.len());
         let slots: Vec<Slot> = hashes.iter().map(|&h| self.index.insert(h)).collect();
         self.grow();
-        let chunk = self.push_chunk(batch, slots.clone());
-        for (row, slot) in slots.into_iter().enumerate() {
+        // The chunk `push_chunk` adds next.
+        let chunk = self.next_chunk;
+        for (row, &slot) in slots.iter().enumerate() {
             let s = slot as usize;
             self.positions[s] = position(chunk, row);
             self.flags[s] = LIVE;
             self.live_rows += 1;
             self.mark_dirty(slot);
         }
+        self.push_chunk(batch, slots);
     }
 
     /// The slot of the row at `position`.
@@ -530,38 +552,30 @@ impl StateTable {
         let keys = Keys::new(rows, &all)?;
         let found = self.find_all(&keys);
         // Each distinct row once: the first of its copies here, its total.
-        let comparer = KeyComparer::new(&keys.columns, &all);
-        let mut first: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(n);
         let mut order: Vec<usize> = Vec::new();
         let mut totals: Vec<i64> = vec![0; n];
-        for (row, &delta) in deltas.iter().enumerate().take(n) {
-            let hash = keys.hashes[row];
-            let seen = first
-                .find(hash, |&other| comparer.same(row, 0, rows, other))
-                .copied();
-            let head = match seen {
-                Some(head) => head,
-                None => {
-                    first.insert_unique(hash, row, |&other| keys.hashes[other]);
-                    order.push(row);
-                    row
-                }
-            };
-            totals[head] += delta;
+        for (row, (first, &delta)) in keys.firsts().into_iter().zip(deltas).enumerate() {
+            if first == row {
+                order.push(row);
+            }
+            totals[first] += delta;
         }
         let existing: Vec<RowPosition> = order
             .iter()
             .filter_map(|&row| found[row].map(|slot| self.positions[slot as usize]))
             .collect();
         let count_column = self.spec.schema.fields().len() - 1;
-        let mut old_counts = self.gather_column(&existing, count_column)?.into_iter();
-        let (mut kept, mut counts, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        let old_counts = self.gather_columns(&existing, &[count_column])?;
+        let mut old_counts = old_counts
+            .column(0)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| StateError::Internal("the count column is not int64".into()))?
+            .values()
+            .iter();
+        let (mut kept, mut counts) = (Vec::new(), Vec::new());
         for &row in &order {
             let old = match found[row] {
-                Some(slot) => {
-                    gone.push(self.positions[slot as usize]);
-                    old_counts.next().unwrap_or(0)
-                }
+                Some(_) => *old_counts.next().expect("one count per stored row"),
                 None => 0,
             };
             let count = old + totals[row];
@@ -578,7 +592,7 @@ impl StateTable {
         self.written = true;
         // A changed count is a delete of the row and an insert of the row
         // with its new count.
-        self.delete_positions(&gone, true)?;
+        self.delete_positions(&existing, true)?;
         if !kept.is_empty() {
             let indices = UInt32Array::from(kept);
             let mut columns: Vec<ArrayRef> = rows
@@ -600,60 +614,27 @@ impl StateTable {
 
     /// Applies changes of a table keyed by some of its columns (a view's
     /// output with a key): rows with weight -1 are deleted by key, then
-    /// rows with weight +1 inserted. Fails if a deleted key is absent or an
-    /// inserted one present. Hashes each key once.
+    /// rows with weight +1 inserted ([`StateTable::write`]). Fails if a
+    /// deleted key is absent or an inserted one present.
     pub fn apply_keyed(&mut self, rows: &RecordBatch, weights: &[i64]) -> StateResult<()> {
-        let n = rows.num_rows();
-        if n == 0 {
+        if rows.num_rows() == 0 {
             return Ok(());
         }
-        let keys = Keys::new(rows, &self.spec.key)?;
-        let found = self.find_all(&keys);
-        let mut gone = Vec::new();
-        for (row, &weight) in weights.iter().enumerate() {
-            if weight < 0 {
-                let slot = found[row].ok_or_else(|| {
-                    StateError::Internal("a deleted key is not in the table".into())
-                })?;
-                gone.push(self.positions[slot as usize]);
-            }
-        }
-        self.written = true;
-        self.delete_positions(&gone, true)?;
-        let added: Vec<u32> = (0..n as u32).filter(|&i| weights[i as usize] > 0).collect();
-        if added.is_empty() {
-            return self.merge_chunks();
-        }
-        let batch = if added.len() == n {
-            rows.clone()
-        } else {
-            datafusion::arrow::compute::take_record_batch(rows, &UInt32Array::from(added.clone()))?
-        };
-        let added_keys = Keys::new(&batch, &self.spec.key)?;
-        let still = self.find_all(&added_keys);
-        if still.iter().any(Option::is_some) || added_keys.repeated().iter().any(|&r| r) {
-            return Err(StateError::Internal(
-                "an inserted key is already in the table".into(),
-            ));
-        }
-        self.insert_new(batch, &added_keys.hashes);
-        self.merge_chunks()
-    }
-
-    /// One column of the rows at `positions`, as `i64` (counts).
-    fn gather_column(&self, positions: &[RowPosition], column: usize) -> StateResult<Vec<i64>> {
-        let mut out = Vec::with_capacity(positions.len());
-        for &p in positions {
-            let (chunk, row) = split_position(p);
-            let values = self.chunks[&chunk]
-                .batch
-                .column(column)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| StateError::Internal("the count column is not int64".into()))?;
-            out.push(values.value(row));
-        }
-        Ok(out)
+        let (removed, added): (Vec<u32>, Vec<u32>) =
+            (0..rows.num_rows() as u32).partition(|&i| weights[i as usize] < 0);
+        let removed = take_record_batch(rows, &UInt32Array::from(removed))?;
+        let keys = Keys::new(&removed, &self.spec.key)?;
+        let gone = self
+            .find_all(&keys)
+            .into_iter()
+            .map(|slot| {
+                slot.map(|s| self.positions[s as usize])
+                    .ok_or_else(|| StateError::Internal("a deleted key is not in the table".into()))
+            })
+            .collect::<StateResult<Vec<RowPosition>>>()?;
+        let added = take_record_batch(rows, &UInt32Array::from(added))?;
+        self.write(&gone, Some(&added))?
+            .map_err(|_| StateError::Internal("an inserted key is already in the table".into()))
     }
 
     /// Makes room for every slot in the per-slot vectors.

@@ -549,12 +549,10 @@ impl KeyedRows {
     }
 
     /// Rebuilds the store from its live rows once removed rows outnumber
-    /// them. Runs right after a delta, when every row is committed.
+    /// them. Runs right after a delta, when every row is committed. (An
+    /// append-only store has no removed rows.)
     fn rebuild_if_sparse(&mut self) -> Result<()> {
         let dead = self.weights.len() - self.live_rows;
-        if !self.updating() {
-            return Ok(());
-        }
         if dead < MIN_DEAD_ROWS || dead < self.live_rows {
             return Ok(());
         }

@@ -33,7 +33,7 @@ mod top_n;
 #[cfg(test)]
 mod testing;
 
-pub use aggregate::{GroupedAggregate, RecomputeAggregate};
+pub use aggregate::GroupedAggregate;
 pub use align::{Aligner, BarrierMismatch};
 pub use changes::Changes;
 pub use dataflow::{Dataflow, OperatorInfo, OperatorStats};

@@ -260,19 +260,8 @@ async fn batch_rows(
                 .iter()
                 .map(|e| e.evaluate(&batch)?.into_array(batch.num_rows()))
                 .collect::<datafusion::error::Result<Vec<_>>>()?;
-            let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(
-                def.columns
-                    .iter()
-                    .zip(&arrays)
-                    .map(|(c, a)| {
-                        datafusion::arrow::datatypes::Field::new(
-                            &c.name,
-                            a.data_type().clone(),
-                            true,
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-            ));
+            // Nullable: `conform` reports NULLs in NOT NULL columns.
+            let schema = super::upsert::nullable_schema(&def.schema());
             return conform(def, &[RecordBatch::try_new(schema, arrays)?]);
         }
     }
