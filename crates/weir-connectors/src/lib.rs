@@ -5,7 +5,9 @@
 //! | [`datagen`] | `connector = 'datagen'`: synthetic rows, a pure function of the options and the row index |
 //!
 //! A connector knows nothing about sessions, epochs or the object store: it
-//! turns validated options into batches of rows, and a source resumes after a
-//! crash by asking for rows from the offset it had checkpointed.
+//! turns validated options into a `weir_stream::runtime::Source`, whose
+//! readers yield batches of rows and report their position; the runtime
+//! checkpoints the position, and after a crash opens the source there
+//! again.
 
 pub mod datagen;

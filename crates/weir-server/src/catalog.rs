@@ -7,6 +7,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::ObjectName;
 use serde::{Deserialize, Serialize};
 use weir_state::{TableId, TableSpec};
+use weir_stream::runtime::COUNT_COLUMN;
 
 use crate::error::{SqlState, WeirError, WeirResult};
 
@@ -101,6 +102,16 @@ impl ViewFailure {
         }
     }
 
+    /// The failure the stream runtime reported.
+    pub fn from_reason(reason: weir_stream::runtime::FailureReason) -> Self {
+        match reason {
+            weir_stream::runtime::FailureReason::Error(e) => {
+                ViewFailure::from_error(&WeirError::from_datafusion(e))
+            }
+            other => ViewFailure::other(other.to_string()),
+        }
+    }
+
     /// A failure with a message only (SQLSTATE 55000, object not in
     /// prerequisite state).
     pub fn other(message: impl Into<String>) -> Self {
@@ -172,9 +183,6 @@ pub struct MaterializedViewDef {
     pub key: Option<Vec<usize>>,
 }
 
-/// The column of a materialized view's state table that counts each row.
-pub const COUNT_COLUMN: &str = "__weir_count";
-
 impl MaterializedViewDef {
     /// The Arrow schema users see.
     pub fn schema(&self) -> SchemaRef {
@@ -199,14 +207,6 @@ pub fn view_output_spec(columns: &[ColumnDef], key: Option<&[usize]>) -> TableSp
     let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
     TableSpec::with_primary_key(Arc::new(Schema::new(fields)), (0..columns.len()).collect())
-}
-
-/// Whether a view output table of `spec` stores a count with each row.
-pub fn is_counted(spec: &TableSpec) -> bool {
-    spec.schema
-        .fields()
-        .last()
-        .is_some_and(|f| f.name() == COUNT_COLUMN)
 }
 
 fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {

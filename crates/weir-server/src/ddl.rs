@@ -463,7 +463,8 @@ pub async fn drop_relations(
     working.catalog.sources = catalog.sources;
     for name in dropped_views {
         working.catalog.materialized_views.remove(&name);
-        db.send_control(crate::worker::Control::Drop(name));
+        db.send_control(weir_stream::runtime::Command::Drop(name.clone()));
+        db.forget_failure(&name);
     }
     for name in dropped_tables {
         working.drop_table(&name);

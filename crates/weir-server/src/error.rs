@@ -8,6 +8,7 @@ use std::fmt;
 
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
+use weir_stream::runtime::MemoryBudgetExceeded;
 
 /// A PostgreSQL error condition (SQLSTATE code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +105,13 @@ impl WeirError {
         if let DataFusionError::External(inner) = root {
             if let Some(weir) = inner.downcast_ref::<WeirError>() {
                 return weir.clone();
+            }
+            if let Some(memory) = inner.downcast_ref::<MemoryBudgetExceeded>() {
+                return WeirError::new(SqlState::OUT_OF_MEMORY, memory.to_string()).with_hint(
+                    "Start the server with a larger --view-memory-mb, or define the view to keep \
+                     less state (fewer groups, a filter before a join); weir_view_operators shows \
+                     each operator's state.",
+                );
             }
         }
         let message = root_message(root);

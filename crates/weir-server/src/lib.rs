@@ -29,7 +29,6 @@ pub mod handler;
 pub mod metrics;
 mod mview;
 pub mod provider;
-mod reader;
 mod relkind;
 pub mod server;
 pub mod session;
@@ -40,7 +39,6 @@ mod system;
 pub mod tls;
 mod types;
 mod views;
-mod worker;
 
 pub use auth::Auth;
 pub use database::{Database, DatabaseConfig, DEFAULT_VIEW_MEMORY_MB};

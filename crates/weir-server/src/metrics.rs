@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::database::Database;
-use crate::worker::ViewCounters;
+use weir_stream::runtime::ViewCounters;
 
 /// The metrics page.
 pub fn render(db: &Database) -> String {

@@ -35,10 +35,11 @@ use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind, 
 use crate::database::{Database, DbSnapshot};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
-use crate::views::{
-    apply_output, check_memory, offset_key, refresh_tracking, EarlyDeltas, SourceInput, ViewRuntime,
+use crate::views::refresh_tracking;
+use weir_stream::runtime::{
+    apply_output, catch_up, check_memory, position_key, Command, EarlyDeltas, PendingQueue,
+    SourceInput, ViewRuntime,
 };
-use crate::worker::{catch_up, Control, PendingQueue};
 
 /// Rows per batch pushed through a new view's operators during backfill.
 const BACKFILL_BATCH_ROWS: usize = 64 * 1024;
@@ -196,7 +197,7 @@ impl Drop for PendingGuard {
         let (db, token) = (self.db.clone(), self.token);
         tokio::spawn(async move {
             let mut working = db.working().await;
-            db.send_control(Control::RemovePending(token));
+            db.send_control(Command::RemovePending(token));
             if working.pending.remove(&token).is_some() {
                 refresh_tracking(&mut working);
             }
@@ -232,7 +233,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         // views get them now, and the new view queues only later ones.
         let changes = crate::views::take_table_changes(&mut working);
         if !changes.is_empty() {
-            db.send_control(Control::Changes(changes));
+            db.send_control(Command::Changes(changes));
         }
         let token = NEXT_PENDING.fetch_add(1, Ordering::Relaxed);
         let (reply, views_reply) = tokio::sync::oneshot::channel();
@@ -242,7 +243,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             .filter(|s| !working.catalog.sources.contains_key(*s))
             .cloned()
             .collect();
-        db.send_control(Control::AddPending {
+        db.send_control(Command::AddPending {
             token,
             sources: relations.clone(),
             queue: queue.clone(),
@@ -350,7 +351,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         key: planned.key.clone(),
     };
     working.catalog.materialized_views.insert(name.clone(), def);
-    db.send_control(Control::Start(
+    db.send_control(Command::Start(
         Box::new(ViewRuntime {
             name: name.clone(),
             id,
@@ -388,9 +389,11 @@ fn source_inputs(
             Ok(SourceInput {
                 source_id: def.id,
                 name: def.name.clone(),
-                spec: Arc::new(def.generator()?),
+                source: Arc::new(weir_connectors::datagen::DatagenSource::new(
+                    def.generator()?,
+                )),
                 columns: planned.plan.columns_read(&def.name, def.columns.len()),
-                offset: offset(def.id),
+                position: offset(def.id),
             })
         })
         .collect()
@@ -566,7 +569,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
         let sources = source_inputs(&committed.catalog, &planned, |source| {
             offsets
-                .get(&offset_key(def.id, source))
+                .get(&position_key(def.id, source))
                 .copied()
                 .unwrap_or(0)
         })?;
@@ -587,7 +590,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
     }
     let count = restored.len();
     for view in restored {
-        db.send_control(Control::Start(Box::new(view), None));
+        db.send_control(Command::Start(Box::new(view), None));
     }
     refresh_tracking(&mut working);
     info!(
@@ -668,7 +671,7 @@ async fn rebuild(
         working.catalog_changed();
         snapshot.catalog = Arc::new(working.catalog.clone());
         snapshot.tables.insert(id, output.snapshot());
-        db.send_control(Control::Start(
+        db.send_control(Command::Start(
             Box::new(ViewRuntime {
                 name: def.name.clone(),
                 id,

@@ -56,7 +56,7 @@ fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             .iter()
             .filter_map(|d| catalog.sources.get(d))
         {
-            let key = crate::views::offset_key(view.id, source.id);
+            let key = weir_stream::runtime::position_key(view.id, source.id);
             let position = snapshot.offsets.get(&key).copied().unwrap_or(0);
             rows.push((view.name.clone(), source.name.clone(), position));
         }

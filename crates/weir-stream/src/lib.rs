@@ -16,7 +16,10 @@
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
 //!
 //! [`Dataflow`] instantiates a [`StreamPlan`] and pushes changes through
-//! it; [`Aligner`] is the barrier alignment of a task with several inputs.
+//! it; [`Aligner`] is the barrier alignment of a task with several inputs;
+//! [`runtime`] runs every view's dataflow with the source readers that feed
+//! it, cuts their state at barriers, and defines the [`runtime::Source`]
+//! trait that connectors implement.
 
 mod aggregate;
 mod align;
@@ -28,6 +31,7 @@ mod map;
 mod operator;
 mod ordered_rows;
 mod plan;
+pub mod runtime;
 mod top_n;
 
 #[cfg(test)]

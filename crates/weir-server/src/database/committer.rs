@@ -9,7 +9,7 @@ use tracing::{debug, warn};
 use weir_state::{EpochDelta, TableChange};
 
 use crate::error::{WeirError, WeirResult};
-use crate::worker::ViewPart;
+use weir_stream::runtime::ViewPart;
 
 use super::*;
 
@@ -66,7 +66,7 @@ impl Database {
         let mut views = ViewPart {
             epoch: part.epoch,
             operator_rows: committed.operator_rows.clone(),
-            offsets: committed.offsets.clone(),
+            positions: committed.offsets.clone(),
             ..ViewPart::default()
         };
         for def in part.catalog.materialized_views.values() {
@@ -95,8 +95,12 @@ impl Database {
             mut snapshots,
             through_views: _,
         } = part;
+        for failed in views.failures {
+            let failure = ViewFailure::from_reason(failed.reason);
+            self.view_failed(&failed.view, failure);
+        }
         self.record_failures(&mut catalog);
-        // A view missing from the worker's part failed, and
+        // A view missing from the runtime's part failed, and
         // `record_failures` has said so in this epoch's catalog.
         tables.extend(views.tables);
         snapshots.extend(views.snapshots);
@@ -104,14 +108,14 @@ impl Database {
             epoch,
             catalog: serde_json::to_value(&catalog).map_err(WeirError::internal)?,
             tables,
-            sources: views.offsets.clone(),
+            sources: views.positions.clone(),
         };
         let snapshot = DbSnapshot {
             epoch,
             catalog: Arc::new(catalog),
             tables: snapshots,
             operator_rows: views.operator_rows,
-            offsets: views.offsets,
+            offsets: views.positions,
         };
         let started_at = SystemTime::now();
         let started = Instant::now();

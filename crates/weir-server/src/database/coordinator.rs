@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
-use crate::worker::{Control, Worker};
+use weir_stream::runtime::Command;
 
 use super::*;
 
@@ -19,20 +19,8 @@ impl Database {
     /// checkpoint interval and whenever a statement waits. At shutdown it
     /// cuts what is pending one last time and waits for its commit.
     pub async fn run_coordinator(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let (parts, parts_receiver) = mpsc::channel(MAX_EPOCHS_IN_FLIGHT);
+        let parts_receiver = self.runtime.start(MAX_EPOCHS_IN_FLIGHT);
         let (tables, tables_receiver) = mpsc::unbounded_channel();
-        let control = self
-            .control_receiver
-            .lock()
-            .expect("control lock")
-            .take()
-            .expect("the coordinator runs once");
-        let worker = Worker::new(self.clone(), control, parts);
-        let runtime = tokio::runtime::Handle::current();
-        std::thread::Builder::new()
-            .name("weir-stream".into())
-            .spawn(move || runtime.block_on(worker.run()))
-            .expect("spawn the stream worker");
         let committer = tokio::spawn(self.clone().run_committer(tables_receiver, parts_receiver));
         let compactor = tokio::spawn(self.clone().run_compactor());
 
@@ -92,16 +80,16 @@ impl Database {
         // reads was written, no source rows arrived, no view started or
         // stopped) commits without a round trip through the worker.
         let through_views = !changes.is_empty()
-            || self.stream_dirty.load(Ordering::SeqCst)
+            || self.stream_dirty()
             || self.control_sent.swap(false, Ordering::SeqCst);
         match working.cut() {
             Ok(mut part) => {
                 part.through_views = through_views;
                 if through_views {
                     if !changes.is_empty() {
-                        self.send_to_worker(Control::Changes(changes));
+                        self.send_to_worker(Command::Changes(changes));
                     }
-                    self.send_to_worker(Control::Barrier(epoch));
+                    self.send_to_worker(Command::Barrier(epoch));
                 }
                 let _ = tables.send(part);
                 self.open_epoch.store(working.epoch, Ordering::Relaxed);
@@ -116,6 +104,6 @@ impl Database {
     }
 
     pub(super) fn is_dirty(&self, working: &WorkingState) -> bool {
-        working.is_dirty() || self.stream_dirty.load(Ordering::Relaxed)
+        working.is_dirty() || self.stream_dirty()
     }
 }

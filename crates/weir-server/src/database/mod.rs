@@ -5,7 +5,7 @@
 //! ```text
 //!  DML ──lock──▶ WorkingState (open epoch E) ──cut──▶ tables' part of E ─────────┐
 //!                      │ table changes, Barrier(E)                              ▼
-//!                      └──────────────────────▶ stream worker ──views' part──▶ committer
+//!                      └──────────────────────▶ stream runtime ─views' part──▶ committer
 //!                                                                               │ manifest written
 //!  SELECT ◀── committed: Arc<DbSnapshot> (epoch E) ◀── publish ─────────────────┘
 //! ```
@@ -39,13 +39,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, watch, Mutex, MutexGuard, Notify};
+use tokio::sync::{watch, Mutex, MutexGuard, Notify};
 use tracing::warn;
 use weir_state::{Manifest, StateStore, StateTable, StoreConfig, TableId, TableSnapshot};
 
 use crate::catalog::{Catalog, ViewFailure};
 use crate::error::{SqlState, WeirError, WeirResult};
-use crate::worker::{Control, ViewCounters};
+use weir_stream::runtime::{Command, Runtime, RuntimeConfig, ViewCounters};
 use weir_stream::OperatorInfo;
 
 /// How many epochs may be cut and not yet committed. Beyond that the
@@ -96,7 +96,7 @@ pub struct DbSnapshot {
     pub tables: HashMap<TableId, TableSnapshot>,
     /// Distinct rows of each operator state table, by id.
     pub operator_rows: HashMap<TableId, usize>,
-    /// Every source reader's position (see `views::offset_key`).
+    /// Every source reader's position (see `runtime::position_key`).
     pub offsets: BTreeMap<String, u64>,
 }
 
@@ -153,23 +153,14 @@ pub struct Database {
     /// The working state's open epoch, readable without its lock.
     open_epoch: AtomicU64,
     store_config: StoreConfig,
-    /// To the stream worker, in order with the epochs' barriers.
-    control: mpsc::UnboundedSender<Control>,
-    /// The worker's end, until the coordinator starts it.
-    control_receiver: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Control>>>,
-    /// Source rows arrived since the last barrier: the epoch has changes
-    /// even if no table does.
-    stream_dirty: AtomicBool,
+    /// The stream runtime: commands go to it in order with the epochs'
+    /// barriers; the coordinator starts it.
+    runtime: Runtime,
     /// A message went to the stream worker (a view started, stopped,
     /// began its creation) since the last epoch that went through it.
     control_sent: AtomicBool,
     /// Views that failed, with the reason, until the catalog says so.
     failures: std::sync::Mutex<BTreeMap<String, ViewFailure>>,
-    /// Rows into and out of each view.
-    view_counters: std::sync::Mutex<BTreeMap<String, ViewCounters>>,
-    /// Each view's operators as of its last checkpoint (kept for a failed
-    /// view, until it is dropped).
-    view_operators: std::sync::Mutex<BTreeMap<String, Vec<OperatorInfo>>>,
     /// Materialized views' output tables loaded at startup, until their
     /// views are restored.
     restored_outputs: std::sync::Mutex<HashMap<TableId, StateTable>>,
@@ -203,21 +194,21 @@ impl Database {
         self.working.lock().await
     }
 
-    /// Sends a message to the stream worker. Callers that change the
+    /// Sends a command to the stream runtime. Callers that change the
     /// catalog send it while they hold the working lock, so it reaches the
-    /// worker before the barrier of the epoch that commits the change.
-    pub fn send_control(&self, message: Control) {
+    /// runtime before the barrier of the epoch that commits the change.
+    pub fn send_control(&self, command: Command) {
         // Forgetting a pending view's queue changes no view's state.
-        if !matches!(message, Control::RemovePending(_)) {
+        if !matches!(command, Command::RemovePending(_)) {
             self.control_sent.store(true, Ordering::SeqCst);
         }
-        self.send_to_worker(message);
+        self.send_to_worker(command);
     }
 
-    /// Sends a message to the stream worker without marking the open
+    /// Sends a command to the stream runtime without marking the open
     /// epoch as one that must go through it.
-    fn send_to_worker(&self, message: Control) {
-        if self.control.send(message).is_err() {
+    fn send_to_worker(&self, command: Command) {
+        if !self.runtime.send(command) {
             warn!("the stream worker is gone");
         }
     }
@@ -225,16 +216,6 @@ impl Database {
     /// The store's tunables.
     pub fn store_config(&self) -> &StoreConfig {
         &self.store_config
-    }
-
-    /// Source rows arrived: the open epoch has changes.
-    pub fn stream_dirty(&self) {
-        self.stream_dirty.store(true, Ordering::Relaxed);
-    }
-
-    /// The stream worker took its state at a barrier.
-    pub fn stream_clean(&self) {
-        self.stream_dirty.store(false, Ordering::Relaxed);
     }
 
     /// The most bytes one view's state may hold.
@@ -251,49 +232,25 @@ impl Database {
             .insert(name.to_owned(), failure);
     }
 
-    /// Records what a view's operators have done and hold.
-    pub fn publish_operators(&self, name: &str, operators: Vec<OperatorInfo>) {
-        self.view_operators
-            .lock()
-            .expect("operators lock")
-            .insert(name.to_owned(), operators);
-    }
-
-    /// Every view's operators as last published.
-    pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
-        self.view_operators.lock().expect("operators lock").clone()
-    }
-
-    /// Forgets a dropped view's failure, counters and operators.
-    pub fn forget_view(&self, name: &str) {
+    /// Forgets a dropped view's failure.
+    pub fn forget_failure(&self, name: &str) {
         self.failures.lock().expect("failures lock").remove(name);
-        self.view_operators
-            .lock()
-            .expect("operators lock")
-            .remove(name);
-        self.view_counters
-            .lock()
-            .expect("counters lock")
-            .remove(name);
     }
 
-    /// Counts rows a view consumed and produced.
-    pub fn count_view_rows(&self, name: &str, rows_in: u64, rows_out: u64) {
-        let mut counters = self.view_counters.lock().expect("counters lock");
-        let entry = counters.entry(name.to_owned()).or_default();
-        entry.rows_in += rows_in;
-        entry.rows_out += rows_out;
-    }
-
-    /// Counts rows a view's source readers delivered.
-    pub fn count_source_rows(&self, name: &str, rows: u64) {
-        let mut counters = self.view_counters.lock().expect("counters lock");
-        counters.entry(name.to_owned()).or_default().source_rows += rows;
+    /// Every running or failed view's operators as of its last checkpoint.
+    pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
+        self.runtime.status().view_operators()
     }
 
     /// Rows into and out of every view since the server started.
     pub fn view_counters(&self) -> BTreeMap<String, ViewCounters> {
-        self.view_counters.lock().expect("counters lock").clone()
+        self.runtime.status().view_counters()
+    }
+
+    /// Whether source rows arrived since the stream runtime's last
+    /// barrier: the open epoch has changes even if no table does.
+    fn stream_dirty(&self) -> bool {
+        self.runtime.status().has_rows_since_barrier()
     }
 
     /// Marks the catalog's views that failed.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use tokio::sync::{mpsc, watch, Mutex, Notify};
+use tokio::sync::{watch, Mutex, Notify};
 use tracing::info;
 use weir_state::{Manifest, StateStore, StateTable, TableId, TableSpec};
 
@@ -69,7 +69,9 @@ impl Database {
             "recovered state"
         );
         let store_config = store.config().clone();
-        let (control, control_receiver) = mpsc::unbounded_channel();
+        let runtime = Runtime::new(RuntimeConfig {
+            view_memory_bytes: config.view_memory_bytes,
+        });
         Ok(Arc::new(Database {
             store_config,
             working: Mutex::new(working),
@@ -83,13 +85,9 @@ impl Database {
             history: std::sync::Mutex::new(VecDeque::new()),
             last_manifest: RwLock::new(last_manifest),
             open_epoch: AtomicU64::new(epoch + 1),
-            control,
-            control_receiver: std::sync::Mutex::new(Some(control_receiver)),
-            stream_dirty: AtomicBool::new(false),
+            runtime,
             control_sent: AtomicBool::new(false),
             failures: std::sync::Mutex::new(BTreeMap::new()),
-            view_operators: std::sync::Mutex::new(BTreeMap::new()),
-            view_counters: std::sync::Mutex::new(BTreeMap::new()),
             restored_outputs: std::sync::Mutex::new(outputs),
             recovered_state_format,
         }))

@@ -26,7 +26,12 @@
 //! - `timestamp` (timestamp and `Date32` columns): the event time of row `i`,
 //!   `start_time + i / rows_per_second` seconds, in the column's unit.
 //!
-//! Columns are never NULL.
+//! Columns are never NULL. [`DatagenSource`] (`reader.rs`) reads a spec as
+//! the stream runtime's `Source`, paced at `rows_per_second`.
+
+mod reader;
+
+pub use reader::DatagenSource;
 
 use std::collections::BTreeMap;
 use std::ops::Range;

@@ -1,109 +1,55 @@
 //! The stream worker: one task that runs every materialized view's
-//! operators, off the working-state lock, and cuts their state at
-//! barriers.
+//! operators and cuts their state at barriers.
 //!
 //! ```text
-//!  coordinator ──control: table Changes, Barrier(E), view commands──┐
-//!  reader (view a, source s) ──Rows, Barrier(E)──────────────────────┼─▶ worker ──ViewPart(E)──▶ committer
-//!  reader (view b, source s) ──Rows, Barrier(E)──────────────────────┘   (bounded: back-pressure)
+//!  server ──commands: table Changes, Barrier(E), view starts and drops──┐
+//!  reader (view a, source s) ──Rows, Barrier(E)──────────────────────────┼─▶ worker ──ViewPart(E)──▶ committer
+//!  reader (view b, source s) ──Rows, Barrier(E)──────────────────────────┘   (bounded: back-pressure)
 //! ```
 //!
-//! The worker's inputs are the control channel (the tables' changes and
-//! barriers, which the coordinator cuts under the working lock) and one
-//! channel per source reader. Records are processed as they arrive: a
-//! reader's rows go through its view's operators at once, and the view's
-//! output changes go on to the views that read it. When the control
-//! channel delivers `Barrier(E)`, the worker injects `Barrier(E)` into
-//! every reader and aligns ([`Aligner`]): an input that has delivered its
-//! barrier is not read again until all have. Then every view's state is
-//! exactly its query over the inputs up to their E positions, and the
-//! worker hands the state changed since E-1 ([`ViewPart`]) to the
-//! committer and goes on with E+1 while E is uploaded. The part channel
-//! holds a bounded number of epochs: when the store is slower than the
-//! stream, the worker waits there, readers' channels fill, and the readers
-//! slow down.
+//! The worker's inputs are the command channel (the tables' changes and
+//! barriers, which the server's coordinator cuts under its working lock)
+//! and one channel per source reader. Records are processed as they
+//! arrive: a reader's rows go through its view's operators at once, and
+//! the view's output changes go on to the views that read it. When the
+//! command channel delivers `Barrier(E)`, the worker injects `Barrier(E)`
+//! into every reader and aligns ([`Aligner`]): an input that has
+//! delivered its barrier is not read again until all have. Then every
+//! view's state is exactly its query over the inputs up to their E
+//! positions, and the worker hands the state changed since E-1
+//! ([`ViewPart`]) to the committer and goes on with E+1 while E is
+//! uploaded. The part channel holds a bounded number of epochs: when the
+//! store is slower than the stream, the worker waits there, readers'
+//! channels fill, and the readers slow down.
 //!
 //! The operators of all views run in this one task, like operators
 //! chained into one task in Flink: an operator with two inputs (a join)
 //! sees them in the order the task processes them, so aligning the task's
 //! inputs aligns every operator.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use datafusion::error::DataFusionError;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use weir_state::{TableChange, TableId, TableSnapshot};
-use weir_stream::{Aligner, Changes};
+use weir_state::{TableChange, TableId};
 
-use crate::catalog::ViewFailure;
-use crate::database::Database;
-use crate::reader::{Reader, SourceMessage};
-use crate::views::{apply_output, check_memory, offset_key, RelationChanges, ViewRuntime};
+use super::reader::{Reader, SourceMessage};
+use super::source::{position_key, ReadFrom};
+use super::view::{apply_output, catch_up, check_memory, RelationChanges, ViewRuntime};
+use super::{
+    Command, FailureReason, PendingQueue, RuntimeConfig, RuntimeStatus, ViewFailed, ViewPart,
+};
+use crate::{Aligner, Changes, OperatorInfo, OperatorStats};
 
 /// How often, at most, views' memory is counted within an epoch.
 const MEMORY_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
-/// A view being created: the changes to the relations it reads after its
-/// snapshot, queued for its catch-up.
-pub type PendingQueue = Arc<std::sync::Mutex<Vec<RelationChanges>>>;
-
-/// What the coordinator and DDL tell the worker, in order.
-#[derive(Debug)]
-pub enum Control {
-    /// Changes to tables in the open epoch.
-    Changes(RelationChanges),
-    /// Every table change of `epoch` has been sent.
-    Barrier(u64),
-    /// From now on, queue the changes to `sources` for a view being
-    /// created; reply with the current contents of the views among them.
-    AddPending {
-        /// Identifies the pending view.
-        token: u64,
-        /// Tables and views it reads.
-        sources: BTreeSet<String>,
-        /// Where its changes queue up.
-        queue: PendingQueue,
-        /// The snapshots of the views it reads.
-        reply: oneshot::Sender<HashMap<String, TableSnapshot>>,
-    },
-    /// A pending view's creation ended without it.
-    RemovePending(u64),
-    /// Start running a view: created (catching up on what its pending
-    /// entry `token` queued) or restored at startup.
-    Start(Box<ViewRuntime>, Option<u64>),
-    /// Stop and forget a view.
-    Drop(String),
-}
-
-/// The views' share of one checkpoint.
-#[derive(Debug, Default)]
-pub struct ViewPart {
-    /// The epoch.
-    pub epoch: u64,
-    /// Every running view's output table and operator states.
-    pub tables: BTreeMap<TableId, TableChange>,
-    /// The output tables' contents, for readers.
-    pub snapshots: HashMap<TableId, TableSnapshot>,
-    /// Distinct rows of each operator state.
-    pub operator_rows: HashMap<TableId, usize>,
-    /// Every reader's position.
-    pub offsets: BTreeMap<String, u64>,
-}
-
-/// Rows into and out of one view since the server started.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ViewCounters {
-    /// Input change rows processed.
-    pub rows_in: u64,
-    /// Output change rows produced.
-    pub rows_out: u64,
-    /// Rows its source readers delivered (part of `rows_in`).
-    pub source_rows: u64,
-}
+/// The most rows a reader puts in one batch.
+const MAX_BATCH_ROWS: usize = 8192;
 
 struct PendingView {
     token: u64,
@@ -117,31 +63,34 @@ struct ReaderInput {
     source: String,
     key: String,
     reader: Reader,
-    /// The position its last barrier carried: the rows of every epoch up
-    /// to that barrier, which is what a checkpoint records (with aligned
-    /// inputs, exactly the rows processed before the checkpoint).
-    offset: u64,
+    /// The position its last barrier carried: after the rows of every
+    /// epoch up to that barrier, which is what a checkpoint records (with
+    /// aligned inputs, exactly the rows processed before the checkpoint).
+    position: u64,
 }
 
 /// Which input a message came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Input {
-    Control,
+    Commands,
     Reader(String),
 }
 
 /// The stream worker's state.
-pub struct Worker {
-    db: Arc<Database>,
-    control: mpsc::UnboundedReceiver<Control>,
+pub(super) struct Worker {
+    config: RuntimeConfig,
+    status: Arc<RuntimeStatus>,
+    commands: mpsc::UnboundedReceiver<Command>,
     parts: mpsc::Sender<ViewPart>,
+    /// Views that failed since the last cut.
+    failures: Vec<ViewFailed>,
     views: Vec<ViewRuntime>,
     pending: Vec<PendingView>,
     readers: Vec<ReaderInput>,
     aligner: Aligner<Input>,
     /// Where reading the readers starts next time (fairness).
     next_reader: usize,
-    /// When the barrier being aligned arrived on the control channel.
+    /// When the barrier being aligned arrived on the command channel.
     barrier_since: Option<std::time::Instant>,
     /// An alignment that removing a view's readers completed.
     aligned_by_removal: Option<u64>,
@@ -150,24 +99,28 @@ pub struct Worker {
 }
 
 enum Next {
-    Control(Control),
+    Command(Command),
     Source(usize, Option<SourceMessage>),
     Closed,
 }
 
 impl Worker {
-    /// A worker fed by `control` that hands its parts to `parts`.
+    /// A worker fed by `commands` that hands its parts to `parts` and
+    /// reports what it does in `status`.
     pub fn new(
-        db: Arc<Database>,
-        control: mpsc::UnboundedReceiver<Control>,
+        config: RuntimeConfig,
+        status: Arc<RuntimeStatus>,
+        commands: mpsc::UnboundedReceiver<Command>,
         parts: mpsc::Sender<ViewPart>,
     ) -> Self {
         let mut aligner = Aligner::default();
-        aligner.add_input(Input::Control);
+        aligner.add_input(Input::Commands);
         Worker {
-            db,
-            control,
+            config,
+            status,
+            commands,
             parts,
+            failures: Vec::new(),
             views: Vec::new(),
             pending: Vec::new(),
             readers: Vec::new(),
@@ -179,36 +132,38 @@ impl Worker {
         }
     }
 
-    /// Runs until the control channel closes or the committer goes away.
+    /// Runs until the command channel closes or the committer goes away.
     pub async fn run(mut self) {
         loop {
             let next = self.next_input().await;
             let outcome = match next {
                 Next::Closed => return,
-                Next::Control(message) => self.on_control(message).await,
+                Next::Command(command) => self.on_command(command).await,
                 Next::Source(i, Some(SourceMessage::Rows(rows))) => {
-                    self.db.stream_dirty();
+                    self.status.set_rows_since_barrier(true);
                     let reader = &self.readers[i];
                     let (view, source) = (reader.view.clone(), reader.source.clone());
                     let count = rows.num_rows() as u64;
                     self.process(RelationChanges::new(), Some((&view, &source, rows)), false);
-                    self.db.count_source_rows(&view, count);
+                    self.status.count(&view, |c| c.source_rows += count);
                     Ok(())
                 }
-                Next::Source(i, Some(SourceMessage::Barrier { epoch, offset })) => {
-                    self.readers[i].offset = offset;
+                Next::Source(i, Some(SourceMessage::Barrier { epoch, position })) => {
+                    self.readers[i].position = position;
                     let input = Input::Reader(self.readers[i].key.clone());
                     self.on_barrier(input, epoch).await
                 }
-                Next::Source(i, None) => {
-                    // Its position would no longer be checkpointed, so the
-                    // view cannot go on exactly-once: it fails.
+                Next::Source(i, message) => {
+                    // A failed or stopped reader's position would no longer
+                    // be checkpointed, so its view cannot go on
+                    // exactly-once: it fails.
+                    let error = match message {
+                        Some(SourceMessage::Failed(e)) => Some(e),
+                        _ => None,
+                    };
                     let (view, source) =
                         (self.readers[i].view.clone(), self.readers[i].source.clone());
-                    self.stop_failed(
-                        &view,
-                        ViewFailure::other(format!("its reader of source \"{source}\" stopped")),
-                    );
+                    self.stop_failed(&view, FailureReason::Source { source, error });
                     Ok(())
                 }
             };
@@ -226,19 +181,19 @@ impl Worker {
     }
 
     /// The next message from an input that is not blocked by alignment:
-    /// control first, then the readers in turn.
+    /// commands first, then the readers in turn.
     async fn next_input(&mut self) -> Next {
         let Worker {
-            control,
+            commands,
             readers,
             aligner,
             next_reader,
             ..
         } = self;
         std::future::poll_fn(|cx| {
-            if !aligner.is_blocked(&Input::Control) {
-                match control.poll_recv(cx) {
-                    Poll::Ready(Some(message)) => return Poll::Ready(Next::Control(message)),
+            if !aligner.is_blocked(&Input::Commands) {
+                match commands.poll_recv(cx) {
+                    Poll::Ready(Some(command)) => return Poll::Ready(Next::Command(command)),
                     Poll::Ready(None) => return Poll::Ready(Next::Closed),
                     Poll::Pending => {}
                 }
@@ -260,17 +215,17 @@ impl Worker {
         .await
     }
 
-    async fn on_control(&mut self, message: Control) -> Result<(), Closed> {
-        match message {
-            Control::Changes(changes) => self.process(changes, None, false),
-            Control::Barrier(epoch) => {
+    async fn on_command(&mut self, command: Command) -> Result<(), Closed> {
+        match command {
+            Command::Changes(changes) => self.process(changes, None, false),
+            Command::Barrier(epoch) => {
                 self.barrier_since = Some(std::time::Instant::now());
                 for reader in &self.readers {
                     reader.reader.inject_barrier(epoch);
                 }
-                return self.on_barrier(Input::Control, epoch).await;
+                return self.on_barrier(Input::Commands, epoch).await;
             }
-            Control::AddPending {
+            Command::AddPending {
                 token,
                 sources,
                 queue,
@@ -289,11 +244,11 @@ impl Worker {
                 });
                 let _ = reply.send(snapshots);
             }
-            Control::RemovePending(token) => self.pending.retain(|p| p.token != token),
-            Control::Start(view, token) => self.start(*view, token),
-            Control::Drop(name) => {
+            Command::RemovePending(token) => self.pending.retain(|p| p.token != token),
+            Command::Start(view, token) => self.start(*view, token),
+            Command::Drop(name) => {
                 self.remove_view(&name);
-                self.db.forget_view(&name);
+                self.status.forget(&name);
             }
         }
         Ok(())
@@ -309,25 +264,44 @@ impl Worker {
             };
             let pending = self.pending.remove(position);
             let queued = std::mem::take(&mut *pending.queue.lock().expect("queue lock"));
-            let budget = self.db.view_memory_bytes();
+            let budget = self.config.view_memory_bytes;
             let caught_up = catch_up(&mut view.dataflow, queued)
                 .and_then(|out| apply_output(&mut view.output, out))
                 .and_then(|_| check_memory(&view.name, &view.dataflow, &view.output, budget));
             if let Err(e) = caught_up {
-                self.stop_failed(&view.name, failure(e));
+                self.stop_failed(&view.name, FailureReason::Error(e));
                 return;
             }
         }
-        for source in &view.sources {
-            let key = offset_key(view.id, source.source_id);
-            self.aligner.add_input(Input::Reader(key.clone()));
-            self.readers.push(ReaderInput {
-                view: view.name.clone(),
-                source: source.name.clone(),
-                key,
-                reader: Reader::spawn(source.spec.clone(), source.columns.clone(), source.offset),
-                offset: source.offset,
-            });
+        let mut readers = Vec::new();
+        for input in &view.sources {
+            let from = ReadFrom {
+                position: input.position,
+                columns: input.columns.clone(),
+                max_batch_rows: MAX_BATCH_ROWS,
+            };
+            match Reader::spawn(input.source.as_ref(), from) {
+                Ok(reader) => readers.push(ReaderInput {
+                    view: view.name.clone(),
+                    source: input.name.clone(),
+                    key: position_key(view.id, input.source_id),
+                    reader,
+                    position: input.position,
+                }),
+                Err(e) => {
+                    let source = input.name.clone();
+                    let reason = FailureReason::Source {
+                        source,
+                        error: Some(e),
+                    };
+                    self.stop_failed(&view.name, reason);
+                    return;
+                }
+            }
+        }
+        for reader in readers {
+            self.aligner.add_input(Input::Reader(reader.key.clone()));
+            self.readers.push(reader);
         }
         self.views.push(view);
     }
@@ -348,7 +322,7 @@ impl Worker {
         }
         // Views' memory is counted at each epoch's end and in between at
         // most every MEMORY_CHECK_INTERVAL (counting walks their chunks).
-        let budget = self.db.view_memory_bytes();
+        let budget = self.config.view_memory_bytes;
         let check = end_of_epoch || self.memory_checked.elapsed() >= MEMORY_CHECK_INTERVAL;
         if check {
             self.memory_checked = Instant::now();
@@ -396,13 +370,15 @@ impl Worker {
             let outcome = step();
             match outcome {
                 Ok(out) => {
-                    self.db
-                        .count_view_rows(&view.name, rows_in as u64, out.len() as u64);
+                    self.status.count(&view.name, |c| {
+                        c.rows_in += rows_in as u64;
+                        c.rows_out += out.len() as u64;
+                    });
                     if !out.is_empty() {
                         changes.insert(view.name.clone(), vec![out]);
                     }
                 }
-                Err(e) => failed.push((view.name.clone(), failure(e))),
+                Err(e) => failed.push((view.name.clone(), FailureReason::Error(e))),
             }
         }
         for (name, failure) in failed {
@@ -423,11 +399,14 @@ impl Worker {
     }
 
     /// A failed view stops for good: its operators, state and readers go,
-    /// and the committer records the failure in the catalog.
-    /// Views that read a failed view fail with it.
-    fn stop_failed(&mut self, name: &str, failure: ViewFailure) {
-        warn!(view = %name, reason = %failure.message, sqlstate = %failure.sqlstate, "materialized view failed");
-        self.db.view_failed(name, failure);
+    /// and the next part tells the committer, which records the failure in
+    /// the catalog. Views that read a failed view fail with it.
+    fn stop_failed(&mut self, name: &str, reason: FailureReason) {
+        warn!(view = %name, %reason, "materialized view failed");
+        self.failures.push(ViewFailed {
+            view: name.to_owned(),
+            reason,
+        });
         self.remove_view(name);
         let readers: Vec<String> = self
             .views
@@ -436,10 +415,7 @@ impl Worker {
             .map(|v| v.name.clone())
             .collect();
         for reader in readers {
-            self.stop_failed(
-                &reader,
-                ViewFailure::other(format!("it reads \"{name}\", which failed")),
-            );
+            self.stop_failed(&reader, FailureReason::Input(name.to_owned()));
         }
     }
 
@@ -507,9 +483,9 @@ impl Worker {
         };
         let mut failed = Vec::new();
         for view in &mut self.views {
-            self.db.publish_operators(&view.name, operators(view));
+            self.status.publish_operators(&view.name, operators(view));
             if let Err(e) = cut_view(view, &mut part) {
-                failed.push((view.name.clone(), failure(e)));
+                failed.push((view.name.clone(), FailureReason::Error(e)));
             }
         }
         for (name, failure) in failed {
@@ -522,22 +498,23 @@ impl Worker {
             .collect();
         part.tables.retain(|id, _| running.contains(id));
         for reader in &self.readers {
-            part.offsets.insert(reader.key.clone(), reader.offset);
+            part.positions.insert(reader.key.clone(), reader.position);
         }
-        self.db.stream_clean();
+        part.failures = std::mem::take(&mut self.failures);
+        self.status.set_rows_since_barrier(false);
         part
     }
 }
 
 /// What each of a view's operators has done and holds, and its output
 /// table as a last entry.
-fn operators(view: &ViewRuntime) -> Vec<weir_stream::OperatorInfo> {
+fn operators(view: &ViewRuntime) -> Vec<OperatorInfo> {
     let mut operators = view.dataflow.operators();
     let rows_in = operators.last().map_or(0, |o| o.stats.rows_out);
-    operators.push(weir_stream::OperatorInfo {
+    operators.push(OperatorInfo {
         index: operators.len(),
         name: "Output".into(),
-        stats: weir_stream::OperatorStats {
+        stats: OperatorStats {
             rows_in,
             rows_out: 0,
             busy: Duration::ZERO,
@@ -595,28 +572,4 @@ struct Closed;
 
 fn external(e: weir_state::StateError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
-}
-
-/// What the catalog records about a view that `e` stopped.
-fn failure(e: DataFusionError) -> ViewFailure {
-    ViewFailure::from_error(&crate::error::WeirError::from_datafusion(e))
-}
-
-/// Pushes queued changes through a new view's operators and ends the
-/// epoch, so that its output is complete: the operators' results do not
-/// depend on how changes are cut into batches.
-pub fn catch_up(
-    dataflow: &mut weir_stream::Dataflow,
-    queue: Vec<RelationChanges>,
-) -> datafusion::error::Result<Vec<Changes>> {
-    let mut out = Vec::new();
-    for step in queue {
-        for (relation, changes) in step {
-            for change in changes {
-                out.extend(dataflow.push(&relation, change)?);
-            }
-        }
-    }
-    out.extend(dataflow.flush()?);
-    Ok(out)
 }

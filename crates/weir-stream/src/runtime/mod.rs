@@ -1,0 +1,261 @@
+//! The stream runtime: the task that runs every materialized view's
+//! operators, the source readers that feed it, and the messages between
+//! them and the server.
+//!
+//! ```text
+//!             commands (table changes, Barrier(E), view starts and drops)
+//!  server ─────────────────────────────────────────────────────────────▶ worker ──ViewPart(E)──▶ server's committer
+//!                                       readers ──Rows, Barrier(E)──────▶   │
+//!  server ◀── RuntimeStatus (rows since the last barrier, counters, operators) ┘
+//! ```
+//!
+//! The server talks to the runtime through [`Command`]s, in order with
+//! the epochs' barriers, and receives one [`ViewPart`] per epoch: the
+//! views' state changes, reader positions and the views that failed in
+//! it. What the runtime has done is readable at any time in its
+//! [`RuntimeStatus`]. The runtime never calls into the server.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `source` | the [`Source`] trait connectors implement, reader positions |
+//! | `reader` | one task per (view, source) reading batches, barriers in-band |
+//! | `view` | a running view: operators, output table, memory budget |
+//! | `worker` | the loop: commands and readers in, barriers aligned, parts out |
+
+mod reader;
+mod source;
+mod view;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+pub use source::{position_key, ReadFrom, Source, SourceReader};
+pub use view::{
+    apply_output, catch_up, check_memory, is_counted, EarlyDeltas, MemoryBudgetExceeded,
+    RelationChanges, SourceInput, ViewRuntime, COUNT_COLUMN,
+};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::error::DataFusionError;
+use tokio::sync::{mpsc, oneshot};
+use weir_state::{TableChange, TableId, TableSnapshot};
+
+use crate::OperatorInfo;
+
+/// A view being created: the changes to the relations it reads after its
+/// snapshot, queued for its catch-up.
+pub type PendingQueue = Arc<Mutex<Vec<RelationChanges>>>;
+
+/// What the server tells the runtime, in order.
+#[derive(Debug)]
+pub enum Command {
+    /// Changes to tables in the open epoch.
+    Changes(RelationChanges),
+    /// Every table change of `epoch` has been sent.
+    Barrier(u64),
+    /// From now on, queue the changes to `sources` for a view being
+    /// created; reply with the current contents of the views among them.
+    AddPending {
+        /// Identifies the pending view.
+        token: u64,
+        /// Tables and views it reads.
+        sources: BTreeSet<String>,
+        /// Where its changes queue up.
+        queue: PendingQueue,
+        /// The snapshots of the views it reads.
+        reply: oneshot::Sender<HashMap<String, TableSnapshot>>,
+    },
+    /// A pending view's creation ended without it.
+    RemovePending(u64),
+    /// Start running a view: created (catching up on what its pending
+    /// entry `token` queued) or restored at startup.
+    Start(Box<ViewRuntime>, Option<u64>),
+    /// Stop and forget a view.
+    Drop(String),
+}
+
+/// The views' share of one checkpoint.
+#[derive(Debug, Default)]
+pub struct ViewPart {
+    /// The epoch.
+    pub epoch: u64,
+    /// Every running view's output table and operator states.
+    pub tables: BTreeMap<TableId, TableChange>,
+    /// The output tables' contents, for readers.
+    pub snapshots: HashMap<TableId, TableSnapshot>,
+    /// Distinct rows of each operator state.
+    pub operator_rows: HashMap<TableId, usize>,
+    /// Every reader's position, by [`position_key`].
+    pub positions: BTreeMap<String, u64>,
+    /// Views that stopped in this epoch; their tables are not in `tables`.
+    pub failures: Vec<ViewFailed>,
+}
+
+/// A view that stopped for good, and why.
+#[derive(Debug)]
+pub struct ViewFailed {
+    /// The view.
+    pub view: String,
+    /// Why it stopped.
+    pub reason: FailureReason,
+}
+
+/// Why a view stopped.
+#[derive(Debug)]
+pub enum FailureReason {
+    /// Its operators or output failed (an expression error, its memory
+    /// budget, state that could not be taken).
+    Error(DataFusionError),
+    /// A source it reads failed or its reader stopped: its position would
+    /// no longer be checkpointed, so it cannot go on exactly-once.
+    Source {
+        /// The source.
+        source: String,
+        /// What the reader reported, if anything.
+        error: Option<DataFusionError>,
+    },
+    /// It reads a view that failed.
+    Input(String),
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureReason::Error(e) => write!(f, "{e}"),
+            FailureReason::Source {
+                source,
+                error: Some(e),
+            } => write!(f, "its source \"{source}\" failed: {e}"),
+            FailureReason::Source {
+                source,
+                error: None,
+            } => write!(f, "its reader of source \"{source}\" stopped"),
+            FailureReason::Input(view) => write!(f, "it reads \"{view}\", which failed"),
+        }
+    }
+}
+
+/// Rows into and out of one view since the server started.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ViewCounters {
+    /// Input change rows processed.
+    pub rows_in: u64,
+    /// Output change rows produced.
+    pub rows_out: u64,
+    /// Rows its source readers delivered (part of `rows_in`).
+    pub source_rows: u64,
+}
+
+/// Settings of the runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The most bytes one view's state may hold.
+    pub view_memory_bytes: usize,
+}
+
+/// What the runtime has done, readable by the server at any time.
+#[derive(Debug, Default)]
+pub struct RuntimeStatus {
+    rows_since_barrier: AtomicBool,
+    counters: Mutex<BTreeMap<String, ViewCounters>>,
+    operators: Mutex<BTreeMap<String, Vec<OperatorInfo>>>,
+}
+
+impl RuntimeStatus {
+    /// Whether source rows arrived since the last barrier: the open epoch
+    /// has changes even if no table does.
+    pub fn has_rows_since_barrier(&self) -> bool {
+        self.rows_since_barrier.load(Ordering::SeqCst)
+    }
+
+    /// Rows into and out of every running or failed view.
+    pub fn view_counters(&self) -> BTreeMap<String, ViewCounters> {
+        self.counters.lock().expect("counters lock").clone()
+    }
+
+    /// Every running or failed view's operators as of its last
+    /// checkpoint, its output table last.
+    pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
+        self.operators.lock().expect("operators lock").clone()
+    }
+
+    fn set_rows_since_barrier(&self, value: bool) {
+        self.rows_since_barrier.store(value, Ordering::SeqCst);
+    }
+
+    fn count(&self, view: &str, update: impl FnOnce(&mut ViewCounters)) {
+        let mut counters = self.counters.lock().expect("counters lock");
+        update(counters.entry(view.to_owned()).or_default());
+    }
+
+    fn publish_operators(&self, view: &str, operators: Vec<OperatorInfo>) {
+        self.operators
+            .lock()
+            .expect("operators lock")
+            .insert(view.to_owned(), operators);
+    }
+
+    fn forget(&self, view: &str) {
+        self.counters.lock().expect("counters lock").remove(view);
+        self.operators.lock().expect("operators lock").remove(view);
+    }
+}
+
+/// The server's handle on the runtime.
+#[derive(Debug)]
+pub struct Runtime {
+    commands: mpsc::UnboundedSender<Command>,
+    status: Arc<RuntimeStatus>,
+    /// The worker's inputs until [`Runtime::start`] runs it.
+    unstarted: Mutex<Option<(mpsc::UnboundedReceiver<Command>, RuntimeConfig)>>,
+}
+
+impl Runtime {
+    /// A runtime that queues commands until it starts.
+    pub fn new(config: RuntimeConfig) -> Self {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        Runtime {
+            commands,
+            status: Arc::default(),
+            unstarted: Mutex::new(Some((receiver, config))),
+        }
+    }
+
+    /// Starts the worker on a thread of its own (its operators compute
+    /// without yielding), driven by the current tokio runtime. Returns the
+    /// receiver of its parts, one per epoch; at most `parts_in_flight`
+    /// wait in it before the worker, and then the sources, wait.
+    ///
+    /// # Panics
+    /// If called twice.
+    pub fn start(&self, parts_in_flight: usize) -> mpsc::Receiver<ViewPart> {
+        let (commands, config) = self
+            .unstarted
+            .lock()
+            .expect("runtime lock")
+            .take()
+            .expect("the runtime starts once");
+        let (parts, receiver) = mpsc::channel(parts_in_flight);
+        let worker = worker::Worker::new(config, self.status.clone(), commands, parts);
+        let tokio = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("weir-stream".into())
+            .spawn(move || tokio.block_on(worker.run()))
+            .expect("spawn the stream worker");
+        receiver
+    }
+
+    /// Sends a command; false if the worker is gone (shutdown).
+    pub fn send(&self, command: Command) -> bool {
+        self.commands.send(command).is_ok()
+    }
+
+    /// What the runtime has done.
+    pub fn status(&self) -> &RuntimeStatus {
+        &self.status
+    }
+}

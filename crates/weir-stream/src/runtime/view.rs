@@ -1,0 +1,208 @@
+//! One running materialized view: its operators, its output table (rows
+//! by key, or rows with counts), the sources it reads, and its memory
+//! budget.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use weir_state::{DeltaBatches, StateTable, TableId, TableSpec};
+
+use super::source::Source;
+use crate::{Changes, Dataflow, Result};
+
+/// The column of a view's output table that counts each row, when nothing
+/// narrower than all its columns is unique.
+pub const COUNT_COLUMN: &str = "__weir_count";
+
+/// The changes of every relation in one step.
+pub type RelationChanges = HashMap<String, Vec<Changes>>;
+
+/// One running materialized view.
+#[derive(Debug)]
+pub struct ViewRuntime {
+    /// The view's name.
+    pub name: String,
+    /// Its output state table's id.
+    pub id: TableId,
+    /// Its operators' state tables, in dataflow order.
+    pub state_ids: Vec<TableId>,
+    /// The operators.
+    pub dataflow: Dataflow,
+    /// Its output: rows by key, or rows with counts.
+    pub output: StateTable,
+    /// The sources it reads through readers of its own.
+    pub sources: Vec<SourceInput>,
+    /// State deltas taken before it started running (its backfill), to be
+    /// committed with its first epoch.
+    pub early: EarlyDeltas,
+}
+
+/// A source a view reads, and where its reader stands.
+#[derive(Debug, Clone)]
+pub struct SourceInput {
+    /// The source's catalog id.
+    pub source_id: TableId,
+    /// The source's name (the relation its dataflow reads).
+    pub name: String,
+    /// The connector that reads it.
+    pub source: Arc<dyn Source>,
+    /// The columns the view reads; `None`: all.
+    pub columns: Option<Vec<bool>>,
+    /// The reader's position as last checkpointed.
+    pub position: u64,
+}
+
+/// A new view's state deltas taken off the lock and off the stream worker
+/// (its backfill, catch-up rounds), for the epoch that starts it: gathering
+/// a large view's state at a barrier would stall every other view.
+#[derive(Debug, Default)]
+pub struct EarlyDeltas {
+    /// The output table's deltas.
+    pub output: Vec<DeltaBatches>,
+    /// Each operator state's deltas, in dataflow order.
+    pub states: Vec<Vec<DeltaBatches>>,
+}
+
+impl EarlyDeltas {
+    /// Takes what changed in the operators' states and the output table.
+    /// The dataflow must have been flushed.
+    pub fn take(&mut self, dataflow: &mut Dataflow, table: &mut StateTable) -> Result<()> {
+        let states = dataflow.checkpoint()?;
+        self.states.resize_with(states.len(), Vec::new);
+        for (delta, early) in states.into_iter().zip(&mut self.states) {
+            early.extend(delta);
+        }
+        self.output.extend(table.take_delta().map_err(external)?);
+        Ok(())
+    }
+}
+
+/// A view's state outgrew its budget (`--view-memory-mb`). The server
+/// reports it as SQLSTATE 53200 (out of memory).
+#[derive(Debug, Clone)]
+pub struct MemoryBudgetExceeded {
+    /// The view.
+    pub view: String,
+    /// Bytes its state holds.
+    pub used: usize,
+    /// Bytes it may hold.
+    pub budget: usize,
+}
+
+impl std::fmt::Display for MemoryBudgetExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |bytes: usize| bytes.div_ceil(1 << 20);
+        write!(
+            f,
+            "materialized view \"{}\" needs {} MiB for its state, more than its budget of {} MiB",
+            self.view,
+            mib(self.used),
+            mib(self.budget)
+        )
+    }
+}
+
+impl std::error::Error for MemoryBudgetExceeded {}
+
+/// Fails with [`MemoryBudgetExceeded`] if a view's state holds more than
+/// `budget` bytes: its operators' state and its output table, counted from
+/// the allocations they hold.
+pub fn check_memory(
+    name: &str,
+    dataflow: &Dataflow,
+    output: &StateTable,
+    budget: usize,
+) -> Result<()> {
+    let used = dataflow.memory_size() + output.memory_size();
+    if used <= budget {
+        return Ok(());
+    }
+    Err(DataFusionError::External(Box::new(MemoryBudgetExceeded {
+        view: name.to_owned(),
+        used,
+        budget,
+    })))
+}
+
+/// Whether a view output table of `spec` stores a count with each row.
+pub fn is_counted(spec: &TableSpec) -> bool {
+    spec.schema
+        .fields()
+        .last()
+        .is_some_and(|f| f.name() == COUNT_COLUMN)
+}
+
+/// Adds a view's output changes to its output table (keyed rows, or rows
+/// with counts). Returns the net changes, which downstream views consume.
+pub fn apply_output(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes> {
+    if !is_counted(table.spec()) {
+        return apply_keyed(table, out);
+    }
+    let spec = table.spec().clone();
+    let width = spec.schema.fields().len() - 1;
+    let view_schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
+    let parts = out
+        .into_iter()
+        .map(|c| c.with_schema(view_schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let all = Changes::concat(&view_schema, &parts)?;
+    // Rows that cancel within the changes cancel in the table as well; the
+    // table sums each row's weights (one key lookup per row), so the
+    // changes are passed on unconsolidated.
+    table
+        .add_counts(&all.rows, all.weights.values())
+        .map_err(external)?;
+    Ok(all)
+}
+
+/// [`apply_output`] for a view whose output has a unique key: its rows
+/// are stored once, by key. Within the changes, a key is deleted at most
+/// once (its old row) and inserted at most once (its new row); anything
+/// else means the key was not unique, a bug in the planner.
+fn apply_keyed(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes> {
+    let schema = table.spec().schema.clone();
+    let parts = out
+        .into_iter()
+        .map(|c| c.with_schema(schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let all = Changes::concat(&schema, &parts)?;
+    // Inserts alone cannot cancel each other: no need to consolidate.
+    let net = if all.weights.values().iter().all(|&w| w == 1) {
+        all
+    } else {
+        all.consolidate()?
+    };
+    if net.is_empty() {
+        return Ok(net);
+    }
+    let weights = net.weights.values();
+    if weights.iter().any(|&w| w != 1 && w != -1) {
+        return Err(DataFusionError::Internal(
+            "a materialized view's key is not unique".into(),
+        ));
+    }
+    table.apply_keyed(&net.rows, weights).map_err(external)?;
+    Ok(net)
+}
+
+/// Pushes queued changes through a new view's operators and ends the
+/// epoch, so that its output is complete: the operators' results do not
+/// depend on how changes are cut into batches.
+pub fn catch_up(dataflow: &mut Dataflow, queue: Vec<RelationChanges>) -> Result<Vec<Changes>> {
+    let mut out = Vec::new();
+    for step in queue {
+        for (relation, changes) in step {
+            for change in changes {
+                out.extend(dataflow.push(&relation, change)?);
+            }
+        }
+    }
+    out.extend(dataflow.flush()?);
+    Ok(out)
+}
+
+fn external(e: weir_state::StateError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
