@@ -115,8 +115,25 @@ impl ContainerBytes for Batch {
     }
 }
 
-/// Splits batches by a hash of column 0 with `take` kernels.
-struct ByKey;
+/// How many virtual partitions keys hash into; each belongs to one worker.
+const VNODES: usize = 256;
+
+/// Splits batches by a hash of column 0 with `take` kernels: a key's
+/// virtual partition is the top 8 bits of its hash, and `owner` maps
+/// virtual partitions to workers (no division per row).
+struct ByKey {
+    owner: [u8; VNODES],
+}
+
+impl ByKey {
+    fn new(peers: usize) -> Self {
+        let mut owner = [0u8; VNODES];
+        for (vnode, worker) in owner.iter_mut().enumerate() {
+            *worker = (vnode % peers) as u8;
+        }
+        ByKey { owner }
+    }
+}
 
 impl Distributor<Batch> for ByKey {
     fn partition<T: Clone, P: timely::communication::Push<Message<T, Batch>>>(
@@ -134,9 +151,10 @@ impl Distributor<Batch> for ByKey {
                 &mut hashes,
             )
             .unwrap();
-            let mut parts: Vec<Vec<u32>> = vec![Vec::new(); peers];
+            let share = changes.len() / peers + changes.len() / 8;
+            let mut parts: Vec<Vec<u32>> = (0..peers).map(|_| Vec::with_capacity(share)).collect();
             for (i, h) in hashes.iter().enumerate() {
-                parts[(*h % peers as u64) as usize].push(i as u32);
+                parts[self.owner[(h >> 56) as usize] as usize].push(i as u32);
             }
             for (w, rows) in parts.into_iter().enumerate() {
                 if rows.is_empty() {
@@ -207,7 +225,7 @@ fn main() {
             scope
                 .input_from(input.as_mut().unwrap())
                 .unary_frontier::<CapacityContainerBuilder<Batch>, _, _, _>(
-                    DistributorPact(|_peers| ByKey),
+                    DistributorPact(ByKey::new),
                     "GroupBy",
                     move |_cap, _info| {
                         let mut op = weir_stream::GroupedAggregate::try_new(

@@ -163,6 +163,11 @@ mod tests {
             .expect("int64")
             .value(0);
         assert_eq!(first, 8, "sequence starts at 1: row 7 is 8");
+        let mut rows = batch.num_rows();
+        while let Some(batch) = resumed.next().await {
+            rows += batch.expect("rows").num_rows();
+        }
+        assert_eq!(rows, 3, "rows 7, 8 and 9");
         assert_eq!(resumed.position(), 10);
     }
 
