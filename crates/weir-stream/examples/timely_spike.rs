@@ -10,7 +10,8 @@
 //! Each worker generates its share of bid-shaped rows (auction in
 //! 1..10,000, price), in batches of 8,192, at timestamps `epoch << 20 |
 //! tick`: one tick per batch, and a new epoch every second. A batch is
-//! exchanged by a hash of the auction (Arrow `take` per worker), then
+//! exchanged by a hash of the auction (its top 8 bits pick one of 256
+//! virtual partitions, each owned by one worker; Arrow `take` per worker), then
 //! aggregated (`count(*)`, `sum(price)` by auction) by the columnar
 //! `GroupedAggregate`. The aggregate processes rows of the epoch its input
 //! frontier is in and holds rows of later epochs; when the frontier passes
