@@ -370,21 +370,40 @@ mod tests {
     use std::time::Instant;
     use weir_state::faulty::FaultyStore;
 
-    #[tokio::test]
-    async fn writes_wait_while_the_store_fails_and_commit_once_it_is_back() {
+    /// A running database over a local folder whose store fails as the
+    /// returned faults say; it runs while the sender lives.
+    struct FaultyDatabase {
+        db: Arc<Database>,
+        faults: Arc<std::sync::Mutex<weir_state::faulty::Faults>>,
+        _dir: tempfile::TempDir,
+        _stop: watch::Sender<bool>,
+    }
+
+    async fn open_faulty(config: DatabaseConfig) -> FaultyDatabase {
         let dir = tempfile::tempdir().unwrap();
         let local: Arc<dyn ObjectStore> =
             Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let (store, faults) = FaultyStore::new(local);
-        let config = DatabaseConfig {
+        let state = StateStore::with_store(store, Path::default(), Default::default());
+        let db = Database::open(state, config).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(db.clone().run_coordinator(stopped));
+        FaultyDatabase {
+            db,
+            faults,
+            _dir: dir,
+            _stop: stop,
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_wait_while_the_store_fails_and_commit_once_it_is_back() {
+        let FaultyDatabase { db, faults, .. } = &open_faulty(DatabaseConfig {
             checkpoint_interval: Duration::from_millis(50),
             commit_timeout: Duration::from_millis(300),
             ..DatabaseConfig::default()
-        };
-        let state = StateStore::with_store(store, Path::default(), Default::default());
-        let db = Database::open(state, config).await.unwrap();
-        let (_stop, stopped) = watch::channel(false);
-        tokio::spawn(db.clone().run_coordinator(stopped));
+        })
+        .await;
 
         let def = TableDef {
             id: 0,
@@ -464,18 +483,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_store_makes_epochs_longer_not_state_bigger() {
-        let dir = tempfile::tempdir().unwrap();
-        let local: Arc<dyn ObjectStore> =
-            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-        let (store, faults) = FaultyStore::new(local);
-        let config = DatabaseConfig {
+        let FaultyDatabase { db, faults, .. } = &open_faulty(DatabaseConfig {
             checkpoint_interval: Duration::from_millis(20),
             ..DatabaseConfig::default()
-        };
-        let state = StateStore::with_store(store, Path::default(), Default::default());
-        let db = Database::open(state, config).await.unwrap();
-        let (_stop, stopped) = watch::channel(false);
-        tokio::spawn(db.clone().run_coordinator(stopped));
+        })
+        .await;
         let runtime = Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default());
         let mut session = crate::session::Session::new(db.clone(), runtime, "weir".into()).unwrap();
         sql(
