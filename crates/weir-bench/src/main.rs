@@ -84,6 +84,9 @@ enum Bench {
         /// Runs per configuration; the median is reported.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// The server's `--workers`: readers per source.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
         /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
@@ -137,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
             checkpoint_interval,
             compare_off,
             repeat,
+            workers,
             server_args,
         } => {
             stream::run(stream::StreamLoad {
@@ -145,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
                 checkpoint_interval,
                 compare_off,
                 repeat,
+                workers,
                 server_args,
             })
             .await

@@ -66,6 +66,8 @@ pub struct StreamLoad {
     /// Runs per configuration; the median run is reported (shared machines
     /// are noisy).
     pub repeat: usize,
+    /// `--workers` for the server.
+    pub workers: usize,
     /// Extra flags for the server.
     pub server_args: Vec<String>,
 }
@@ -92,7 +94,10 @@ pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
             let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
             format!("unknown query {:?}; one of {names:?}", load.query)
         })?;
-    println!("stream: {} rows, query {} ({sql})", load.rows, load.query);
+    println!(
+        "stream: {} rows, query {} ({sql}), {} workers",
+        load.rows, load.query, load.workers
+    );
     // With --compare-off the two configurations alternate, so a noisy
     // stretch of the machine hits both alike.
     let (mut ons, mut offs) = (Vec::new(), Vec::new());
@@ -168,6 +173,8 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         interval.to_string(),
         "--metrics-listen".to_string(),
         metrics.clone(),
+        "--workers".to_string(),
+        load.workers.to_string(),
     ];
     args.extend(load.server_args.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

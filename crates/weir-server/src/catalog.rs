@@ -77,6 +77,13 @@ impl SourceDef {
         .and_then(|spec| spec.with_version(self.generator_version))
         .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
     }
+
+    /// The connector that reads it, for the stream runtime.
+    pub fn connector(&self) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
+        Ok(Arc::new(weir_connectors::datagen::DatagenSource::new(
+            self.generator()?,
+        )))
+    }
 }
 
 /// Why a materialized view stopped being maintained: the error that

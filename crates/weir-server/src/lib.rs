@@ -41,5 +41,5 @@ mod types;
 mod views;
 
 pub use auth::Auth;
-pub use database::{Database, DatabaseConfig, DEFAULT_VIEW_MEMORY_MB};
+pub use database::{default_workers, Database, DatabaseConfig, DEFAULT_VIEW_MEMORY_MB};
 pub use server::{serve, ServeOptions};

@@ -338,7 +338,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
-    let sources = source_inputs(&working.catalog, &planned, |_| 0)?;
+    let sources = source_inputs(&working.catalog, &planned, |_| None)?;
     let def = MaterializedViewDef {
         name: name.clone(),
         query: create.query.to_string(),
@@ -375,25 +375,26 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
 }
 
 /// The datagen sources a planned view reads, each with the columns it
-/// reads and its reader's starting position.
+/// reads and its splits' starting positions (`positions`, or every split
+/// at its beginning).
 fn source_inputs(
     catalog: &crate::catalog::Catalog,
     planned: &PlannedView,
-    offset: impl Fn(TableId) -> u64,
+    positions: impl Fn(TableId) -> Option<Vec<u64>>,
 ) -> WeirResult<Vec<SourceInput>> {
     planned
         .sources
         .iter()
         .filter_map(|name| catalog.sources.get(name))
         .map(|def| {
+            let source = def.connector()?;
+            let positions = positions(def.id).unwrap_or_else(|| vec![0; source.splits() as usize]);
             Ok(SourceInput {
                 source_id: def.id,
                 name: def.name.clone(),
-                source: Arc::new(weir_connectors::datagen::DatagenSource::new(
-                    def.generator()?,
-                )),
+                source,
                 columns: planned.plan.columns_read(&def.name, def.columns.len()),
-                position: offset(def.id),
+                positions,
             })
         })
         .collect()
@@ -530,10 +531,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         return rebuild(db, runtime, defs).await;
     }
     let started = Instant::now();
-    let offsets = db
-        .last_manifest()
-        .map(|m| m.sources.clone())
-        .unwrap_or_default();
+    let offsets = committed.offsets.clone();
     let session = Session::new(db.clone(), runtime, "weir".into())?;
     let mut restored = Vec::new();
     let mut failed = Vec::new();
@@ -568,10 +566,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             .take_restored_output(def.id)
             .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
         let sources = source_inputs(&committed.catalog, &planned, |source| {
-            offsets
-                .get(&position_key(def.id, source))
-                .copied()
-                .unwrap_or(0)
+            offsets.get(&position_key(def.id, source)).cloned()
         })?;
         restored.push(ViewRuntime {
             name: def.name.clone(),
@@ -660,7 +655,7 @@ async fn rebuild(
         let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
             .map(|_| allocate_id(&mut working.catalog))
             .collect();
-        let sources = source_inputs(&working.catalog, &planned, |_| 0)?;
+        let sources = source_inputs(&working.catalog, &planned, |_| None)?;
         let Some(entry) = working.catalog.materialized_views.get_mut(&def.name) else {
             continue;
         };

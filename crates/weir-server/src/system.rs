@@ -6,8 +6,10 @@
 //! - `weir_state_tables`: each table's, view's and operator state's rows
 //!   (distinct rows for views and operators) and files in the newest
 //!   manifest (base size, delta count and size);
-//! - `weir_source_readers`: each view's reader of each source and its
-//!   position (rows read) at the epoch the query reads;
+//! - `weir_source_readers`: each view's reading of each source and its
+//!   position (rows read, over all the source's splits) at the epoch the
+//!   query reads;
+//! - `weir_source_splits`: the same per split: each split's position;
 //! - `weir_view_operators`: each running view's operators as of its last
 //!   checkpoint: change rows in and out, state rows and bytes, busy time;
 //!   the last entry of a view is its output table.
@@ -28,6 +30,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_checkpoints",
     "weir_state_tables",
     "weir_source_readers",
+    "weir_source_splits",
     "weir_view_operators",
 ];
 
@@ -42,6 +45,7 @@ pub fn table(
         "weir_checkpoints" => Some(checkpoints(db)),
         "weir_state_tables" => Some(state_tables(db)),
         "weir_source_readers" => Some(source_readers(snapshot)),
+        "weir_source_splits" => Some(source_splits(snapshot)),
         "weir_view_operators" => Some(view_operators(db)),
         _ => None,
     }
@@ -57,7 +61,7 @@ fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             .filter_map(|d| catalog.sources.get(d))
         {
             let key = weir_stream::runtime::position_key(view.id, source.id);
-            let position = snapshot.offsets.get(&key).copied().unwrap_or(0);
+            let position = snapshot.offsets.get(&key).map_or(0, |s| s.iter().sum());
             rows.push((view.name.clone(), source.name.clone(), position));
         }
     }
@@ -75,6 +79,37 @@ fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
                 rows.iter().map(|r| r.1.clone()),
             )),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+        ],
+    )
+}
+
+fn source_splits(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let catalog = &snapshot.catalog;
+    let mut rows: Vec<(&str, &str, u64, u64)> = Vec::new();
+    for view in catalog.materialized_views.values() {
+        for source in view
+            .depends_on
+            .iter()
+            .filter_map(|d| catalog.sources.get(d))
+        {
+            let key = weir_stream::runtime::position_key(view.id, source.id);
+            for (split, &position) in snapshot.offsets.get(&key).into_iter().flatten().enumerate() {
+                rows.push((&view.name, &source.name, split as u64, position));
+            }
+        }
+    }
+    mem_table(
+        vec![
+            Field::new("view", DataType::Utf8, false),
+            Field::new("source", DataType::Utf8, false),
+            Field::new("split", DataType::UInt64, false),
+            Field::new("position", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.3))),
         ],
     )
 }

@@ -40,7 +40,7 @@ mod table;
 pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};
 pub use key_index::{KeyId, KeyIndex, Probe};
-pub use manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
+pub use manifest::{DeltaFiles, FileSlice, Manifest, ReaderPosition, TableFiles, TableId};
 pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};
 pub use table::{
     DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot, TableSpec,

@@ -8,6 +8,17 @@ use serde::{Deserialize, Serialize};
 /// never are.
 pub type TableId = u64;
 
+/// Where a view's reading of one source stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ReaderPosition {
+    /// The position of each of the source's splits (rows read from it).
+    Splits(Vec<u64>),
+    /// Rows read in the source's own order: what manifests written before
+    /// sources had splits hold. The source converts it to split positions.
+    Offset(u64),
+}
+
 /// A byte range of an object in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileSlice {
@@ -68,10 +79,10 @@ pub struct Manifest {
     pub catalog: serde_json::Value,
     /// Live files per table.
     pub tables: BTreeMap<TableId, TableFiles>,
-    /// The position of every source reader at this epoch (rows read), by
-    /// a key the server chooses; recovery rewinds readers to it.
+    /// Where every source reader stands at this epoch, by a key the
+    /// server chooses; recovery rewinds readers to it.
     #[serde(default)]
-    pub sources: BTreeMap<String, u64>,
+    pub sources: BTreeMap<String, ReaderPosition>,
     /// The format of the operator state and view tables it names (see
     /// [`Manifest::STATE_FORMAT`]); 1 for manifests written before the
     /// field existed.
@@ -107,5 +118,20 @@ impl Manifest {
             sources: BTreeMap::new(),
             state_format: Self::STATE_FORMAT,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reader_positions_read_both_forms() {
+        let positions: BTreeMap<String, ReaderPosition> =
+            serde_json::from_str(r#"{"1/2": 17, "1/3": [4, 0, 9]}"#).expect("parses");
+        assert_eq!(positions["1/2"], ReaderPosition::Offset(17));
+        assert_eq!(positions["1/3"], ReaderPosition::Splits(vec![4, 0, 9]));
+        let written = serde_json::to_string(&positions).expect("serializes");
+        assert_eq!(written, r#"{"1/2":17,"1/3":[4,0,9]}"#);
     }
 }

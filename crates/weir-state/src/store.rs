@@ -17,7 +17,7 @@ use crate::codec;
 use crate::compact::{self, CompactedBase};
 use crate::error::{StateError, StateResult};
 use crate::layout::{self, data_path, manifest_path};
-use crate::manifest::{DeltaFiles, FileSlice, Manifest, TableFiles, TableId};
+use crate::manifest::{DeltaFiles, FileSlice, Manifest, ReaderPosition, TableFiles, TableId};
 use crate::table::{DeltaBatches, StateTable, TableSpec};
 
 /// Tunables of the state store.
@@ -83,7 +83,7 @@ pub struct EpochDelta {
     /// manifest that are missing here were dropped.
     pub tables: BTreeMap<TableId, TableChange>,
     /// Source reader positions after the epoch (see [`Manifest::sources`]).
-    pub sources: BTreeMap<String, u64>,
+    pub sources: BTreeMap<String, ReaderPosition>,
 }
 
 /// What one commit wrote.

@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// reads fail with 53200, while the server and other views go on.
     #[arg(long, default_value_t = weir_server::DEFAULT_VIEW_MEMORY_MB)]
     pub view_memory_mb: usize,
+    /// How many workers read each source a view reads, in parallel, each a
+    /// share of the source's splits (default: the number of cores). It may
+    /// change between restarts: every split resumes at its own position.
+    #[arg(long, default_value_t = weir_server::default_workers())]
+    pub workers: usize,
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -140,6 +145,7 @@ impl Config {
             },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             view_memory_bytes: args.view_memory_mb << 20,
+            workers: args.workers,
             ..DatabaseConfig::default()
         };
         let metrics_listen = match &args.metrics_listen {
@@ -154,6 +160,9 @@ impl Config {
         }
         if args.view_memory_mb == 0 {
             bail!("--view-memory-mb must be positive");
+        }
+        if args.workers == 0 {
+            bail!("--workers must be at least 1");
         }
         if args.retained_manifests == 0 {
             bail!("--retained-manifests must be at least 1");

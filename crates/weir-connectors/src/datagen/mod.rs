@@ -31,7 +31,7 @@
 
 mod reader;
 
-pub use reader::DatagenSource;
+pub use reader::{split_rows, DatagenSource, BLOCK_ROWS, SPLITS};
 
 use std::collections::BTreeMap;
 use std::ops::Range;

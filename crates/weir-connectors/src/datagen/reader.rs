@@ -1,6 +1,12 @@
-//! `datagen` as a [`Source`] of the stream runtime: a reader that emits the
-//! spec's rows as they fall due at its rate (all at once, up to a batch,
-//! when it is behind). Its position is the number of rows it has emitted.
+//! `datagen` as a [`Source`] of the stream runtime, read through
+//! [`SPLITS`] splits: split `s` holds every [`SPLITS`]-th block of
+//! [`BLOCK_ROWS`] rows, starting with block `s`, and its position is the
+//! number of its rows emitted. A reader emits the rows of its splits in
+//! the source's order, as they fall due at the source's rate (all at once,
+//! up to a batch, when it is behind): one reader of every split emits
+//! exactly the rows, and batches, of a source read as one sequence, and
+//! several readers share the rate, each emitting its blocks' rows when
+//! they fall due.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +15,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
 use futures::Stream;
 use tokio::time::{Instant, Sleep};
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
@@ -18,6 +25,27 @@ use super::DatagenSpec;
 /// How long a reader that is ahead of its rate waits before it looks
 /// again: slow sources then emit a few rows per batch, not one.
 const PACING_TICK: Duration = Duration::from_millis(10);
+
+/// How many splits a `datagen` source is read through.
+pub const SPLITS: u32 = 256;
+
+/// Rows per block; a split holds every [`SPLITS`]-th block.
+pub const BLOCK_ROWS: u64 = 8192;
+
+/// The index, in the source's order, of row `position` of `split`.
+fn row_of(split: u32, position: u64) -> u64 {
+    let block = (position / BLOCK_ROWS) * u64::from(SPLITS) + u64::from(split);
+    block * BLOCK_ROWS + position % BLOCK_ROWS
+}
+
+/// The rows, as ranges in the source's order, of the first `position`
+/// rows of `split`: what a view that read the split to `position` has seen.
+pub fn split_rows(split: u32, position: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
+    (0..position.div_ceil(BLOCK_ROWS)).map(move |block| {
+        let start = row_of(split, block * BLOCK_ROWS);
+        start..start + (position - block * BLOCK_ROWS).min(BLOCK_ROWS)
+    })
+}
 
 /// A `datagen` source's spec, readable by the runtime.
 #[derive(Debug, Clone)]
@@ -35,15 +63,47 @@ impl DatagenSource {
 }
 
 impl Source for DatagenSource {
+    fn splits(&self) -> u32 {
+        SPLITS
+    }
+
+    fn split_positions(&self, offset: u64) -> Vec<u64> {
+        let round = BLOCK_ROWS * u64::from(SPLITS);
+        let (rounds, rest) = (offset / round, offset % round);
+        (0..u64::from(SPLITS))
+            .map(|split| {
+                rounds * BLOCK_ROWS + rest.saturating_sub(split * BLOCK_ROWS).min(BLOCK_ROWS)
+            })
+            .collect()
+    }
+
     fn open(&self, from: ReadFrom) -> weir_stream::Result<Box<dyn SourceReader>> {
+        if from.positions.len() != SPLITS as usize
+            || from.splits.iter().any(|&split| split >= SPLITS)
+        {
+            return Err(DataFusionError::Internal(format!(
+                "a datagen source has {SPLITS} splits, not {}",
+                from.positions.len()
+            )));
+        }
+        // The source as a whole stands at its earliest unread row: rows
+        // fall due from there, whichever reader emits them.
+        let first = (0..SPLITS)
+            .map(|split| row_of(split, from.positions[split as usize]))
+            .min()
+            .unwrap_or(0);
         Ok(Box::new(DatagenReader {
             spec: self.spec.clone(),
             columns: from.columns,
             max_batch_rows: from.max_batch_rows.max(1) as u64,
             end: self.spec.total_rows().unwrap_or(u64::MAX),
+            splits: from
+                .splits
+                .iter()
+                .map(|&split| (split, from.positions[split as usize]))
+                .collect(),
             started: Instant::now(),
-            first: from.position,
-            position: from.position,
+            first,
             tick: Box::pin(tokio::time::sleep(Duration::ZERO)),
             waiting: false,
         }))
@@ -57,11 +117,12 @@ struct DatagenReader {
     max_batch_rows: u64,
     /// The row after the last (`u64::MAX`: unbounded).
     end: u64,
-    /// When the reader opened, at row `first`: rows fall due from then on.
+    /// The splits it reads, each with its position.
+    splits: Vec<(u32, u64)>,
+    /// When the reader opened, with the source at row `first`: rows fall
+    /// due from then on.
     started: Instant,
     first: u64,
-    /// The next row to emit.
-    position: u64,
     /// The wait of a reader ahead of its rate.
     tick: Pin<Box<Sleep>>,
     waiting: bool,
@@ -74,6 +135,15 @@ impl DatagenReader {
         let due = self.first as f64 + elapsed * self.spec.rows_per_second() as f64;
         (due as u64).min(self.end)
     }
+
+    /// Its split whose next row comes first, and that row.
+    fn next_row(&self) -> Option<(usize, u64)> {
+        self.splits
+            .iter()
+            .enumerate()
+            .map(|(i, &(split, position))| (i, row_of(split, position)))
+            .min_by_key(|&(_, row)| row)
+    }
 }
 
 impl Stream for DatagenReader {
@@ -82,18 +152,17 @@ impl Stream for DatagenReader {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         loop {
-            if this.position >= this.end {
+            let Some((i, row)) = this.next_row().filter(|&(_, row)| row < this.end) else {
                 return Poll::Ready(None);
-            }
+            };
             let due = this.due();
-            if due > this.position {
-                let count = (due - this.position).min(this.max_batch_rows);
-                let rows = this.spec.generate_columns(
-                    this.position,
-                    count as usize,
-                    this.columns.as_deref(),
-                );
-                this.position += count;
+            if due > row {
+                let block_end = (row / BLOCK_ROWS + 1) * BLOCK_ROWS;
+                let count = (due.min(block_end) - row).min(this.max_batch_rows);
+                let rows = this
+                    .spec
+                    .generate_columns(row, count as usize, this.columns.as_deref());
+                this.splits[i].1 += count;
                 return Poll::Ready(Some(Ok(rows)));
             }
             if !this.waiting {
@@ -107,8 +176,8 @@ impl Stream for DatagenReader {
 }
 
 impl SourceReader for DatagenReader {
-    fn position(&self) -> u64 {
-        self.position
+    fn positions(&self) -> Vec<u64> {
+        self.splits.iter().map(|&(_, position)| position).collect()
     }
 }
 
@@ -116,6 +185,7 @@ impl SourceReader for DatagenReader {
 mod tests {
     use std::collections::BTreeMap;
 
+    use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use futures::StreamExt;
 
@@ -130,51 +200,133 @@ mod tests {
         DatagenSource::new(DatagenSpec::new(schema, &options, 0).expect("valid options"))
     }
 
-    fn from(position: u64) -> ReadFrom {
+    /// Every split, at the positions after the source's first `offset` rows.
+    fn from(source: &DatagenSource, offset: u64, max_batch_rows: usize) -> ReadFrom {
         ReadFrom {
-            position,
+            positions: source.split_positions(offset),
+            splits: (0..SPLITS).collect(),
             columns: None,
-            max_batch_rows: 4,
+            max_batch_rows,
         }
+    }
+
+    /// Reads to the end; returns the sequence values in order.
+    async fn read_all(reader: &mut Box<dyn SourceReader>) -> Vec<i64> {
+        let mut values = Vec::new();
+        while let Some(batch) = reader.next().await {
+            let batch = batch.expect("rows");
+            let column = batch.column(0).as_any().downcast_ref::<Int64Array>();
+            values.extend(column.expect("int64").values().iter().copied());
+        }
+        values
+    }
+
+    fn sequence(total: u64) -> DatagenSource {
+        source(&[
+            ("rows_per_second", "1000000000"),
+            ("total_rows", &total.to_string()),
+            ("fields.n.kind", "sequence"),
+        ])
     }
 
     #[tokio::test]
     async fn reads_in_batches_to_the_end_and_resumes_at_a_position() {
-        let source = source(&[
-            ("rows_per_second", "1000000"),
-            ("total_rows", "10"),
-            ("fields.n.kind", "sequence"),
-        ]);
-        let mut reader = source.open(from(0)).expect("opens");
+        let source = sequence(10);
+        let mut reader = source.open(from(&source, 0, 4)).expect("opens");
         let mut sizes = Vec::new();
         while let Some(batch) = reader.next().await {
             sizes.push(batch.expect("rows").num_rows());
         }
         assert_eq!(sizes.iter().sum::<usize>(), 10);
         assert!(sizes.iter().all(|&n| n <= 4), "{sizes:?}");
-        assert_eq!(reader.position(), 10);
+        assert_eq!(reader.positions().iter().sum::<u64>(), 10);
 
-        let mut resumed = source.open(from(7)).expect("opens");
-        let batch = resumed.next().await.expect("a batch").expect("rows");
-        let first = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<datafusion::arrow::array::Int64Array>()
-            .expect("int64")
-            .value(0);
-        assert_eq!(first, 8, "sequence starts at 1: row 7 is 8");
-        let mut rows = batch.num_rows();
-        while let Some(batch) = resumed.next().await {
-            rows += batch.expect("rows").num_rows();
+        // Sequences start at 1: row 7 is 8.
+        let mut resumed = source.open(from(&source, 7, 4)).expect("opens");
+        assert_eq!(read_all(&mut resumed).await, vec![8, 9, 10]);
+        assert_eq!(resumed.positions(), source.split_positions(10));
+    }
+
+    #[test]
+    fn an_offset_becomes_the_positions_of_the_rows_before_it() {
+        let source = sequence(1);
+        let round = BLOCK_ROWS * u64::from(SPLITS);
+        for offset in [
+            0,
+            5,
+            BLOCK_ROWS,
+            BLOCK_ROWS + 3,
+            round,
+            3 * round + 2 * BLOCK_ROWS + 1,
+        ] {
+            let positions = source.split_positions(offset);
+            assert_eq!(positions.len(), SPLITS as usize);
+            assert_eq!(positions.iter().sum::<u64>(), offset, "offset {offset}");
+            // Exactly the rows before `offset` are read: every split's next
+            // row is at or after it, and the split holding row `offset`
+            // stands at it.
+            let next: Vec<u64> = (0..SPLITS)
+                .map(|split| row_of(split, positions[split as usize]))
+                .collect();
+            assert!(next.iter().all(|&row| row >= offset), "offset {offset}");
+            assert!(next.contains(&offset), "offset {offset}");
+            let mut rows: Vec<u64> = (0..SPLITS)
+                .flat_map(|split| split_rows(split, positions[split as usize]))
+                .flatten()
+                .collect();
+            rows.sort_unstable();
+            assert_eq!(rows, (0..offset).collect::<Vec<_>>(), "offset {offset}");
         }
-        assert_eq!(rows, 3, "rows 7, 8 and 9");
-        assert_eq!(resumed.position(), 10);
+    }
+
+    #[tokio::test]
+    async fn readers_of_disjoint_splits_emit_the_rows_of_one_reader_between_them() {
+        let total = 20 * BLOCK_ROWS + 123;
+        let source = sequence(total);
+        let mut one = source.open(from(&source, 0, 8192)).expect("opens");
+        let whole = read_all(&mut one).await;
+        assert_eq!(whole, (1..=total as i64).collect::<Vec<_>>());
+
+        // Three readers each read to a point, then four go on from the
+        // positions they reached: every row exactly once.
+        let mut positions = vec![0; SPLITS as usize];
+        let mut seen = Vec::new();
+        for (readers, batches) in [(3, Some(2)), (4, None)] {
+            for share in weir_stream::runtime::deal_splits(SPLITS, readers) {
+                let mut reader = source
+                    .open(ReadFrom {
+                        positions: positions.clone(),
+                        splits: share.clone(),
+                        columns: None,
+                        max_batch_rows: 5000,
+                    })
+                    .expect("opens");
+                let mut values = Vec::new();
+                let mut read = 0;
+                while batches.is_none_or(|n| read < n) {
+                    let Some(batch) = reader.next().await else {
+                        break;
+                    };
+                    let batch = batch.expect("rows");
+                    let column = batch.column(0).as_any().downcast_ref::<Int64Array>();
+                    values.extend(column.expect("int64").values().iter().copied());
+                    read += 1;
+                }
+                assert!(values.is_sorted(), "a reader emits in the source's order");
+                seen.extend(values);
+                for (&split, position) in share.iter().zip(reader.positions()) {
+                    positions[split as usize] = position;
+                }
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, whole);
     }
 
     #[tokio::test(start_paused = true)]
     async fn emits_rows_no_faster_than_its_rate() {
         let source = source(&[("rows_per_second", "100")]);
-        let mut reader = source.open(from(0)).expect("opens");
+        let mut reader = source.open(from(&source, 0, 8192)).expect("opens");
         let started = Instant::now();
         let mut rows = 0;
         while rows < 50 {
@@ -191,6 +343,52 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert_eq!(reader.position(), rows as u64);
+        assert_eq!(reader.positions().iter().sum::<u64>(), rows as u64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_sharing_a_source_share_its_rate() {
+        // 20,000 rows per second: block 0 (split 0) falls due in the first
+        // 0.41 s, block 1 (split 1) in the next.
+        let source = source(&[("rows_per_second", "20000")]);
+        let shares = weir_stream::runtime::deal_splits(SPLITS, 2);
+        let open = |share: &Vec<u32>| {
+            source
+                .open(ReadFrom {
+                    positions: vec![0; SPLITS as usize],
+                    splits: share.clone(),
+                    columns: None,
+                    max_batch_rows: 8192,
+                })
+                .expect("opens")
+        };
+        let (mut even, mut odd) = (open(&shares[0]), open(&shares[1]));
+        let started = Instant::now();
+        let mut rows = 0;
+        while rows < BLOCK_ROWS {
+            rows += even.next().await.expect("rows").expect("rows").num_rows() as u64;
+        }
+        let first_block = started.elapsed();
+        let batch = odd.next().await.expect("rows").expect("rows");
+        let column = batch.column(0).as_any().downcast_ref::<Int64Array>();
+        assert_eq!(column.expect("int64").value(0), {
+            // Random values: compare with the same row read as one sequence.
+            let whole = source.spec.generate(BLOCK_ROWS, 1);
+            whole
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("int64")
+                .value(0)
+        });
+        assert!(
+            first_block >= Duration::from_millis(400),
+            "block 0 at the source's rate: {first_block:?}"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(409),
+            "block 1's first row falls due only after block 0's: {:?}",
+            started.elapsed()
+        );
     }
 }

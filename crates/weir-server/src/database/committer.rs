@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use weir_state::{EpochDelta, TableChange};
+use weir_state::{EpochDelta, ReaderPosition, TableChange};
 
 use crate::error::{WeirError, WeirResult};
 use weir_stream::runtime::ViewPart;
@@ -108,7 +108,11 @@ impl Database {
             epoch,
             catalog: serde_json::to_value(&catalog).map_err(WeirError::internal)?,
             tables,
-            sources: views.positions.clone(),
+            sources: views
+                .positions
+                .iter()
+                .map(|(key, splits)| (key.clone(), ReaderPosition::Splits(splits.clone())))
+                .collect(),
         };
         let snapshot = DbSnapshot {
             epoch,

@@ -72,6 +72,14 @@ pub struct DatabaseConfig {
     /// The most bytes one materialized view's state (its operators' and
     /// its output's) may hold; a view that needs more fails alone.
     pub view_memory_bytes: usize,
+    /// How many readers read each source of a view in parallel, each a
+    /// share of the source's splits.
+    pub workers: usize,
+}
+
+/// The number of cores, the default of `--workers`.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for DatabaseConfig {
@@ -81,6 +89,7 @@ impl Default for DatabaseConfig {
             min_commit_gap: Duration::from_millis(2),
             commit_timeout: Duration::from_secs(30),
             view_memory_bytes: DEFAULT_VIEW_MEMORY_MB << 20,
+            workers: default_workers(),
         }
     }
 }
@@ -96,8 +105,9 @@ pub struct DbSnapshot {
     pub tables: HashMap<TableId, TableSnapshot>,
     /// Distinct rows of each operator state table, by id.
     pub operator_rows: HashMap<TableId, usize>,
-    /// Every source reader's position (see `runtime::position_key`).
-    pub offsets: BTreeMap<String, u64>,
+    /// Every (view, source)'s split positions (see
+    /// `runtime::position_key`).
+    pub offsets: BTreeMap<String, Vec<u64>>,
 }
 
 /// One committed epoch, for the `weir_checkpoints` system table.

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::{watch, Mutex, Notify};
 use tracing::info;
-use weir_state::{Manifest, StateStore, StateTable, TableId, TableSpec};
+use weir_state::{Manifest, ReaderPosition, StateStore, StateTable, TableId, TableSpec};
 
 use crate::catalog::Catalog;
 use crate::error::{SqlState, WeirError, WeirResult};
@@ -56,7 +56,7 @@ impl Database {
         committed.epoch = epoch;
         committed.offsets = last_manifest
             .as_ref()
-            .map(|m| m.sources.clone())
+            .map(|m| split_positions(&committed.catalog, &m.sources))
             .unwrap_or_default();
         committed
             .tables
@@ -71,6 +71,7 @@ impl Database {
         let store_config = store.config().clone();
         let runtime = Runtime::new(RuntimeConfig {
             view_memory_bytes: config.view_memory_bytes,
+            workers: config.workers,
         });
         Ok(Arc::new(Database {
             store_config,
@@ -121,4 +122,30 @@ impl Database {
             .expect("outputs lock")
             .remove(&id)
     }
+}
+
+/// The split positions of every (view, source) in a manifest. A position
+/// written before sources had splits (rows read in the source's order) is
+/// converted by its source; one of a source no longer in the catalog is
+/// left out (its view is gone too).
+fn split_positions(
+    catalog: &Catalog,
+    positions: &BTreeMap<String, ReaderPosition>,
+) -> BTreeMap<String, Vec<u64>> {
+    let mut splits = BTreeMap::new();
+    for (key, position) in positions {
+        let converted = match position {
+            ReaderPosition::Splits(positions) => Some(positions.clone()),
+            ReaderPosition::Offset(offset) => key
+                .rsplit_once('/')
+                .and_then(|(_, source)| source.parse::<TableId>().ok())
+                .and_then(|id| catalog.sources.values().find(|s| s.id == id))
+                .and_then(|def| def.connector().ok())
+                .map(|source| source.split_positions(*offset)),
+        };
+        if let Some(converted) = converted {
+            splits.insert(key.clone(), converted);
+        }
+    }
+    splits
 }

@@ -18,7 +18,7 @@
 //! | module | holds |
 //! |---|---|
 //! | `source` | the [`Source`] trait connectors implement, reader positions |
-//! | `reader` | one task per (view, source) reading batches, barriers in-band |
+//! | `reader` | tasks reading a share of a source's splits for a view, barriers in-band |
 //! | `view` | a running view: operators, output table, memory budget |
 //! | `worker` | the loop: commands and readers in, barriers aligned, parts out |
 
@@ -30,7 +30,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
-pub use source::{position_key, ReadFrom, Source, SourceReader};
+pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
     apply_output, catch_up, check_memory, is_counted, EarlyDeltas, MemoryBudgetExceeded,
     RelationChanges, SourceInput, ViewRuntime, COUNT_COLUMN,
@@ -89,8 +89,8 @@ pub struct ViewPart {
     pub snapshots: HashMap<TableId, TableSnapshot>,
     /// Distinct rows of each operator state.
     pub operator_rows: HashMap<TableId, usize>,
-    /// Every reader's position, by [`position_key`].
-    pub positions: BTreeMap<String, u64>,
+    /// Every (view, source)'s split positions, by [`position_key`].
+    pub positions: BTreeMap<String, Vec<u64>>,
     /// Views that stopped in this epoch; their tables are not in `tables`.
     pub failures: Vec<ViewFailed>,
 }
@@ -155,6 +155,9 @@ pub struct ViewCounters {
 pub struct RuntimeConfig {
     /// The most bytes one view's state may hold.
     pub view_memory_bytes: usize,
+    /// How many readers read each source of a view in parallel, each a
+    /// share of its splits (`--workers`).
+    pub workers: usize,
 }
 
 /// What the runtime has done, readable by the server at any time.

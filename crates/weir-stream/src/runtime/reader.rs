@@ -1,5 +1,5 @@
-//! Source readers: one task per (view, source) pair that reads the
-//! source's batches and sends them to the stream worker, with barriers
+//! Source readers: tasks that each read a set of one source's splits for
+//! one view and send the batches to the stream worker, with barriers
 //! in-band.
 //!
 //! ```text
@@ -10,9 +10,9 @@
 //!
 //! The channel to the worker is bounded: when the worker falls behind
 //! (or waits for the store), `send` waits and the reader stops reading,
-//! which is the back-pressure that keeps memory bounded. The position a
-//! barrier carries is checkpointed with the epoch, and after a restart
-//! the source is opened again at exactly that position.
+//! which is the back-pressure that keeps memory bounded. The split
+//! positions a barrier carries are checkpointed with the epoch, and after
+//! a restart the splits are opened again at exactly those positions.
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
@@ -35,8 +35,8 @@ pub(super) enum SourceMessage {
     Barrier {
         /// The epoch the barrier ends.
         epoch: u64,
-        /// The reader's position at the barrier.
-        position: u64,
+        /// The position of each split it reads at the barrier.
+        positions: Vec<u64>,
     },
     /// The source failed; nothing follows.
     Failed(DataFusionError),
@@ -91,7 +91,7 @@ async fn read(
             biased;
             request = requests.recv() => {
                 let Some(epoch) = request else { return };
-                SourceMessage::Barrier { epoch, position: reader.position() }
+                SourceMessage::Barrier { epoch, positions: reader.positions() }
             }
             batch = reader.next(), if !finished => match batch {
                 Some(Ok(rows)) => SourceMessage::Rows(rows),

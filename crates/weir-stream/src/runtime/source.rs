@@ -6,6 +6,12 @@
 //! records each reader's position at every barrier, so after a crash a
 //! view resumes its sources where its last checkpoint left them, with
 //! nothing lost and nothing read twice.
+//!
+//! A source is read through a fixed number of splits (a generator's row
+//! blocks, later a topic's partitions), each with its own position, and a
+//! reader reads any set of them. How many readers share a source
+//! (`--workers`) can change between restarts: the splits are dealt out
+//! again and every split resumes at its own position.
 
 use std::fmt::Debug;
 
@@ -18,9 +24,13 @@ use crate::Result;
 /// Where a reader starts and what it reads.
 #[derive(Debug, Clone)]
 pub struct ReadFrom {
-    /// The position to resume from: what [`SourceReader::position`]
-    /// reported at the checkpoint (0: the source's beginning).
-    pub position: u64,
+    /// The position of every split of the source, to resume from: what
+    /// [`SourceReader::positions`] reported at the checkpoint (0: the
+    /// split's beginning). Splits other readers read tell a paced source
+    /// where the source as a whole stands.
+    pub positions: Vec<u64>,
+    /// The splits this reader reads.
+    pub splits: Vec<u32>,
     /// The columns the view reads (`None`: all). A reader may fill the
     /// others with any value of their type; nothing reads them.
     pub columns: Option<Vec<bool>>,
@@ -31,7 +41,21 @@ pub struct ReadFrom {
 /// A source as `CREATE SOURCE` configured it: a connector with validated
 /// options.
 pub trait Source: Debug + Send + Sync + 'static {
-    /// Opens a reader at `from.position`.
+    /// How many splits the source is read through; fixed for the source's
+    /// life, whatever the number of readers.
+    fn splits(&self) -> u32 {
+        1
+    }
+
+    /// The position of every split after the first `offset` rows in the
+    /// source's own order: how a position checkpointed before sources had
+    /// splits carries on.
+    fn split_positions(&self, offset: u64) -> Vec<u64> {
+        vec![offset]
+    }
+
+    /// Opens a reader of `from.splits`, each at its position in
+    /// `from.positions`.
     fn open(&self, from: ReadFrom) -> Result<Box<dyn SourceReader>>;
 }
 
@@ -41,8 +65,21 @@ pub trait Source: Debug + Send + Sync + 'static {
 /// Like any stream it must lose nothing when a `next()` is dropped before
 /// it completes: the runtime drops it to answer a barrier.
 pub trait SourceReader: Stream<Item = Result<RecordBatch>> + Send + Unpin {
-    /// The position after the last batch the stream returned.
-    fn position(&self) -> u64;
+    /// The position of each split it reads after the last batch the stream
+    /// returned, in the order of [`ReadFrom::splits`].
+    fn positions(&self) -> Vec<u64>;
+}
+
+/// Deals `splits` out to `readers` readers (split `s` to reader
+/// `s % readers`); readers beyond the number of splits get none and are
+/// left out.
+pub fn deal_splits(splits: u32, readers: usize) -> Vec<Vec<u32>> {
+    let readers = readers.clamp(1, splits.max(1) as usize);
+    let mut dealt = vec![Vec::new(); readers];
+    for split in 0..splits {
+        dealt[split as usize % readers].push(split);
+    }
+    dealt
 }
 
 /// The key of a view's reader position in the manifest.

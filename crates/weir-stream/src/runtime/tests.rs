@@ -16,17 +16,24 @@ use weir_state::{StateTable, TableSpec};
 use super::*;
 use crate::{Dataflow, NodeKind, NodeSpec, StreamPlan};
 
-/// Rows `0..total` of one `bigint` column `n`; fails after `fail_after`
-/// rows if set.
+/// Rows `0..total` of one `bigint` column `n`, through `splits` splits
+/// (split `s` holds the values congruent to `s`); fails after `fail_after`
+/// rows of a reader if set.
 #[derive(Debug)]
 struct Counter {
     total: u64,
+    splits: u32,
     fail_after: Option<u64>,
 }
 
+/// Reads its splits one after the other.
 struct CounterReader {
-    position: u64,
-    total: u64,
+    /// (split, values read from it)
+    splits: Vec<(u32, u64)>,
+    /// Each split's number of values.
+    lengths: Vec<u64>,
+    stride: u64,
+    read: u64,
     fail_after: Option<u64>,
     max_batch_rows: u64,
 }
@@ -36,10 +43,26 @@ fn schema() -> SchemaRef {
 }
 
 impl Source for Counter {
+    fn splits(&self) -> u32 {
+        self.splits
+    }
+
     fn open(&self, from: ReadFrom) -> crate::Result<Box<dyn SourceReader>> {
+        let stride = u64::from(self.splits);
+        let lengths = from
+            .splits
+            .iter()
+            .map(|&split| (self.total + stride - 1 - u64::from(split)) / stride)
+            .collect();
         Ok(Box::new(CounterReader {
-            position: from.position,
-            total: self.total,
+            splits: from
+                .splits
+                .iter()
+                .map(|&split| (split, from.positions[split as usize]))
+                .collect(),
+            lengths,
+            stride,
+            read: 0,
             fail_after: self.fail_after,
             max_batch_rows: from.max_batch_rows as u64,
         }))
@@ -50,17 +73,22 @@ impl Stream for CounterReader {
     type Item = crate::Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.fail_after.is_some_and(|n| self.position >= n) {
+        let this = &mut *self;
+        if this.fail_after.is_some_and(|n| this.read >= n) {
             return Poll::Ready(Some(Err(DataFusionError::Execution(
                 "the counter broke".into(),
             ))));
         }
-        if self.position >= self.total {
+        let Some(i) = (0..this.splits.len()).find(|&i| this.splits[i].1 < this.lengths[i]) else {
             return Poll::Ready(None);
-        }
-        let end = (self.position + self.max_batch_rows.min(100)).min(self.total);
-        let values = Int64Array::from_iter_values(self.position as i64..end as i64);
-        self.position = end;
+        };
+        let (split, position) = this.splits[i];
+        let end = (position + this.max_batch_rows.min(100)).min(this.lengths[i]);
+        let values = Int64Array::from_iter_values(
+            (position..end).map(|k| (k * this.stride + u64::from(split)) as i64),
+        );
+        this.splits[i].1 = end;
+        this.read += end - position;
         Poll::Ready(Some(
             RecordBatch::try_new(schema(), vec![Arc::new(values)]).map_err(Into::into),
         ))
@@ -68,13 +96,14 @@ impl Stream for CounterReader {
 }
 
 impl SourceReader for CounterReader {
-    fn position(&self) -> u64 {
-        self.position
+    fn positions(&self) -> Vec<u64> {
+        self.splits.iter().map(|&(_, position)| position).collect()
     }
 }
 
 /// A view `SELECT n FROM s` keyed by `n` (id 10), reading `source` (id 2).
 fn view(name: &str, source: Counter) -> ViewRuntime {
+    let splits = source.splits;
     let plan = StreamPlan {
         nodes: vec![NodeSpec {
             kind: NodeKind::Source {
@@ -98,7 +127,7 @@ fn view(name: &str, source: Counter) -> ViewRuntime {
             name: "s".into(),
             source: Arc::new(source),
             columns: None,
-            position: 0,
+            positions: vec![0; splits as usize],
         }],
         early: EarlyDeltas::default(),
     }
@@ -125,37 +154,60 @@ async fn barriers_until(
     panic!("no part satisfied the condition in 200 epochs");
 }
 
-fn runtime(view_memory_bytes: usize) -> (Runtime, mpsc::Receiver<ViewPart>) {
-    let runtime = Runtime::new(RuntimeConfig { view_memory_bytes });
+fn runtime(view_memory_bytes: usize, workers: usize) -> (Runtime, mpsc::Receiver<ViewPart>) {
+    let runtime = Runtime::new(RuntimeConfig {
+        view_memory_bytes,
+        workers,
+    });
     let parts = runtime.start(2);
     (runtime, parts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_holds_exactly_the_rows_before_its_checkpointed_position() {
-    let (runtime, mut parts) = runtime(usize::MAX);
-    let total = 1000;
+    // Two readers share the source's four splits.
+    let (runtime, mut parts) = runtime(usize::MAX, 2);
+    let total = 20_000;
     let source = Counter {
         total,
+        splits: 4,
         fail_after: None,
     };
     assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
     let key = position_key(10, 2);
     let last = barriers_until(&runtime, &mut parts, |part| {
-        let position = part.positions[&key];
-        // At every cut the output holds exactly the rows read so far.
-        assert_eq!(part.snapshots[&10].num_rows() as u64, position);
+        let positions = &part.positions[&key];
+        assert_eq!(positions.len(), 4);
+        // At every cut the output holds exactly the rows read so far: the
+        // first `position` values of each split.
+        let mut expected: Vec<i64> = (0..4u64)
+            .flat_map(|split| (0..positions[split as usize]).map(move |k| (k * 4 + split) as i64))
+            .collect();
+        expected.sort_unstable();
+        let stored = part.snapshots[&10].stored_rows().expect("rows");
+        let column = stored
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("n");
+        let mut held: Vec<i64> = column.values().to_vec();
+        held.sort_unstable();
+        assert_eq!(held, expected);
         assert!(part.tables.contains_key(&10));
-        position == total
+        positions.iter().sum::<u64>() == total
     })
     .await;
     assert!(last.failures.is_empty());
+    assert!(
+        last.epoch > 1,
+        "the rows took several epochs, so cuts fell between batches"
+    );
     let counters = runtime.status().view_counters()["v"];
     assert_eq!(counters.source_rows, total);
     assert_eq!(counters.rows_out, total);
     assert!(!runtime.status().has_rows_since_barrier());
     let operators = &runtime.status().view_operators()["v"];
-    assert_eq!(operators.last().expect("output").state_rows, vec![1000]);
+    assert_eq!(operators.last().expect("output").state_rows, vec![20_000]);
 
     // Dropped, the view leaves the parts and the status.
     assert!(runtime.send(Command::Drop("v".into())));
@@ -166,9 +218,10 @@ async fn a_view_holds_exactly_the_rows_before_its_checkpointed_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_source_stops_its_view_and_the_part_says_why() {
-    let (runtime, mut parts) = runtime(usize::MAX);
+    let (runtime, mut parts) = runtime(usize::MAX, 1);
     let source = Counter {
         total: 1000,
+        splits: 1,
         fail_after: Some(300),
     };
     assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
@@ -193,9 +246,10 @@ async fn a_failing_source_stops_its_view_and_the_part_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_over_its_memory_budget_fails_alone() {
-    let (runtime, mut parts) = runtime(1 << 10);
+    let (runtime, mut parts) = runtime(1 << 10, 1);
     let source = Counter {
         total: 100_000,
+        splits: 1,
         fail_after: None,
     };
     assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));

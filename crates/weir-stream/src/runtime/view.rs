@@ -50,8 +50,9 @@ pub struct SourceInput {
     pub source: Arc<dyn Source>,
     /// The columns the view reads; `None`: all.
     pub columns: Option<Vec<bool>>,
-    /// The reader's position as last checkpointed.
-    pub position: u64,
+    /// Every split's position as last checkpointed (one per split of the
+    /// source).
+    pub positions: Vec<u64>,
 }
 
 /// A new view's state deltas taken off the lock and off the stream worker

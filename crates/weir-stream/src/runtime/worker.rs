@@ -3,13 +3,15 @@
 //!
 //! ```text
 //!  server ──commands: table Changes, Barrier(E), view starts and drops──┐
-//!  reader (view a, source s) ──Rows, Barrier(E)──────────────────────────┼─▶ worker ──ViewPart(E)──▶ committer
-//!  reader (view b, source s) ──Rows, Barrier(E)──────────────────────────┘   (bounded: back-pressure)
+//!  reader (view a, source s, splits 0, 2, ..) ──Rows, Barrier(E)─────────┼─▶ worker ──ViewPart(E)──▶ committer
+//!  reader (view a, source s, splits 1, 3, ..) ──Rows, Barrier(E)─────────┘   (bounded: back-pressure)
 //! ```
 //!
 //! The worker's inputs are the command channel (the tables' changes and
 //! barriers, which the server's coordinator cuts under its working lock)
-//! and one channel per source reader. Records are processed as they
+//! and one channel per source reader (a view reads each source with
+//! `RuntimeConfig::workers` readers, each a share of its splits, and each
+//! barrier carries its splits' positions). Records are processed as they
 //! arrive: a reader's rows go through its view's operators at once, and
 //! the view's output changes go on to the views that read it. When the
 //! command channel delivers `Barrier(E)`, the worker injects `Barrier(E)`
@@ -27,7 +29,7 @@
 //! sees them in the order the task processes them, so aligning the task's
 //! inputs aligns every operator.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -38,8 +40,10 @@ use tracing::{debug, warn};
 use weir_state::{TableChange, TableId};
 
 use super::reader::{Reader, SourceMessage};
-use super::source::{position_key, ReadFrom};
-use super::view::{apply_output, catch_up, check_memory, RelationChanges, ViewRuntime};
+use super::source::{deal_splits, position_key, ReadFrom};
+use super::view::{
+    apply_output, catch_up, check_memory, RelationChanges, SourceInput, ViewRuntime,
+};
 use super::{
     Command, FailureReason, PendingQueue, RuntimeConfig, RuntimeStatus, ViewFailed, ViewPart,
 };
@@ -57,16 +61,18 @@ struct PendingView {
     queue: PendingQueue,
 }
 
-/// A reader owned by one view.
+/// A reader owned by one view: one of the readers of a source's splits.
 struct ReaderInput {
     view: String,
     source: String,
+    /// Where the source's split positions go in a checkpoint.
+    position_key: String,
+    /// Its input to barrier alignment: the position key and the reader's
+    /// number.
     key: String,
+    /// The splits it reads.
+    splits: Vec<u32>,
     reader: Reader,
-    /// The position its last barrier carried: after the rows of every
-    /// epoch up to that barrier, which is what a checkpoint records (with
-    /// aligned inputs, exactly the rows processed before the checkpoint).
-    position: u64,
 }
 
 /// Which input a message came from.
@@ -87,6 +93,12 @@ pub(super) struct Worker {
     views: Vec<ViewRuntime>,
     pending: Vec<PendingView>,
     readers: Vec<ReaderInput>,
+    /// The split positions of every running view's sources, by position
+    /// key, as their readers' last barriers carried them: after the rows
+    /// of every epoch up to that barrier, which is what a checkpoint
+    /// records (with aligned inputs, exactly the rows processed before the
+    /// checkpoint).
+    positions: BTreeMap<String, Vec<u64>>,
     aligner: Aligner<Input>,
     /// Where reading the readers starts next time (fairness).
     next_reader: usize,
@@ -124,6 +136,7 @@ impl Worker {
             views: Vec::new(),
             pending: Vec::new(),
             readers: Vec::new(),
+            positions: BTreeMap::new(),
             aligner,
             next_reader: 0,
             barrier_since: None,
@@ -148,8 +161,13 @@ impl Worker {
                     self.status.count(&view, |c| c.source_rows += count);
                     Ok(())
                 }
-                Next::Source(i, Some(SourceMessage::Barrier { epoch, position })) => {
-                    self.readers[i].position = position;
+                Next::Source(i, Some(SourceMessage::Barrier { epoch, positions })) => {
+                    let reader = &self.readers[i];
+                    if let Some(all) = self.positions.get_mut(&reader.position_key) {
+                        for (&split, position) in reader.splits.iter().zip(positions) {
+                            all[split as usize] = position;
+                        }
+                    }
                     let input = Input::Reader(self.readers[i].key.clone());
                     self.on_barrier(input, epoch).await
                 }
@@ -275,19 +293,8 @@ impl Worker {
         }
         let mut readers = Vec::new();
         for input in &view.sources {
-            let from = ReadFrom {
-                position: input.position,
-                columns: input.columns.clone(),
-                max_batch_rows: MAX_BATCH_ROWS,
-            };
-            match Reader::spawn(input.source.as_ref(), from) {
-                Ok(reader) => readers.push(ReaderInput {
-                    view: view.name.clone(),
-                    source: input.name.clone(),
-                    key: position_key(view.id, input.source_id),
-                    reader,
-                    position: input.position,
-                }),
+            match spawn_readers(&view.name, view.id, input, self.config.workers) {
+                Ok(spawned) => readers.extend(spawned),
                 Err(e) => {
                     let source = input.name.clone();
                     let reason = FailureReason::Source {
@@ -298,6 +305,10 @@ impl Worker {
                     return;
                 }
             }
+            self.positions.insert(
+                position_key(view.id, input.source_id),
+                input.positions.clone(),
+            );
         }
         for reader in readers {
             self.aligner.add_input(Input::Reader(reader.key.clone()));
@@ -423,6 +434,12 @@ impl Worker {
     /// completes an alignment (a view failed while the barrier waited for
     /// its reader), the run loop checkpoints next.
     fn remove_view(&mut self, name: &str) {
+        if let Some(view) = self.views.iter().find(|v| v.name == name) {
+            for input in &view.sources {
+                self.positions
+                    .remove(&position_key(view.id, input.source_id));
+            }
+        }
         self.views.retain(|v| v.name != name);
         let gone: Vec<String> = self
             .readers
@@ -497,13 +514,47 @@ impl Worker {
             .flat_map(|v| std::iter::once(v.id).chain(v.state_ids.iter().copied()))
             .collect();
         part.tables.retain(|id, _| running.contains(id));
-        for reader in &self.readers {
-            part.positions.insert(reader.key.clone(), reader.position);
-        }
+        part.positions = self.positions.clone();
         part.failures = std::mem::take(&mut self.failures);
         self.status.set_rows_since_barrier(false);
         part
     }
+}
+
+/// Starts the readers of one source of a view: `workers` of them, each
+/// reading a share of the source's splits from its checkpointed position.
+fn spawn_readers(
+    view: &str,
+    view_id: TableId,
+    input: &SourceInput,
+    workers: usize,
+) -> crate::Result<Vec<ReaderInput>> {
+    let splits = input.source.splits();
+    if input.positions.len() != splits as usize {
+        return Err(DataFusionError::Internal(format!(
+            "{} split positions for a source of {splits} splits",
+            input.positions.len()
+        )));
+    }
+    let position_key = position_key(view_id, input.source_id);
+    let mut readers = Vec::new();
+    for (number, share) in deal_splits(splits, workers).into_iter().enumerate() {
+        let from = ReadFrom {
+            positions: input.positions.clone(),
+            splits: share.clone(),
+            columns: input.columns.clone(),
+            max_batch_rows: MAX_BATCH_ROWS,
+        };
+        readers.push(ReaderInput {
+            view: view.to_owned(),
+            source: input.name.clone(),
+            key: format!("{position_key}#{number}"),
+            position_key: position_key.clone(),
+            splits: share,
+            reader: Reader::spawn(input.source.as_ref(), from)?,
+        });
+    }
+    Ok(readers)
 }
 
 /// What each of a view's operators has done and holds, and its output

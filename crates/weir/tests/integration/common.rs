@@ -157,6 +157,14 @@ impl TestServer {
         child.wait().expect("wait for weir")
     }
 
+    /// Sets `flag` to `value` for the next restart.
+    pub fn set_arg(&mut self, flag: &str, value: &str) {
+        match self.extra_args.iter().position(|a| a == flag) {
+            Some(i) => self.extra_args[i + 1] = value.to_owned(),
+            None => self.extra_args.extend([flag.to_owned(), value.to_owned()]),
+        }
+    }
+
     /// Kills the server and starts it again on the same data folder.
     pub async fn restart_after_kill(&mut self) {
         self.kill();

@@ -1,7 +1,8 @@
 //! Datagen sources through crashes: views over a fast and a slow source
-//! and a table under concurrent DML, SIGKILLed at random moments, must
-//! after every restart hold exactly their queries over the source rows
-//! `0..position` (each view's reader position, read at the same epoch as
+//! and a table under concurrent DML, SIGKILLed at random moments and
+//! restarted with 1, 2 or 3 workers reading each source, must after every
+//! restart hold exactly their queries over the source rows their readers
+//! read (each split's rows up to its position, read at the same epoch as
 //! the view) and the table as committed: no row lost, none doubled, no
 //! epoch mixing records of two epochs (the join of the fast and the slow
 //! source would show it).
@@ -11,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use datafusion::arrow::array::{Int32Array, RecordBatch, StringArray};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::SimpleQueryMessage;
-use weir_connectors::datagen::DatagenSpec;
+use weir_connectors::datagen::{split_rows, DatagenSpec};
 
 use crate::common::{sorted_rows, sqlstate, TestServer};
 
@@ -94,8 +96,9 @@ fn create_source_sql(name: &str, columns: &[(&str, DataType)], options: &[(&str,
     )
 }
 
-/// Rows `0..count` of a source, as the server generates them.
-fn source_rows(name: &str, count: u64) -> RecordBatch {
+/// The rows of a source up to each split's position, as the server
+/// generates them.
+fn source_rows(name: &str, positions: &[u64]) -> RecordBatch {
     let (_, columns, options) = SOURCES.iter().find(|s| s.0 == name).unwrap();
     let schema = Arc::new(Schema::new(
         columns
@@ -107,9 +110,32 @@ fn source_rows(name: &str, count: u64) -> RecordBatch {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    DatagenSpec::new(schema, &options, 0)
-        .unwrap()
-        .generate(0, count as usize)
+    let spec = DatagenSpec::new(schema.clone(), &options, 0).unwrap();
+    let batches: Vec<RecordBatch> = positions
+        .iter()
+        .enumerate()
+        .flat_map(|(split, &position)| split_rows(split as u32, position))
+        .map(|rows| spec.generate(rows.start, (rows.end - rows.start) as usize))
+        .collect();
+    concat_batches(&schema, &batches).unwrap()
+}
+
+/// Each (view, source)'s split positions at the epoch `client` reads.
+async fn split_positions(client: &tokio_postgres::Client) -> HashMap<(String, String), Vec<u64>> {
+    let mut positions: HashMap<(String, String), Vec<u64>> = HashMap::new();
+    let rows = sorted_rows(
+        client,
+        "SELECT view, source, split, position FROM weir_source_splits",
+    )
+    .await;
+    for row in rows {
+        let text = |i: usize| row[i].clone().unwrap();
+        let splits = positions.entry((text(0), text(1))).or_default();
+        let split: usize = text(2).parse().unwrap();
+        splits.resize(splits.len().max(split + 1), 0);
+        splits[split] = text(3).parse().unwrap();
+    }
+    positions
 }
 
 /// A query's rows as text, sorted, run by DataFusion over `tables`.
@@ -143,15 +169,16 @@ async fn expected(query: &str, tables: Vec<(&str, RecordBatch)>) -> Vec<Vec<Opti
     rows
 }
 
-/// Reads every view, the reader positions and the table at one epoch and
+/// Reads every view, the split positions and the table at one epoch and
 /// checks each view against its query over exactly those inputs. Returns
 /// the positions.
 async fn check_views(
     client: &tokio_postgres::Client,
     context: &str,
-) -> HashMap<(String, String), u64> {
+) -> HashMap<(String, String), Vec<u64>> {
     client.batch_execute("BEGIN").await.unwrap();
-    let positions: HashMap<(String, String), u64> = sorted_rows(
+    let positions = split_positions(client).await;
+    let totals: HashMap<(String, String), u64> = sorted_rows(
         client,
         "SELECT view, source, position FROM weir_source_readers",
     )
@@ -162,6 +189,13 @@ async fn check_views(
         ((text(0), text(1)), text(2).parse().unwrap())
     })
     .collect();
+    for (reader, splits) in &positions {
+        assert_eq!(
+            totals.get(reader),
+            Some(&splits.iter().sum()),
+            "{context}: a reader's position is the sum of its splits'"
+        );
+    }
     let dims = sorted_rows(client, "SELECT k, label FROM dims").await;
     let mut contents = HashMap::new();
     for (name, _) in VIEWS {
@@ -199,15 +233,15 @@ async fn check_views(
         } else {
             let mut tables = vec![("dims", dims.clone())];
             for (source, ..) in SOURCES {
-                if let Some(&count) = positions.get(&(name.to_string(), source.to_string())) {
-                    tables.push((source, source_rows(source, count)));
+                if let Some(splits) = positions.get(&(name.to_string(), source.to_string())) {
+                    tables.push((source, source_rows(source, splits)));
                 }
             }
             expected(query, tables).await
         };
         assert_eq!(
             contents[name], want,
-            "{context}: view {name} differs from its query over its inputs (positions {positions:?})"
+            "{context}: view {name} differs from its query over its inputs (rows read {totals:?})"
         );
     }
     positions
@@ -285,8 +319,11 @@ pub async fn kill_cycles(mut server: TestServer) {
     }
     drop(client);
     let state = Arc::new(Mutex::new(DimsState::default()));
-    let mut last_positions: HashMap<(String, String), u64> = HashMap::new();
+    let mut last_positions: HashMap<(String, String), Vec<u64>> = HashMap::new();
     for cycle in 0..CYCLES {
+        // Each restart may deal the sources' splits to a different number
+        // of readers.
+        server.set_arg("--workers", &(1 + cycle % 3).to_string());
         let writer = tokio::spawn(write_dims(
             server.conn_string(),
             state.clone(),
@@ -325,21 +362,99 @@ pub async fn kill_cycles(mut server: TestServer) {
             }
         }
         let positions = check_views(&client, &format!("after restart {cycle} (seed {seed})")).await;
-        for (reader, &position) in &positions {
-            let before = last_positions.get(reader).copied().unwrap_or(0);
-            assert!(
-                position >= before,
-                "cycle {cycle}: reader {reader:?} went back from {before} to {position}"
-            );
+        for (reader, splits) in &positions {
+            let before = last_positions.get(reader).cloned().unwrap_or_default();
+            for (split, (&now, &then)) in splits.iter().zip(&before).enumerate() {
+                assert!(
+                    now >= then,
+                    "cycle {cycle}: split {split} of {reader:?} went back from {then} to {now}"
+                );
+            }
         }
         last_positions = positions;
     }
     // The views kept up with the sources: readers moved on across cycles.
-    let fast = last_positions[&("by_key".to_string(), "fast".to_string())];
-    let slow = last_positions[&("slow_total".to_string(), "slow".to_string())];
+    let read = |view: &str, source: &str| -> u64 {
+        last_positions[&(view.to_string(), source.to_string())]
+            .iter()
+            .sum()
+    };
+    let (fast, slow) = (read("by_key", "fast"), read("slow_total", "slow"));
     assert!(
         fast > 1000 && slow > 10,
         "readers barely moved: fast {fast}, slow {slow}"
+    );
+    server.kill();
+}
+
+/// A reader position written before sources had splits (rows read in the
+/// source's order, as the previous Weir wrote it) resumes at the same row,
+/// whatever the number of readers now: nothing read twice, nothing skipped.
+#[tokio::test]
+async fn a_position_from_before_splits_resumes_at_the_same_row() {
+    const TOTAL: u64 = 60_000;
+    let mut server = TestServer::start_with(&["--workers", "1"]).await;
+    let client = server.client().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE ids (id bigint) WITH (connector = 'datagen', rows_per_second = '40000', \
+             total_rows = '{TOTAL}', fields.id.kind = 'sequence');
+             CREATE MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(id) AS s FROM ids"
+        ))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    drop(client);
+    assert!(server.terminate().success());
+
+    // One reader read the source in its order, so the rows read are the
+    // first `offset`: write the position as the previous Weir did.
+    let mut manifests: Vec<_> = std::fs::read_dir(server.data_dir.join("manifest"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    manifests.sort();
+    let newest = manifests.pop().expect("a manifest");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
+    let sources = manifest["sources"].as_object_mut().unwrap();
+    assert_eq!(sources.len(), 1);
+    let splits = sources.values_mut().next().unwrap();
+    let offset: u64 = splits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .sum();
+    assert!(offset > 0 && offset < TOTAL, "stopped midway: {offset}");
+    *splits = serde_json::json!(offset);
+    std::fs::write(&newest, serde_json::to_vec(&manifest).unwrap()).unwrap();
+
+    server.set_arg("--workers", "3");
+    server.restart_after_kill().await;
+    let client = server.client().await;
+    let position = crate::common::column(&client, "SELECT position FROM weir_source_readers").await;
+    assert!(
+        position[0].as_ref().unwrap().parse::<u64>().unwrap() >= offset,
+        "resumed at {position:?}, before {offset}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while crate::common::column(&client, "SELECT position FROM weir_source_readers").await
+        != vec![Some(TOTAL.to_string())]
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the source never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sorted_rows(&client, "SELECT n, s FROM totals").await,
+        vec![vec![
+            Some(TOTAL.to_string()),
+            Some((TOTAL * (TOTAL + 1) / 2).to_string())
+        ]]
     );
     server.kill();
 }
