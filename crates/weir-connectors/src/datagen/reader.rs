@@ -22,7 +22,7 @@ use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
 use super::DatagenSpec;
 
-/// How long a reader that is ahead of its rate waits before it looks
+/// The least a reader that is ahead of its rate waits before it looks
 /// again: slow sources then emit a few rows per batch, not one.
 const PACING_TICK: Duration = Duration::from_millis(10);
 
@@ -166,7 +166,13 @@ impl Stream for DatagenReader {
                 return Poll::Ready(Some(Ok(rows)));
             }
             if !this.waiting {
-                this.tick.as_mut().reset(Instant::now() + PACING_TICK);
+                // Wake when the row falls due, but not sooner than a tick:
+                // a reader whose next block is far off sleeps until then.
+                let wait = (row + 1 - this.first) as f64 / this.spec.rows_per_second() as f64;
+                let due_at = this.started + Duration::from_secs_f64(wait.min(1e9));
+                this.tick
+                    .as_mut()
+                    .reset(due_at.max(Instant::now() + PACING_TICK));
                 this.waiting = true;
             }
             ready!(this.tick.as_mut().poll(cx));
