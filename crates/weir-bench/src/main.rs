@@ -84,7 +84,7 @@ enum Bench {
         /// Runs per configuration; the median is reported.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
-        /// The server's `--workers`: readers per source.
+        /// The server's `--workers`.
         #[arg(long, default_value_t = 1)]
         workers: usize,
         /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.

@@ -356,7 +356,9 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             name: name.clone(),
             id,
             state_ids,
+            plan: planned.plan.clone(),
             dataflow,
+            restored: None,
             output: table,
             sources,
             early,
@@ -533,7 +535,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
     let started = Instant::now();
     let offsets = committed.offsets.clone();
     let session = Session::new(db.clone(), runtime, "weir".into())?;
-    let mut restored = Vec::new();
+    let mut views = Vec::new();
     let mut failed = Vec::new();
     for def in defs.iter().filter(|d| d.failed.is_none()) {
         session.pinned.pin(committed.clone());
@@ -561,6 +563,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         for (spec, &id) in specs.into_iter().zip(&def.state_ids) {
             tables.push(db.load_state(id, spec).await?);
         }
+        let restored = tables.clone();
         dataflow.restore(tables)?;
         let output = db
             .take_restored_output(def.id)
@@ -568,11 +571,13 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         let sources = source_inputs(&committed.catalog, &planned, |source| {
             offsets.get(&position_key(def.id, source)).cloned()
         })?;
-        restored.push(ViewRuntime {
+        views.push(ViewRuntime {
             name: def.name.clone(),
             id: def.id,
             state_ids: def.state_ids.clone(),
+            plan: planned.plan,
             dataflow,
+            restored: Some(restored),
             output,
             sources,
             early: EarlyDeltas::default(),
@@ -583,8 +588,8 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         db.view_failed(&name, failure);
         working.catalog_changed();
     }
-    let count = restored.len();
-    for view in restored {
+    let count = views.len();
+    for view in views {
         db.send_control(Command::Start(Box::new(view), None));
     }
     refresh_tracking(&mut working);
@@ -671,7 +676,9 @@ async fn rebuild(
                 name: def.name.clone(),
                 id,
                 state_ids,
+                plan: planned.plan.clone(),
                 dataflow,
+                restored: None,
                 output,
                 sources,
                 early,

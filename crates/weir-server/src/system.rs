@@ -11,7 +11,8 @@
 //!   query reads;
 //! - `weir_source_splits`: the same per split: each split's position;
 //! - `weir_view_operators`: each running view's operators as of its last
-//!   checkpoint: change rows in and out, state rows and bytes, busy time;
+//!   checkpoint: change rows in and out, state rows and bytes, busy time,
+//!   the instances that run it (summed over them);
 //!   the last entry of a view is its output table.
 
 use std::sync::Arc;
@@ -135,6 +136,7 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Field::new("state_rows", DataType::UInt64, false),
             Field::new("state_bytes", DataType::UInt64, false),
             Field::new("busy_ms", DataType::UInt64, false),
+            Field::new("instances", DataType::UInt64, false),
         ],
         vec![
             Arc::new(StringArray::from_iter_values(
@@ -149,6 +151,7 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             column(|o| o.state_rows.iter().sum::<usize>() as u64),
             column(|o| o.state_bytes as u64),
             column(|o| o.stats.busy.as_millis() as u64),
+            column(|o| o.instances as u64),
         ],
     )
 }

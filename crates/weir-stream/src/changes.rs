@@ -94,6 +94,14 @@ impl Changes {
         Changes::new(rows, as_weights(&weights)?)
     }
 
+    /// `len` rows from `offset`, without copying.
+    pub fn slice(&self, offset: usize, len: usize) -> Self {
+        Changes {
+            rows: self.rows.slice(offset, len),
+            weights: self.weights.slice(offset, len),
+        }
+    }
+
     /// The same columns under another schema with the same types (an
     /// operator's output takes its plan node's column names).
     pub fn with_schema(self, schema: SchemaRef) -> Result<Self> {

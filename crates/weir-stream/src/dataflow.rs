@@ -48,6 +48,9 @@ pub struct OperatorInfo {
     pub state_rows: Vec<usize>,
     /// Bytes its state and held-back output take.
     pub state_bytes: usize,
+    /// How many instances run it: the workers of a partitioned view, 1
+    /// otherwise.
+    pub instances: usize,
 }
 
 #[derive(Debug)]
@@ -61,6 +64,40 @@ struct Node {
     stats: OperatorStats,
 }
 
+/// The operator of node `index` of `plan`, with empty state.
+pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Operator>> {
+    let spec = &plan.nodes[index];
+    let input_schema = |port: usize| plan.nodes[spec.inputs[port]].schema.clone();
+    let append_only = |port: usize| plan.input_append_only(index, port);
+    let schema = spec.schema.clone();
+    let operator: Box<dyn Operator> = match &spec.kind {
+        NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema)),
+        NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
+        NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
+        NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
+        NodeKind::Aggregate(agg) => {
+            crate::aggregate::aggregate(agg.clone(), input_schema(0), schema, append_only(0))?
+        }
+        NodeKind::Join(join) => Box::new(Join::new(
+            join.clone(),
+            input_schema(0),
+            input_schema(1),
+            schema,
+            [append_only(0), append_only(1)],
+        )?),
+        NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
+    };
+    let declared = plan.state_tables(index).len();
+    if operator.state_specs().len() != declared {
+        return Err(DataFusionError::Internal(format!(
+            "operator {} keeps {} state tables, its plan node declares {declared}",
+            plan.describe(index),
+            operator.state_specs().len()
+        )));
+    }
+    Ok(operator)
+}
+
 /// A view's running operators.
 #[derive(Debug)]
 pub struct Dataflow {
@@ -72,37 +109,7 @@ impl Dataflow {
     pub fn new(plan: &StreamPlan) -> Result<Self> {
         let mut nodes: Vec<Node> = Vec::with_capacity(plan.nodes.len());
         for (index, spec) in plan.nodes.iter().enumerate() {
-            let input_schema = |port: usize| plan.nodes[spec.inputs[port]].schema.clone();
-            let append_only = |port: usize| plan.input_append_only(index, port);
-            let schema = spec.schema.clone();
-            let operator: Box<dyn Operator> = match &spec.kind {
-                NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema)),
-                NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
-                NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
-                NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
-                NodeKind::Aggregate(agg) => crate::aggregate::aggregate(
-                    agg.clone(),
-                    input_schema(0),
-                    schema,
-                    append_only(0),
-                )?,
-                NodeKind::Join(join) => Box::new(Join::new(
-                    join.clone(),
-                    input_schema(0),
-                    input_schema(1),
-                    schema,
-                    [append_only(0), append_only(1)],
-                )?),
-                NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
-            };
-            let declared = plan.state_tables(index).len();
-            if operator.state_specs().len() != declared {
-                return Err(DataFusionError::Internal(format!(
-                    "operator {} keeps {} state tables, its plan node declares {declared}",
-                    plan.describe(index),
-                    operator.state_specs().len()
-                )));
-            }
+            let operator = instantiate(plan, index)?;
             let relation = match &spec.kind {
                 NodeKind::Source { relation, .. } => Some(relation.clone()),
                 _ => None,
@@ -275,6 +282,7 @@ impl Dataflow {
                 stats: n.stats.clone(),
                 state_rows: n.operator.state_rows(),
                 state_bytes: n.operator.memory_size(),
+                instances: 1,
             })
             .collect()
     }

@@ -399,6 +399,26 @@ impl Operator for Join {
         self.right.restore(&tables[1])
     }
 
+    fn restore_share(
+        &mut self,
+        tables: &[RecordBatch],
+        instance: usize,
+        placement: &crate::Placement,
+    ) -> Result<()> {
+        expect_tables(tables, 2)?;
+        if !self.spec.partitions() {
+            let single = crate::Placement::new(1);
+            let none: Vec<RecordBatch> = tables
+                .iter()
+                .map(|t| placement.owned_rows(instance, t, &[]))
+                .collect::<Result<_>>()?;
+            self.left.restore_share(&none[0], 0, &single)?;
+            return self.right.restore_share(&none[1], 0, &single);
+        }
+        self.left.restore_share(&tables[0], instance, placement)?;
+        self.right.restore_share(&tables[1], instance, placement)
+    }
+
     fn memory_size(&self) -> usize {
         self.left.memory_size() + self.right.memory_size()
     }

@@ -102,7 +102,9 @@ pub struct KeyedRows {
     /// Committed rows whose weight changed since the last delta.
     changed: Vec<RowNumber>,
     changed_flag: Vec<bool>,
+    /// The id the next new row gets; ids step by `id_stride`.
     next_id: u64,
+    id_stride: u64,
     live_rows: usize,
     state_schema: SchemaRef,
 }
@@ -141,6 +143,7 @@ impl KeyedRows {
             changed: Vec::new(),
             changed_flag: Vec::new(),
             next_id: 0,
+            id_stride: 1,
             live_rows: 0,
             state_schema: Arc::new(Schema::new(fields)),
         })
@@ -289,7 +292,7 @@ impl KeyedRows {
             if let Some(hashes) = &mut self.hashes {
                 hashes.push(hash);
                 self.ids.push(self.next_id);
-                self.next_id += 1;
+                self.next_id += self.id_stride;
             }
         }
         self.live_rows += rows.num_rows();
@@ -582,6 +585,56 @@ impl KeyedRows {
         self.live_rows = 0;
     }
 
+    /// Makes this store instance `instance` of `instances` that share one
+    /// durable table (an operator partitioned by key): its new rows get
+    /// the ids from `floor` on that are congruent to `instance`, so no two
+    /// instances give out the same id. `floor` must be above every id in
+    /// the durable table (every instance's, not only its own rows'); call
+    /// it after [`KeyedRows::restore`].
+    pub fn share_ids(&mut self, instance: usize, instances: usize, floor: u64) {
+        let stride = instances.max(1) as u64;
+        let base = self.next_id.max(floor).next_multiple_of(stride);
+        self.next_id = base + instance as u64 % stride;
+        self.id_stride = stride;
+    }
+
+    /// The key columns of rows in the durable form: what places them in a
+    /// virtual partition.
+    pub fn stored_keys(&self, state: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let width = self.schema.fields().len();
+        let rows = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            state.columns()[..width.min(state.num_columns())].to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(state.num_rows())),
+        )?;
+        self.key_columns(&rows)
+    }
+
+    /// Loads this instance's share of a durable table that `placement`'s
+    /// instances share: the rows whose keys it owns, and new ids above
+    /// every id in the table.
+    pub fn restore_share(
+        &mut self,
+        state: &RecordBatch,
+        instance: usize,
+        placement: &crate::Placement,
+    ) -> Result<()> {
+        let keys = self.stored_keys(state)?;
+        self.restore(&placement.owned_rows(instance, state, &keys)?)?;
+        let floor = if self.updating() && state.num_rows() > 0 {
+            let ids = state.column(state.num_columns() - 1);
+            let ids = ids
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(|| DataFusionError::Internal("row ids are not uint64".into()))?;
+            datafusion::arrow::compute::max(ids).map_or(0, |max| max + 1)
+        } else {
+            0
+        };
+        self.share_ids(instance, placement.workers(), floor);
+        Ok(())
+    }
+
     /// Loads rows in the durable form (recovery, or a rebuild); they count
     /// as committed.
     pub fn restore(&mut self, state: &RecordBatch) -> Result<()> {
@@ -708,6 +761,52 @@ mod tests {
                 .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn instances_sharing_a_table_give_out_disjoint_ids() {
+        // Two instances fill one durable table; after a restart three
+        // instances share it, each restoring part of it.
+        let ids_of = |delta: &DeltaBatches| -> Vec<u64> {
+            let upserts = delta.upserts.as_ref().expect("rows");
+            let ids = upserts.column(upserts.num_columns() - 1);
+            ids.as_any()
+                .downcast_ref::<UInt64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        };
+        let mut durable = weir_state::StateTable::new(store(true).state_spec()).unwrap();
+        let mut given = Vec::new();
+        for instance in 0..2 {
+            let mut part = store(true);
+            part.share_ids(instance, 2, 0);
+            let rows: Vec<_> = (0..100)
+                .map(|i| (Some(i), Some(instance as i32), 1))
+                .collect();
+            part.update(&kv(&rows)).unwrap();
+            let delta = part.take_delta().unwrap().expect("a delta");
+            given.extend(ids_of(&delta));
+            replay(&mut durable, Some(delta));
+        }
+        let stored = durable.snapshot().stored_rows().unwrap();
+        let floor = given.iter().max().unwrap() + 1;
+        for instance in 0..3 {
+            let mut part = store(true);
+            let mine = (0..stored.num_rows())
+                .filter(|row| row % 3 == instance)
+                .map(|row| row as u32)
+                .collect::<Vec<_>>();
+            part.restore(&take_rows(&stored, &UInt32Array::from(mine)).unwrap())
+                .unwrap();
+            part.share_ids(instance, 3, floor);
+            let rows: Vec<_> = (0..50).map(|i| (Some(i), Some(9), 1)).collect();
+            part.update(&kv(&rows)).unwrap();
+            given.extend(ids_of(&part.take_delta().unwrap().expect("a delta")));
+        }
+        let distinct: std::collections::BTreeSet<u64> = given.iter().copied().collect();
+        assert_eq!(given.len(), 350);
+        assert_eq!(distinct.len(), 350, "no id given out twice");
     }
 
     #[test]

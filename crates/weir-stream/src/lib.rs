@@ -30,6 +30,7 @@ mod keyed_rows;
 mod map;
 mod operator;
 mod ordered_rows;
+mod partition;
 mod plan;
 pub mod runtime;
 mod top_n;
@@ -43,7 +44,8 @@ pub use changes::Changes;
 pub use dataflow::{Dataflow, OperatorInfo, OperatorStats};
 pub use keyed_rows::KeyedRows;
 pub use operator::Operator;
-pub use plan::{AggregateSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
+pub use partition::{vnodes, Placement, VNODES};
+pub use plan::{AggregateSpec, Exchange, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
 
 /// Errors of the streaming engine are DataFusion's: expressions fail with
 /// them, and the server already maps them to SQLSTATEs.

@@ -3,7 +3,7 @@
 use datafusion::arrow::record_batch::RecordBatch;
 use weir_state::{DeltaBatches, TableSpec};
 
-use crate::{Changes, Result};
+use crate::{Changes, Placement, Result};
 
 /// An incremental operator: a state machine from input changes to output
 /// changes. After every [`Operator::flush`], everything it emitted sums to
@@ -44,6 +44,26 @@ pub trait Operator: Send + std::fmt::Debug {
     /// Loads the state tables' rows (recovery), in
     /// [`Operator::state_specs`] order.
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()>;
+
+    /// Loads instance `instance`'s share of the state tables when the
+    /// operator runs as `placement.workers()` instances partitioned by
+    /// its input exchange ([`crate::StreamPlan::exchange`]): the stored
+    /// rows (`tables`: every instance's) whose keys `placement` gives it,
+    /// placed by the same key values the exchange hashes. An operator
+    /// that runs as one instance keeps its state in partition 0, which
+    /// this default gives to instance 0.
+    fn restore_share(
+        &mut self,
+        tables: &[RecordBatch],
+        instance: usize,
+        placement: &Placement,
+    ) -> Result<()> {
+        let mine = tables
+            .iter()
+            .map(|stored| placement.owned_rows(instance, stored, &[]))
+            .collect::<Result<Vec<_>>>()?;
+        self.restore(&mine)
+    }
 
     /// Bytes the operator holds allocated: its state structures and the
     /// output it holds back.

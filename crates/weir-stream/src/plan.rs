@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::JoinType;
@@ -104,6 +105,15 @@ pub struct JoinSpec {
     pub null_aware: bool,
 }
 
+impl JoinSpec {
+    /// Whether the join can run as instances partitioned by its keys: it
+    /// has equality keys, and no `NOT IN` semantics (which look at the
+    /// whole right side).
+    pub fn partitions(&self) -> bool {
+        !self.left_keys.is_empty() && !self.null_aware
+    }
+}
+
 /// An ordering and a window of it.
 #[derive(Debug, Clone)]
 pub struct TopNSpec {
@@ -115,7 +125,57 @@ pub struct TopNSpec {
     pub fetch: Option<usize>,
 }
 
+/// How the rows into an operator's input are spread over the operator's
+/// parallel instances.
+#[derive(Debug, Clone)]
+pub enum Exchange {
+    /// By a hash of these expressions over the input rows: rows with equal
+    /// values meet in one instance (a group-by's groups, a join's keys).
+    Hash(Vec<PhysicalExprRef>),
+    /// All to one instance: a global aggregate, a top-N, a join without
+    /// equality keys or with `NOT IN` semantics.
+    Single,
+}
+
+impl Exchange {
+    /// The key columns of `rows` that place them (none for
+    /// [`Exchange::Single`]: every row in virtual partition 0).
+    pub fn keys(&self, rows: &RecordBatch) -> crate::Result<Vec<ArrayRef>> {
+        match self {
+            Exchange::Single => Ok(Vec::new()),
+            Exchange::Hash(exprs) => exprs
+                .iter()
+                .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
+                .collect(),
+        }
+    }
+}
+
 impl StreamPlan {
+    /// How rows reach port `port` of node `node` when the plan runs as
+    /// several instances; `None`: they stay in the instance that made
+    /// them (operators without state).
+    pub fn exchange(&self, node: usize, port: usize) -> Option<Exchange> {
+        match &self.nodes[node].kind {
+            NodeKind::Aggregate(agg) if agg.group.is_empty() => Some(Exchange::Single),
+            NodeKind::Aggregate(agg) => Some(Exchange::Hash(
+                agg.group.iter().map(|(expr, _)| expr.clone()).collect(),
+            )),
+            NodeKind::Join(join) if !join.partitions() => Some(Exchange::Single),
+            NodeKind::Join(join) => Some(Exchange::Hash(if port == 0 {
+                join.left_keys.clone()
+            } else {
+                join.right_keys.clone()
+            })),
+            NodeKind::TopN(_) => Some(Exchange::Single),
+            NodeKind::Source { .. }
+            | NodeKind::Values { .. }
+            | NodeKind::Filter { .. }
+            | NodeKind::Project { .. }
+            | NodeKind::Union => None,
+        }
+    }
+
     /// Works out which nodes only ever insert, given which relations do
     /// (sources, append-only views). Operators over an append-only input
     /// keep less state: `min`/`max` one value per group, a join side no

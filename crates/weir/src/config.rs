@@ -68,9 +68,11 @@ pub struct ServeArgs {
     /// reads fail with 53200, while the server and other views go on.
     #[arg(long, default_value_t = weir_server::DEFAULT_VIEW_MEMORY_MB)]
     pub view_memory_mb: usize,
-    /// How many workers read each source a view reads, in parallel, each a
-    /// share of the source's splits (default: the number of cores). It may
-    /// change between restarts: every split resumes at its own position.
+    /// How many timely workers run the views (default: the number of
+    /// cores): a view that reads only sources runs as one instance per
+    /// worker, partitioned by key; other views read each source with this
+    /// many readers. It may change between restarts: state is dealt out
+    /// again by key and every source split resumes at its own position.
     #[arg(long, default_value_t = weir_server::default_workers())]
     pub workers: usize,
     /// Require SCRAM-SHA-256 password authentication with this password.

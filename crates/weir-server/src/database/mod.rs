@@ -72,8 +72,9 @@ pub struct DatabaseConfig {
     /// The most bytes one materialized view's state (its operators' and
     /// its output's) may hold; a view that needs more fails alone.
     pub view_memory_bytes: usize,
-    /// How many readers read each source of a view in parallel, each a
-    /// share of the source's splits.
+    /// How many timely workers run the views that read only sources
+    /// (partitioned by key); other views read each source with this many
+    /// readers.
     pub workers: usize,
 }
 

@@ -72,6 +72,7 @@ impl Database {
         let runtime = Runtime::new(RuntimeConfig {
             view_memory_bytes: config.view_memory_bytes,
             workers: config.workers,
+            first_epoch: working.epoch,
         });
         Ok(Arc::new(Database {
             store_config,

@@ -364,6 +364,29 @@ impl Operator for GroupedAggregate {
         Ok(deltas)
     }
 
+    fn restore_share(
+        &mut self,
+        tables: &[RecordBatch],
+        instance: usize,
+        placement: &crate::Placement,
+    ) -> Result<()> {
+        // Every state table leads with the group columns (a global
+        // aggregate's with a placeholder, and it runs as one instance).
+        let groups = if self.is_global() {
+            0
+        } else {
+            self.group_fields.len()
+        };
+        let mine = tables
+            .iter()
+            .map(|stored| {
+                let keys = &stored.columns()[..groups.min(stored.num_columns())];
+                placement.owned_rows(instance, stored, keys)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.restore(&mine)
+    }
+
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
         expect_tables(tables, self.state_specs().len())?;
         let groups_table = &tables[0];
@@ -530,6 +553,48 @@ mod tests {
     /// inserts, duplicates, NULLs, deletes of the current minimum and
     /// maximum, groups emptied and refilled, several batches per epoch and
     /// a restore from the durable state.
+    #[test]
+    fn state_rows_fall_in_the_partition_their_input_rows_are_sent_to() {
+        // Run as several instances, a group's input rows are exchanged by
+        // the hash of its group values, and after a restart an instance
+        // takes the state rows whose leading group columns hash into its
+        // partitions: the two must agree, or a group's rows and its state
+        // would meet in different instances.
+        let (spec, out) = spec(true);
+        let exchange = crate::Exchange::Hash(spec.group.iter().map(|(e, _)| e.clone()).collect());
+        let groups = spec.group.len();
+        let mut op = GroupedAggregate::try_new(spec, kv_schema(), out, false)
+            .unwrap()
+            .unwrap();
+        let input: Vec<(Option<i32>, Option<i32>, i64)> = (0..200)
+            .map(|i| ((i % 37 != 0).then_some(i % 53), Some(i), 1))
+            .collect();
+        let input = kv(&input);
+        run(&mut op, &[vec![input.clone()]]);
+        let routed = crate::vnodes(&exchange.keys(&input.rows).unwrap(), input.len()).unwrap();
+        let key_of = |column: &ArrayRef, row: usize| {
+            datafusion::arrow::util::display::array_value_to_string(column, row).unwrap()
+        };
+        let mut partition_of_key = std::collections::HashMap::new();
+        for (row, &vnode) in routed.iter().enumerate() {
+            partition_of_key.insert(key_of(input.rows.column(0), row), vnode);
+        }
+        let deltas = op.checkpoint().unwrap();
+        let mut checked = 0;
+        for delta in deltas.into_iter().flatten() {
+            let state = delta.upserts.expect("new state rows");
+            let placed = crate::vnodes(&state.columns()[..groups], state.num_rows()).unwrap();
+            for (row, vnode) in placed.into_iter().enumerate() {
+                assert_eq!(partition_of_key[&key_of(state.column(0), row)], vnode);
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > 53,
+            "group rows and min/max values checked: {checked}"
+        );
+    }
+
     #[test]
     fn columnar_state_matches_recomputation_under_deletes() {
         let epochs = [

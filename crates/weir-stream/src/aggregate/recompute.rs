@@ -149,6 +149,21 @@ impl Operator for RecomputeAggregate {
         self.input.restore(&tables[0])
     }
 
+    fn restore_share(
+        &mut self,
+        tables: &[RecordBatch],
+        instance: usize,
+        placement: &crate::Placement,
+    ) -> Result<()> {
+        expect_tables(tables, 1)?;
+        if self.spec.group.is_empty() {
+            // A global aggregate runs as one instance: partition 0.
+            let all = placement.owned_rows(instance, &tables[0], &[])?;
+            return self.input.restore_share(&all, 0, &crate::Placement::new(1));
+        }
+        self.input.restore_share(&tables[0], instance, placement)
+    }
+
     fn memory_size(&self) -> usize {
         self.input.memory_size()
             + self

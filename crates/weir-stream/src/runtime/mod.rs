@@ -22,6 +22,8 @@
 //! | `view` | a running view: operators, output table, memory budget |
 //! | `worker` | the loop: commands and readers in, barriers aligned, parts out |
 
+mod batch;
+mod cluster;
 mod reader;
 mod source;
 mod view;
@@ -37,7 +39,7 @@ pub use view::{
 };
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::error::DataFusionError;
@@ -155,15 +157,24 @@ pub struct ViewCounters {
 pub struct RuntimeConfig {
     /// The most bytes one view's state may hold.
     pub view_memory_bytes: usize,
-    /// How many readers read each source of a view in parallel, each a
-    /// share of its splits (`--workers`).
+    /// How many workers run the views (`--workers`): a view that reads
+    /// only sources runs as one partitioned instance per worker; the
+    /// others run in the coordinator, reading each source with this many
+    /// readers.
     pub workers: usize,
+    /// The epoch the first barrier will end.
+    pub first_epoch: u64,
 }
 
 /// What the runtime has done, readable by the server at any time.
 #[derive(Debug, Default)]
 pub struct RuntimeStatus {
-    rows_since_barrier: AtomicBool,
+    /// Source batches read, and how many had been read when the last
+    /// barrier was sent: readers in the workers count batches while the
+    /// coordinator cuts, so a flag cleared at a cut could hide a batch
+    /// read just before it.
+    batches_read: AtomicU64,
+    batches_at_barrier: AtomicU64,
     counters: Mutex<BTreeMap<String, ViewCounters>>,
     operators: Mutex<BTreeMap<String, Vec<OperatorInfo>>>,
 }
@@ -172,7 +183,7 @@ impl RuntimeStatus {
     /// Whether source rows arrived since the last barrier: the open epoch
     /// has changes even if no table does.
     pub fn has_rows_since_barrier(&self) -> bool {
-        self.rows_since_barrier.load(Ordering::SeqCst)
+        self.batches_read.load(Ordering::SeqCst) > self.batches_at_barrier.load(Ordering::SeqCst)
     }
 
     /// Rows into and out of every running or failed view.
@@ -186,8 +197,17 @@ impl RuntimeStatus {
         self.operators.lock().expect("operators lock").clone()
     }
 
-    fn set_rows_since_barrier(&self, value: bool) {
-        self.rows_since_barrier.store(value, Ordering::SeqCst);
+    /// A source batch was read.
+    fn note_batch(&self) {
+        self.batches_read.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A barrier was sent: batches read from now on are in later epochs
+    /// (or in this one, which then counts them twice: one epoch more goes
+    /// through the views, never one less).
+    fn note_barrier(&self) {
+        let read = self.batches_read.load(Ordering::SeqCst);
+        self.batches_at_barrier.store(read, Ordering::SeqCst);
     }
 
     fn count(&self, view: &str, update: impl FnOnce(&mut ViewCounters)) {

@@ -121,6 +121,8 @@ fn view(name: &str, source: Counter) -> ViewRuntime {
         id: 10,
         state_ids: vec![],
         dataflow: Dataflow::new(&plan).expect("dataflow"),
+        plan,
+        restored: None,
         output: StateTable::new(TableSpec::with_primary_key(schema(), vec![0])).expect("table"),
         sources: vec![SourceInput {
             source_id: 2,
@@ -137,7 +139,7 @@ fn view(name: &str, source: Counter) -> ViewRuntime {
 async fn barriers_until(
     runtime: &Runtime,
     parts: &mut mpsc::Receiver<ViewPart>,
-    done: impl Fn(&ViewPart) -> bool,
+    mut done: impl FnMut(&ViewPart) -> bool,
 ) -> ViewPart {
     for epoch in 1..=200 {
         assert!(runtime.send(Command::Barrier(epoch)));
@@ -158,6 +160,7 @@ fn runtime(view_memory_bytes: usize, workers: usize) -> (Runtime, mpsc::Receiver
     let runtime = Runtime::new(RuntimeConfig {
         view_memory_bytes,
         workers,
+        first_epoch: 1,
     });
     let parts = runtime.start(2);
     (runtime, parts)
@@ -218,48 +221,174 @@ async fn a_view_holds_exactly_the_rows_before_its_checkpointed_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_source_stops_its_view_and_the_part_says_why() {
-    let (runtime, mut parts) = runtime(usize::MAX, 1);
-    let source = Counter {
-        total: 1000,
-        splits: 1,
-        fail_after: Some(300),
-    };
-    assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
-    let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
-    assert_eq!(part.failures.len(), 1);
-    let failed = &part.failures[0];
-    assert_eq!(failed.view, "v");
-    assert!(
-        matches!(&failed.reason, FailureReason::Source { source, error: Some(_) } if source == "s"),
-        "{:?}",
-        failed.reason
-    );
-    assert!(failed.reason.to_string().contains("the counter broke"));
-    assert!(
-        !part.tables.contains_key(&10),
-        "a failed view's state is not cut"
-    );
-    // The failure is reported once; the worker goes on.
-    let next = barriers_until(&runtime, &mut parts, |_| true).await;
-    assert!(next.failures.is_empty());
+    // One worker: the coordinator reads the source; two: a timely worker.
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(usize::MAX, workers);
+        let source = Counter {
+            total: 1000,
+            splits: 1,
+            fail_after: Some(300),
+        };
+        assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
+        let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
+        assert_eq!(part.failures.len(), 1);
+        let failed = &part.failures[0];
+        assert_eq!(failed.view, "v");
+        assert!(
+            matches!(&failed.reason, FailureReason::Source { source, error: Some(_) } if source == "s"),
+            "{workers} workers: {:?}",
+            failed.reason
+        );
+        assert!(failed.reason.to_string().contains("the counter broke"));
+        assert!(
+            !part.tables.contains_key(&10),
+            "a failed view's state is not cut"
+        );
+        // The failure is reported once; the worker goes on.
+        let next = barriers_until(&runtime, &mut parts, |_| true).await;
+        assert!(next.failures.is_empty());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_over_its_memory_budget_fails_alone() {
-    let (runtime, mut parts) = runtime(1 << 10, 1);
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(1 << 10, workers);
+        let source = Counter {
+            total: 100_000,
+            splits: 1,
+            fail_after: None,
+        };
+        assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
+        let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
+        let FailureReason::Error(DataFusionError::External(error)) = &part.failures[0].reason
+        else {
+            panic!("{workers} workers: {:?}", part.failures[0].reason);
+        };
+        let exceeded = error
+            .downcast_ref::<MemoryBudgetExceeded>()
+            .expect("a memory budget error");
+        assert_eq!(exceeded.view, "v");
+        assert!(exceeded.used > exceeded.budget);
+    }
+}
+
+/// `SELECT n % 10 AS k, count(*) AS c FROM s GROUP BY n % 10` (id 10,
+/// group state id 11), reading `source` (id 2).
+fn grouped_view(source: Counter) -> ViewRuntime {
+    use datafusion::functions_aggregate::count::count_udaf;
+    use datafusion::logical_expr::Operator as BinOp;
+    use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+    use datafusion::physical_expr::expressions::{binary, col, lit};
+
+    let input = schema();
+    let key = binary(col("n", &input).unwrap(), BinOp::Modulo, lit(10i64), &input).unwrap();
+    let count = AggregateExprBuilder::new(count_udaf(), vec![lit(1i64)])
+        .schema(input.clone())
+        .alias("c")
+        .build()
+        .unwrap();
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("c", DataType::Int64, false),
+    ]));
+    let plan = StreamPlan {
+        nodes: vec![
+            NodeSpec {
+                kind: NodeKind::Source {
+                    relation: "s".into(),
+                    read: None,
+                },
+                inputs: vec![],
+                schema: input,
+                append_only: true,
+                key: None,
+            },
+            NodeSpec {
+                kind: NodeKind::Aggregate(crate::AggregateSpec {
+                    group: vec![(key, "k".into())],
+                    aggregates: vec![Arc::new(count)],
+                    filters: vec![None],
+                }),
+                inputs: vec![0],
+                schema: output.clone(),
+                append_only: false,
+                key: Some(vec![0]),
+            },
+        ],
+    };
+    let splits = source.splits;
+    ViewRuntime {
+        name: "g".into(),
+        id: 10,
+        state_ids: vec![11],
+        dataflow: Dataflow::new(&plan).expect("dataflow"),
+        plan,
+        restored: None,
+        output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
+        sources: vec![SourceInput {
+            source_id: 2,
+            name: "s".into(),
+            source: Arc::new(source),
+            columns: None,
+            positions: vec![0; splits as usize],
+        }],
+        early: EarlyDeltas::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_over_sources_runs_partitioned_and_cuts_exactly() {
+    let (runtime, mut parts) = runtime(usize::MAX, 2);
+    let total = 30_000;
     let source = Counter {
-        total: 100_000,
-        splits: 1,
+        total,
+        splits: 8,
         fail_after: None,
     };
-    assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
-    let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
-    let FailureReason::Error(DataFusionError::External(error)) = &part.failures[0].reason else {
-        panic!("{:?}", part.failures[0].reason);
-    };
-    let exceeded = error
-        .downcast_ref::<MemoryBudgetExceeded>()
-        .expect("a memory budget error");
-    assert_eq!(exceeded.view, "v");
-    assert!(exceeded.used > exceeded.budget);
+    assert!(runtime.send(Command::Start(Box::new(grouped_view(source)), None)));
+    let key = position_key(10, 2);
+    let mut group_rows_written = 0;
+    let last = barriers_until(&runtime, &mut parts, |part| {
+        let positions = &part.positions[&key];
+        // At every cut the groups count exactly the values read so far.
+        let mut expected = [0i64; 10];
+        for split in 0..8u64 {
+            for k in 0..positions[split as usize] {
+                expected[((k * 8 + split) % 10) as usize] += 1;
+            }
+        }
+        let stored = part.snapshots[&10].stored_rows().expect("rows");
+        let mut counted = [0i64; 10];
+        let ks = stored
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("k");
+        let cs = stored
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("c");
+        for row in 0..stored.num_rows() {
+            counted[ks.value(row) as usize] = cs.value(row);
+        }
+        assert_eq!(counted, expected, "epoch {}", part.epoch);
+        // Both workers' state deltas reach the part.
+        group_rows_written += part.tables[&11]
+            .deltas
+            .iter()
+            .map(|d| d.upserts.as_ref().map_or(0, |u| u.num_rows()))
+            .sum::<usize>();
+        positions.iter().sum::<u64>() == total
+    })
+    .await;
+    assert!(last.failures.is_empty());
+    assert!(group_rows_written >= 10, "{group_rows_written}");
+    let operators = &runtime.status().view_operators()["g"];
+    let aggregate = &operators[1];
+    assert_eq!(aggregate.instances, 2, "{operators:?}");
+    assert_eq!(aggregate.stats.rows_in, total);
+    assert_eq!(aggregate.state_rows, vec![10]);
+    assert_eq!(runtime.status().view_counters()["g"].source_rows, total);
 }

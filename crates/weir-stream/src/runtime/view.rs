@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, StateTable, TableId, TableSpec};
 
 use super::source::Source;
-use crate::{Changes, Dataflow, Result};
+use crate::{Changes, Dataflow, Result, StreamPlan};
 
 /// The column of a view's output table that counts each row, when nothing
 /// narrower than all its columns is unique.
@@ -28,8 +29,15 @@ pub struct ViewRuntime {
     pub id: TableId,
     /// Its operators' state tables, in dataflow order.
     pub state_ids: Vec<TableId>,
+    /// Its plan, which a view that runs partitioned instantiates once
+    /// per worker.
+    pub plan: StreamPlan,
     /// The operators.
     pub dataflow: Dataflow,
+    /// The operator state tables' rows as recovered (every state table,
+    /// in dataflow order), for a view that runs partitioned; `None` for a
+    /// new view.
+    pub restored: Option<Vec<RecordBatch>>,
     /// Its output: rows by key, or rows with counts.
     pub output: StateTable,
     /// The sources it reads through readers of its own.

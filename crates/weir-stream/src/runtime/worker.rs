@@ -29,7 +29,7 @@
 //! sees them in the order the task processes them, so aligning the task's
 //! inputs aligns every operator.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -37,8 +37,11 @@ use std::time::{Duration, Instant};
 use datafusion::error::DataFusionError;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use weir_state::{TableChange, TableId};
+use weir_state::{DeltaBatches, TableChange, TableId};
 
+use super::cluster::{
+    partitionable, Cluster, ClusterCommand, PartitionedView, ShardCut, ShardMessage,
+};
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key, ReadFrom};
 use super::view::{
@@ -54,6 +57,9 @@ const MEMORY_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The most rows a reader puts in one batch.
 const MAX_BATCH_ROWS: usize = 8192;
+
+/// How many messages may wait in a shard's channel.
+const SHARD_CHANNEL: usize = 8;
 
 struct PendingView {
     token: u64,
@@ -73,6 +79,24 @@ struct ReaderInput {
     /// The splits it reads.
     splits: Vec<u32>,
     reader: Reader,
+}
+
+/// One worker's shard of a partitioned view: its output changes and
+/// barriers, an input like a reader.
+struct ShardInput {
+    view: String,
+    key: String,
+    messages: mpsc::Receiver<ShardMessage>,
+}
+
+/// What the coordinator keeps of a view that runs partitioned.
+#[derive(Default)]
+struct Partitioned {
+    /// The state deltas of the epoch being aligned, from the shards that
+    /// delivered its barrier.
+    deltas: Vec<(usize, DeltaBatches)>,
+    /// Each worker's operator figures as of its last barrier.
+    operators: Vec<Vec<OperatorInfo>>,
 }
 
 /// Which input a message came from.
@@ -100,6 +124,12 @@ pub(super) struct Worker {
     /// checkpoint).
     positions: BTreeMap<String, Vec<u64>>,
     aligner: Aligner<Input>,
+    /// The timely workers that run partitioned views (`workers` > 1).
+    cluster: Option<Cluster>,
+    shards: Vec<ShardInput>,
+    partitioned: HashMap<String, Partitioned>,
+    /// The epoch the next barrier ends.
+    open_epoch: u64,
     /// Where reading the readers starts next time (fairness).
     next_reader: usize,
     /// When the barrier being aligned arrived on the command channel.
@@ -113,6 +143,7 @@ pub(super) struct Worker {
 enum Next {
     Command(Command),
     Source(usize, Option<SourceMessage>),
+    Shard(usize, Option<ShardMessage>),
     Closed,
 }
 
@@ -127,7 +158,22 @@ impl Worker {
     ) -> Self {
         let mut aligner = Aligner::default();
         aligner.add_input(Input::Commands);
+        let cluster = (config.workers > 1)
+            .then(|| {
+                let tokio = tokio::runtime::Handle::current();
+                Cluster::start(config.workers, tokio, status.clone())
+            })
+            .and_then(|started| {
+                started
+                    .inspect_err(|e| warn!(error = %e, "timely workers did not start; views run on one thread"))
+                    .ok()
+            });
+        let open_epoch = config.first_epoch;
         Worker {
+            cluster,
+            shards: Vec::new(),
+            partitioned: HashMap::new(),
+            open_epoch,
             config,
             status,
             commands,
@@ -153,7 +199,7 @@ impl Worker {
                 Next::Closed => return,
                 Next::Command(command) => self.on_command(command).await,
                 Next::Source(i, Some(SourceMessage::Rows(rows))) => {
-                    self.status.set_rows_since_barrier(true);
+                    self.status.note_batch();
                     let reader = &self.readers[i];
                     let (view, source) = (reader.view.clone(), reader.source.clone());
                     let count = rows.num_rows() as u64;
@@ -170,6 +216,29 @@ impl Worker {
                     }
                     let input = Input::Reader(self.readers[i].key.clone());
                     self.on_barrier(input, epoch).await
+                }
+                Next::Shard(i, Some(ShardMessage::Rows(changes))) => {
+                    let view = self.shards[i].view.clone();
+                    self.shard_rows(&view, changes);
+                    Ok(())
+                }
+                Next::Shard(i, Some(ShardMessage::Barrier(cut))) => {
+                    let input = Input::Reader(self.shards[i].key.clone());
+                    let view = self.shards[i].view.clone();
+                    let epoch = cut.epoch;
+                    self.shard_cut(&view, i, cut);
+                    self.on_barrier(input, epoch).await
+                }
+                Next::Shard(i, message) => {
+                    let reason = match message {
+                        Some(ShardMessage::Failed(reason)) => reason,
+                        _ => FailureReason::Error(DataFusionError::Internal(
+                            "a worker of the view stopped".into(),
+                        )),
+                    };
+                    let view = self.shards[i].view.clone();
+                    self.stop_failed(&view, reason);
+                    Ok(())
                 }
                 Next::Source(i, message) => {
                     // A failed or stopped reader's position would no longer
@@ -204,6 +273,7 @@ impl Worker {
         let Worker {
             commands,
             readers,
+            shards,
             aligner,
             next_reader,
             ..
@@ -228,6 +298,14 @@ impl Worker {
                     return Poll::Ready(Next::Source(i, message));
                 }
             }
+            for (i, shard) in shards.iter_mut().enumerate() {
+                if aligner.is_blocked(&Input::Reader(shard.key.clone())) {
+                    continue;
+                }
+                if let Poll::Ready(message) = shard.messages.poll_recv(cx) {
+                    return Poll::Ready(Next::Shard(i, message));
+                }
+            }
             Poll::Pending
         })
         .await
@@ -237,9 +315,16 @@ impl Worker {
         match command {
             Command::Changes(changes) => self.process(changes, None, false),
             Command::Barrier(epoch) => {
+                self.status.note_barrier();
                 self.barrier_since = Some(std::time::Instant::now());
+                self.open_epoch = epoch + 1;
                 for reader in &self.readers {
                     reader.reader.inject_barrier(epoch);
+                }
+                if let Some(cluster) = &self.cluster {
+                    if !self.partitioned.is_empty() {
+                        cluster.send(ClusterCommand::Barrier(epoch));
+                    }
                 }
                 return self.on_barrier(Input::Commands, epoch).await;
             }
@@ -291,6 +376,15 @@ impl Worker {
                 return;
             }
         }
+        if let Some(cluster) = self
+            .cluster
+            .as_ref()
+            .filter(|_| partitionable(&view.plan, &view.sources))
+        {
+            self.start_partitioned(&mut view, cluster.workers());
+            self.views.push(view);
+            return;
+        }
         let mut readers = Vec::new();
         for input in &view.sources {
             match spawn_readers(&view.name, view.id, input, self.config.workers) {
@@ -315,6 +409,89 @@ impl Worker {
             self.readers.push(reader);
         }
         self.views.push(view);
+    }
+
+    /// Starts a view that reads only sources as one instance per timely
+    /// worker; each worker's shard becomes an aligned input.
+    fn start_partitioned(&mut self, view: &mut ViewRuntime, workers: usize) {
+        let mut senders = Vec::with_capacity(workers);
+        for worker in 0..workers {
+            let (sender, messages) = mpsc::channel(SHARD_CHANNEL);
+            senders.push(sender);
+            let key = format!("{}#worker{worker}", view.id);
+            self.aligner.add_input(Input::Reader(key.clone()));
+            self.shards.push(ShardInput {
+                view: view.name.clone(),
+                key,
+                messages,
+            });
+        }
+        for input in &view.sources {
+            self.positions.insert(
+                position_key(view.id, input.source_id),
+                input.positions.clone(),
+            );
+        }
+        self.partitioned.insert(
+            view.name.clone(),
+            Partitioned {
+                deltas: Vec::new(),
+                operators: vec![Vec::new(); workers],
+            },
+        );
+        let start = PartitionedView {
+            name: view.name.clone(),
+            id: view.id,
+            plan: view.plan.clone(),
+            state: view.restored.take(),
+            sources: view.sources.clone(),
+            epoch: self.open_epoch,
+            shards: senders,
+        };
+        if let Some(cluster) = &self.cluster {
+            cluster.send(ClusterCommand::Start(Arc::new(start)));
+        }
+    }
+
+    /// A shard's output changes: into the view's output table, and on to
+    /// the views and pending views that read it.
+    fn shard_rows(&mut self, name: &str, changes: Changes) {
+        let Some(view) = self.views.iter_mut().find(|v| v.name == name) else {
+            return;
+        };
+        match apply_output(&mut view.output, vec![changes]) {
+            Ok(out) => {
+                self.status.count(name, |c| c.rows_out += out.len() as u64);
+                if !out.is_empty() {
+                    let mut changes = RelationChanges::new();
+                    changes.insert(name.to_owned(), vec![out]);
+                    self.process(changes, None, false);
+                }
+            }
+            Err(e) => self.stop_failed(name, FailureReason::Error(e)),
+        }
+    }
+
+    /// A shard's cut of an epoch: its state deltas wait for the others',
+    /// its readers' positions are recorded.
+    fn shard_cut(&mut self, name: &str, shard: usize, cut: ShardCut) {
+        let worker = self.shards[..shard]
+            .iter()
+            .filter(|s| s.view == name)
+            .count();
+        if let Some(partitioned) = self.partitioned.get_mut(name) {
+            partitioned.deltas.extend(cut.deltas);
+            if let Some(figures) = partitioned.operators.get_mut(worker) {
+                *figures = cut.operators;
+            }
+        }
+        for (key, split, position) in cut.positions {
+            if let Some(all) = self.positions.get_mut(&key) {
+                if let Some(slot) = all.get_mut(split as usize) {
+                    *slot = position;
+                }
+            }
+        }
     }
 
     /// Pushes changes through every view in dependency order. `source`
@@ -350,6 +527,11 @@ impl Worker {
                     _ => changes.get(relation).cloned().unwrap_or_default(),
                 }
             };
+            if self.partitioned.contains_key(&view.name) {
+                // Its operators run in the workers; its output arrives
+                // from its shards.
+                continue;
+            }
             let reads: BTreeSet<String> = view.dataflow.sources();
             if reads.iter().any(|r| failed.iter().any(|(f, _)| f == r)) {
                 // Stopped below with the view it reads.
@@ -441,13 +623,25 @@ impl Worker {
             }
         }
         self.views.retain(|v| v.name != name);
-        let gone: Vec<String> = self
+        if self.partitioned.remove(name).is_some() {
+            if let Some(cluster) = &self.cluster {
+                cluster.send(ClusterCommand::Drop(name.to_owned()));
+            }
+        }
+        let mut gone: Vec<String> = self
             .readers
             .iter()
             .filter(|r| r.view == name)
             .map(|r| r.key.clone())
             .collect();
+        gone.extend(
+            self.shards
+                .iter()
+                .filter(|s| s.view == name)
+                .map(|s| s.key.clone()),
+        );
         self.readers.retain(|r| r.view != name);
+        self.shards.retain(|s| s.view != name);
         for key in gone {
             if let Some(epoch) = self.aligner.remove_input(&Input::Reader(key)) {
                 self.aligned_by_removal = Some(epoch);
@@ -499,9 +693,20 @@ impl Worker {
             ..ViewPart::default()
         };
         let mut failed = Vec::new();
+        let budget = self.config.view_memory_bytes;
         for view in &mut self.views {
-            self.status.publish_operators(&view.name, operators(view));
-            if let Err(e) = cut_view(view, &mut part) {
+            let outcome = match self.partitioned.get_mut(&view.name) {
+                Some(partitioned) => {
+                    let figures = merged_operators(view, &partitioned.operators);
+                    self.status.publish_operators(&view.name, figures.clone());
+                    cut_partitioned(view, partitioned, &figures, budget, &mut part)
+                }
+                None => {
+                    self.status.publish_operators(&view.name, operators(view));
+                    cut_view(view, &mut part)
+                }
+            };
+            if let Err(e) = outcome {
                 failed.push((view.name.clone(), FailureReason::Error(e)));
             }
         }
@@ -516,7 +721,6 @@ impl Worker {
         part.tables.retain(|id, _| running.contains(id));
         part.positions = self.positions.clone();
         part.failures = std::mem::take(&mut self.failures);
-        self.status.set_rows_since_barrier(false);
         part
     }
 }
@@ -572,8 +776,113 @@ fn operators(view: &ViewRuntime) -> Vec<OperatorInfo> {
         },
         state_rows: vec![view.output.len()],
         state_bytes: view.output.memory_size(),
+        instances: 1,
     });
     operators
+}
+
+/// A partitioned view's operators: every worker's figures summed, node by
+/// node, and its output table last.
+fn merged_operators(view: &ViewRuntime, workers: &[Vec<OperatorInfo>]) -> Vec<OperatorInfo> {
+    let mut merged: Vec<OperatorInfo> = Vec::new();
+    for figures in workers {
+        for (node, info) in figures.iter().enumerate() {
+            match merged.get_mut(node) {
+                None => merged.push(info.clone()),
+                Some(sum) => {
+                    sum.stats.rows_in += info.stats.rows_in;
+                    sum.stats.rows_out += info.stats.rows_out;
+                    sum.stats.busy += info.stats.busy;
+                    for (rows, more) in sum.state_rows.iter_mut().zip(&info.state_rows) {
+                        *rows += more;
+                    }
+                    sum.state_bytes += info.state_bytes;
+                    sum.instances += info.instances;
+                }
+            }
+        }
+    }
+    let rows_in = merged.last().map_or(0, |o| o.stats.rows_out);
+    merged.push(OperatorInfo {
+        index: merged.len(),
+        name: "Output".into(),
+        stats: OperatorStats {
+            rows_in,
+            rows_out: 0,
+            busy: Duration::ZERO,
+        },
+        state_rows: vec![view.output.len()],
+        state_bytes: view.output.memory_size(),
+        instances: 1,
+    });
+    merged
+}
+
+/// Adds a partitioned view's output table and its shards' state deltas
+/// to `part`, after checking its memory: its workers' state and its
+/// output table.
+fn cut_partitioned(
+    view: &mut ViewRuntime,
+    partitioned: &mut Partitioned,
+    figures: &[OperatorInfo],
+    budget: usize,
+    part: &mut ViewPart,
+) -> datafusion::error::Result<()> {
+    let used: usize = figures.iter().map(|o| o.state_bytes).sum();
+    if used > budget {
+        return Err(DataFusionError::External(Box::new(
+            super::view::MemoryBudgetExceeded {
+                view: view.name.clone(),
+                used,
+                budget,
+            },
+        )));
+    }
+    let early = std::mem::take(&mut view.early);
+    part.tables.insert(
+        view.id,
+        TableChange {
+            deltas: early
+                .output
+                .into_iter()
+                .chain(view.output.take_delta().map_err(external)?)
+                .collect(),
+            next_row_id: 0,
+            spec: view.output.spec().clone(),
+        },
+    );
+    part.snapshots.insert(view.id, view.output.snapshot());
+    let specs = view.dataflow.state_specs();
+    let mut deltas: Vec<Vec<DeltaBatches>> = early.states;
+    deltas.resize_with(specs.len(), Vec::new);
+    for (table, delta) in partitioned.deltas.drain(..) {
+        if let Some(slot) = deltas.get_mut(table) {
+            slot.push(delta);
+        }
+    }
+    let rows: Vec<usize> = figures
+        .iter()
+        .take(figures.len().saturating_sub(1))
+        .flat_map(|o| o.state_rows.iter().copied())
+        .collect();
+    for (table, ((delta, spec), &id)) in deltas
+        .into_iter()
+        .zip(specs)
+        .zip(&view.state_ids)
+        .enumerate()
+    {
+        part.operator_rows
+            .insert(id, rows.get(table).copied().unwrap_or_default());
+        part.tables.insert(
+            id,
+            TableChange {
+                deltas: delta,
+                next_row_id: 0,
+                spec,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// Adds one view's output table and operator state changes to `part`.

@@ -1,6 +1,8 @@
 //! Datagen sources through crashes: views over a fast and a slow source
 //! and a table under concurrent DML, SIGKILLed at random moments and
-//! restarted with 1, 2 or 3 workers reading each source, must after every
+//! restarted with 1, 2 or 3 workers (views over the sources alone then run
+//! as that many partitioned instances, their state dealt out again by
+//! key; the others read each source with that many readers), must after every
 //! restart hold exactly their queries over the source rows their readers
 //! read (each split's rows up to its position, read at the same epoch as
 //! the view) and the table as committed: no row lost, none doubled, no
@@ -323,7 +325,8 @@ pub async fn kill_cycles(mut server: TestServer) {
     for cycle in 0..CYCLES {
         // Each restart may deal the sources' splits to a different number
         // of readers.
-        server.set_arg("--workers", &(1 + cycle % 3).to_string());
+        let workers = 1 + cycle % 3;
+        server.set_arg("--workers", &workers.to_string());
         let writer = tokio::spawn(write_dims(
             server.conn_string(),
             state.clone(),
@@ -362,6 +365,27 @@ pub async fn kill_cycles(mut server: TestServer) {
             }
         }
         let positions = check_views(&client, &format!("after restart {cycle} (seed {seed})")).await;
+        // Views over sources alone run as one instance per worker; the
+        // others (over the table, over a view) in the coordinator.
+        for (view, instances) in [("by_key", workers), ("skew_join", workers), ("labelled", 1)] {
+            let sql = format!(
+                "SELECT max(instances) FROM weir_view_operators WHERE view = '{view}' AND name <> 'Output'"
+            );
+            let mut seen = Vec::new();
+            for _ in 0..100 {
+                client.batch_execute("CHECKPOINT").await.unwrap();
+                seen = crate::common::column(&client, &sql).await;
+                if seen == vec![Some(instances.to_string())] {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(
+                seen,
+                vec![Some(instances.to_string())],
+                "cycle {cycle}: {view} with {workers} workers"
+            );
+        }
         for (reader, splits) in &positions {
             let before = last_positions.get(reader).cloned().unwrap_or_default();
             for (split, (&now, &then)) in splits.iter().zip(&before).enumerate() {
