@@ -300,6 +300,19 @@ pub enum ObjectKind {
 }
 
 impl Catalog {
+    /// Every (materialized view, source it reads), with the key of its
+    /// split positions in a checkpoint (`runtime::position_key`).
+    pub fn view_sources(&self) -> Vec<(&MaterializedViewDef, &SourceDef, String)> {
+        let mut pairs = Vec::new();
+        for view in self.materialized_views.values() {
+            for source in view.depends_on.iter().filter_map(|d| self.sources.get(d)) {
+                let key = weir_stream::runtime::position_key(view.id, source.id);
+                pairs.push((view, source, key));
+            }
+        }
+        pairs
+    }
+
     /// What `name` is, if anything.
     pub fn kind_of(&self, name: &str) -> Option<ObjectKind> {
         if self.tables.contains_key(name) || crate::system::SYSTEM_TABLES.contains(&name) {

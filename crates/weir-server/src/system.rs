@@ -53,19 +53,9 @@ pub fn table(
 }
 
 fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
-    let catalog = &snapshot.catalog;
-    let mut rows: Vec<(String, String, u64)> = Vec::new();
-    for view in catalog.materialized_views.values() {
-        for source in view
-            .depends_on
-            .iter()
-            .filter_map(|d| catalog.sources.get(d))
-        {
-            let key = weir_stream::runtime::position_key(view.id, source.id);
-            let position = snapshot.offsets.get(&key).map_or(0, |s| s.iter().sum());
-            rows.push((view.name.clone(), source.name.clone(), position));
-        }
-    }
+    let pairs = snapshot.catalog.view_sources();
+    let position =
+        |key: &String| -> u64 { snapshot.offsets.get(key).map_or(0, |s| s.iter().sum()) };
     mem_table(
         vec![
             Field::new("view", DataType::Utf8, false),
@@ -74,29 +64,23 @@ fn source_readers(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
         ],
         vec![
             Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.0.clone()),
+                pairs.iter().map(|(view, _, _)| &view.name),
             )),
             Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.1.clone()),
+                pairs.iter().map(|(_, source, _)| &source.name),
             )),
-            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(UInt64Array::from_iter_values(
+                pairs.iter().map(|(_, _, key)| position(key)),
+            )),
         ],
     )
 }
 
 fn source_splits(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
-    let catalog = &snapshot.catalog;
     let mut rows: Vec<(&str, &str, u64, u64)> = Vec::new();
-    for view in catalog.materialized_views.values() {
-        for source in view
-            .depends_on
-            .iter()
-            .filter_map(|d| catalog.sources.get(d))
-        {
-            let key = weir_stream::runtime::position_key(view.id, source.id);
-            for (split, &position) in snapshot.offsets.get(&key).into_iter().flatten().enumerate() {
-                rows.push((&view.name, &source.name, split as u64, position));
-            }
+    for (view, source, key) in snapshot.catalog.view_sources() {
+        for (split, &position) in snapshot.offsets.get(&key).into_iter().flatten().enumerate() {
+            rows.push((&view.name, &source.name, split as u64, position));
         }
     }
     mem_table(

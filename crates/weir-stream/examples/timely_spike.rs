@@ -10,8 +10,9 @@
 //! Each worker generates its share of bid-shaped rows (auction in
 //! 1..10,000, price), in batches of 8,192, at timestamps `epoch << 20 |
 //! tick`: one tick per batch, and a new epoch every second. A batch is
-//! exchanged by a hash of the auction (its top 8 bits pick one of 256
-//! virtual partitions, each owned by one worker; Arrow `take` per worker), then
+//! exchanged by a hash of the auction with the runtime's `KeyRouter` (its
+//! top 8 bits pick one of 256 virtual partitions, each owned by one
+//! worker; one Arrow `take`, a slice per worker), then
 //! aggregated (`count(*)`, `sum(price)` by auction) by the columnar
 //! `GroupedAggregate`. The aggregate processes rows of the epoch its input
 //! frontier is in and holds rows of later epochs; when the frontier passes
@@ -23,156 +24,23 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::functions_aggregate::sum::sum_udaf;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::expressions::{col, lit};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::DistributorPact;
-use timely::dataflow::channels::pushers::exchange::Distributor;
-use timely::dataflow::channels::{ContainerBytes, Message};
 use timely::dataflow::operators::generic::Operator as _;
 use timely::dataflow::operators::{Input, Probe};
 use timely::dataflow::{InputHandle, ProbeHandle};
-use timely::progress::Stamp;
-use weir_stream::{AggregateSpec, Changes, Operator};
+use weir_stream::runtime::{ChangeBatch, KeyRouter};
+use weir_stream::{AggregateSpec, Changes, Exchange, Operator};
 
 const TICK_BITS: u32 = 20;
 const LAG: u64 = 64;
 const BATCH: usize = 8192;
-
-/// A container of change batches. Between processes it travels as Arrow
-/// IPC: one stream (schema and batch, the weights as a last column) per
-/// `Changes`, each prefixed by its length and padded to 8 bytes as timely
-/// requires. The encoding is made once, when timely asks for its length.
-#[derive(Clone, Default)]
-struct Batch(Vec<Changes>, std::cell::OnceCell<Vec<u8>>);
-
-impl Batch {
-    fn new(changes: Vec<Changes>) -> Self {
-        Batch(changes, std::cell::OnceCell::new())
-    }
-
-    fn encoded(&self) -> &[u8] {
-        self.1.get_or_init(|| {
-            let mut out = Vec::new();
-            for changes in &self.0 {
-                let mut fields = changes.rows.schema().fields().to_vec();
-                fields.push(Arc::new(Field::new("__weight", DataType::Int64, false)));
-                let mut columns = changes.rows.columns().to_vec();
-                columns.push(Arc::new(changes.weights.clone()));
-                let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-                let mut ipc = Vec::new();
-                let mut writer = StreamWriter::try_new(&mut ipc, &batch.schema()).unwrap();
-                writer.write(&batch).unwrap();
-                writer.finish().unwrap();
-                drop(writer);
-                out.extend_from_slice(&(ipc.len() as u64).to_le_bytes());
-                out.extend_from_slice(&ipc);
-                out.resize(out.len().next_multiple_of(8), 0);
-            }
-            out
-        })
-    }
-}
-
-impl timely::Accountable for Batch {
-    fn record_count(&self) -> i64 {
-        self.0.iter().map(|c| c.len() as i64).sum()
-    }
-}
-
-impl ContainerBytes for Batch {
-    fn from_bytes(bytes: timely::bytes::arc::Bytes) -> Self {
-        let mut rest: &[u8] = &bytes[..];
-        let mut changes = Vec::new();
-        while rest.len() >= 8 {
-            let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
-            let ipc = &rest[8..8 + len];
-            let batch = StreamReader::try_new(ipc, None)
-                .unwrap()
-                .next()
-                .unwrap()
-                .unwrap();
-            let weights = batch.column(batch.num_columns() - 1).as_primitive().clone();
-            let mut rows = batch;
-            rows.remove_column(rows.num_columns() - 1);
-            changes.push(Changes::new(rows, weights).unwrap());
-            rest = &rest[(8 + len).next_multiple_of(8)..];
-        }
-        Batch::new(changes)
-    }
-    fn length_in_bytes(&self) -> usize {
-        self.encoded().len()
-    }
-    fn into_bytes<W: std::io::Write>(&self, writer: &mut W) {
-        writer.write_all(self.encoded()).unwrap();
-    }
-}
-
-/// How many virtual partitions keys hash into; each belongs to one worker.
-const VNODES: usize = 256;
-
-/// Splits batches by a hash of column 0 with `take` kernels: a key's
-/// virtual partition is the top 8 bits of its hash, and `owner` maps
-/// virtual partitions to workers (no division per row).
-struct ByKey {
-    owner: [u8; VNODES],
-}
-
-impl ByKey {
-    fn new(peers: usize) -> Self {
-        let mut owner = [0u8; VNODES];
-        for (vnode, worker) in owner.iter_mut().enumerate() {
-            *worker = (vnode % peers) as u8;
-        }
-        ByKey { owner }
-    }
-}
-
-impl Distributor<Batch> for ByKey {
-    fn partition<T: Clone, P: timely::communication::Push<Message<T, Batch>>>(
-        &mut self,
-        container: &mut Batch,
-        stamp: &Stamp<T>,
-        pushers: &mut [P],
-    ) {
-        let peers = pushers.len();
-        for changes in container.0.drain(..) {
-            let mut hashes = vec![0u64; changes.len()];
-            create_hashes(
-                &changes.rows.columns()[..1],
-                &RandomState::with_seed(0),
-                &mut hashes,
-            )
-            .unwrap();
-            let share = changes.len() / peers + changes.len() / 8;
-            let mut parts: Vec<Vec<u32>> = (0..peers).map(|_| Vec::with_capacity(share)).collect();
-            for (i, h) in hashes.iter().enumerate() {
-                parts[self.owner[(h >> 56) as usize] as usize].push(i as u32);
-            }
-            for (w, rows) in parts.into_iter().enumerate() {
-                if rows.is_empty() {
-                    continue;
-                }
-                let part = changes.take(&UInt32Array::from(rows)).unwrap();
-                Message::push_at(&mut Batch::new(vec![part]), stamp.clone(), &mut pushers[w]);
-            }
-        }
-    }
-    fn flush<T: Clone, P: timely::communication::Push<Message<T, Batch>>>(
-        &mut self,
-        _stamp: &Stamp<T>,
-        _pushers: &mut [P],
-    ) {
-    }
-}
 
 fn epoch_of(t: u64) -> u64 {
     t >> TICK_BITS
@@ -210,7 +78,7 @@ fn main() {
             Field::new("auction", DataType::Int64, false),
             Field::new("price", DataType::Int64, false),
         ]));
-        let mut input: Option<InputHandle<u64, CapacityContainerBuilder<Batch>>> =
+        let mut input: Option<InputHandle<u64, CapacityContainerBuilder<ChangeBatch>>> =
             Some(InputHandle::new());
         let probe = ProbeHandle::new();
         let stats = std::rc::Rc::new(std::cell::RefCell::new((0usize, 0usize, 0u64)));
@@ -225,8 +93,11 @@ fn main() {
             ]));
             scope
                 .input_from(input.as_mut().unwrap())
-                .unary_frontier::<CapacityContainerBuilder<Batch>, _, _, _>(
-                    DistributorPact(ByKey::new),
+                .unary_frontier::<CapacityContainerBuilder<ChangeBatch>, _, _, _>(
+                    DistributorPact({
+                        let auction = col("auction", &schema_in).unwrap();
+                        move |peers| KeyRouter::new(Exchange::Hash(vec![auction]), peers)
+                    }),
                     "GroupBy",
                     move |_cap, _info| {
                         let mut op = weir_stream::GroupedAggregate::try_new(
@@ -275,7 +146,9 @@ fn main() {
                                     .map(|d| d.upserts.as_ref().map_or(0, |u| u.num_rows()) as u64)
                                     .sum::<u64>();
                                 if let Some(cap) = caps.remove(&current) {
-                                    output.session(&cap).give_container(&mut Batch::new(out));
+                                    output
+                                        .session(&cap)
+                                        .give_container(&mut ChangeBatch::new(out));
                                 }
                                 // The next epoch with rows, or where the frontier is.
                                 current = stash
@@ -314,7 +187,7 @@ fn main() {
                     let from = block * BATCH as u64;
                     let count = (rows - from).min(BATCH as u64) as usize;
                     let batch = generate(&schema, from, count);
-                    handle.send_batch(&mut Batch::new(vec![Changes::inserts(batch)]));
+                    handle.send_batch(&mut ChangeBatch::new(vec![Changes::inserts(batch)]));
                     block += peers;
                     tick += 1;
                     handle.advance_to((epoch << TICK_BITS) | tick);

@@ -406,17 +406,11 @@ impl Operator for Join {
         placement: &crate::Placement,
     ) -> Result<()> {
         expect_tables(tables, 2)?;
-        if !self.spec.partitions() {
-            let single = crate::Placement::new(1);
-            let none: Vec<RecordBatch> = tables
-                .iter()
-                .map(|t| placement.owned_rows(instance, t, &[]))
-                .collect::<Result<_>>()?;
-            self.left.restore_share(&none[0], 0, &single)?;
-            return self.right.restore_share(&none[1], 0, &single);
-        }
-        self.left.restore_share(&tables[0], instance, placement)?;
-        self.right.restore_share(&tables[1], instance, placement)
+        let by_key = self.spec.partitions();
+        self.left
+            .restore_share(&tables[0], instance, placement, by_key)?;
+        self.right
+            .restore_share(&tables[1], instance, placement, by_key)
     }
 
     fn memory_size(&self) -> usize {

@@ -611,15 +611,21 @@ impl KeyedRows {
     }
 
     /// Loads this instance's share of a durable table that `placement`'s
-    /// instances share: the rows whose keys it owns, and new ids above
-    /// every id in the table.
+    /// instances share: the rows whose keys it owns (`by_key`; otherwise
+    /// the operator runs as one instance and every row is in partition 0),
+    /// and new ids above every id in the table.
     pub fn restore_share(
         &mut self,
         state: &RecordBatch,
         instance: usize,
         placement: &crate::Placement,
+        by_key: bool,
     ) -> Result<()> {
-        let keys = self.stored_keys(state)?;
+        let keys = if by_key {
+            self.stored_keys(state)?
+        } else {
+            Vec::new()
+        };
         self.restore(&placement.owned_rows(instance, state, &keys)?)?;
         let floor = if self.updating() && state.num_rows() > 0 {
             let ids = state.column(state.num_columns() - 1);

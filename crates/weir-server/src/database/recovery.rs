@@ -127,25 +127,23 @@ impl Database {
 
 /// The split positions of every (view, source) in a manifest. A position
 /// written before sources had splits (rows read in the source's order) is
-/// converted by its source; one of a source no longer in the catalog is
-/// left out (its view is gone too).
+/// converted by its source.
 fn split_positions(
     catalog: &Catalog,
     positions: &BTreeMap<String, ReaderPosition>,
 ) -> BTreeMap<String, Vec<u64>> {
     let mut splits = BTreeMap::new();
-    for (key, position) in positions {
-        let converted = match position {
-            ReaderPosition::Splits(positions) => Some(positions.clone()),
-            ReaderPosition::Offset(offset) => key
-                .rsplit_once('/')
-                .and_then(|(_, source)| source.parse::<TableId>().ok())
-                .and_then(|id| catalog.sources.values().find(|s| s.id == id))
-                .and_then(|def| def.connector().ok())
+    for (_, source, key) in catalog.view_sources() {
+        let converted = match positions.get(&key) {
+            Some(ReaderPosition::Splits(positions)) => Some(positions.clone()),
+            Some(ReaderPosition::Offset(offset)) => source
+                .connector()
+                .ok()
                 .map(|source| source.split_positions(*offset)),
+            None => None,
         };
         if let Some(converted) = converted {
-            splits.insert(key.clone(), converted);
+            splits.insert(key, converted);
         }
     }
     splits

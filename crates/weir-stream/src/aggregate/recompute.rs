@@ -156,12 +156,10 @@ impl Operator for RecomputeAggregate {
         placement: &crate::Placement,
     ) -> Result<()> {
         expect_tables(tables, 1)?;
-        if self.spec.group.is_empty() {
-            // A global aggregate runs as one instance: partition 0.
-            let all = placement.owned_rows(instance, &tables[0], &[])?;
-            return self.input.restore_share(&all, 0, &crate::Placement::new(1));
-        }
-        self.input.restore_share(&tables[0], instance, placement)
+        // A global aggregate runs as one instance.
+        let by_key = !self.spec.group.is_empty();
+        self.input
+            .restore_share(&tables[0], instance, placement, by_key)
     }
 
     fn memory_size(&self) -> usize {

@@ -19,9 +19,10 @@ use crate::{Changes, Exchange, Placement};
 /// (the weights as a last column), prefixed by its length and padded to 8
 /// bytes, encoded once when timely asks for its length.
 #[derive(Clone, Default)]
-pub(super) struct ChangeBatch(pub Vec<Changes>, OnceCell<Vec<u8>>);
+pub struct ChangeBatch(pub Vec<Changes>, OnceCell<Vec<u8>>);
 
 impl ChangeBatch {
+    /// A container of `changes`.
     pub fn new(changes: Vec<Changes>) -> Self {
         ChangeBatch(changes, OnceCell::new())
     }
@@ -95,12 +96,13 @@ impl ContainerBytes for ChangeBatch {
 /// Sends each row to the worker that owns its key: the exchange's key
 /// columns are evaluated, hashed once, and the batch is cut by owner with
 /// one `take` ([`Placement::split`]).
-pub(super) struct KeyRouter {
+pub struct KeyRouter {
     exchange: Exchange,
     placement: Placement,
 }
 
 impl KeyRouter {
+    /// Routes by `exchange` over `workers` workers.
     pub fn new(exchange: Exchange, workers: usize) -> Self {
         KeyRouter {
             exchange,

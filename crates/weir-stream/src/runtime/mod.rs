@@ -32,6 +32,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+pub use batch::{ChangeBatch, KeyRouter};
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
     apply_output, catch_up, check_memory, is_counted, EarlyDeltas, MemoryBudgetExceeded,

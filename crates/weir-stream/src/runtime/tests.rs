@@ -11,7 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use futures::Stream;
 use tokio::sync::mpsc;
-use weir_state::{StateTable, TableSpec};
+use weir_state::{StateTable, TableId, TableSpec};
 
 use super::*;
 use crate::{Dataflow, NodeKind, NodeSpec, StreamPlan};
@@ -103,7 +103,6 @@ impl SourceReader for CounterReader {
 
 /// A view `SELECT n FROM s` keyed by `n` (id 10), reading `source` (id 2).
 fn view(name: &str, source: Counter) -> ViewRuntime {
-    let splits = source.splits;
     let plan = StreamPlan {
         nodes: vec![NodeSpec {
             kind: NodeKind::Source {
@@ -116,14 +115,23 @@ fn view(name: &str, source: Counter) -> ViewRuntime {
             key: None,
         }],
     };
+    view_of(name, plan, vec![], source)
+}
+
+/// A new view `name` (id 10) running `plan` over `source` (id 2, relation
+/// `s`), its output keyed by its first column, its operator states
+/// `state_ids`.
+fn view_of(name: &str, plan: StreamPlan, state_ids: Vec<TableId>, source: Counter) -> ViewRuntime {
+    let output = plan.nodes.last().expect("a node").schema.clone();
+    let splits = source.splits;
     ViewRuntime {
         name: name.into(),
         id: 10,
-        state_ids: vec![],
+        state_ids,
         dataflow: Dataflow::new(&plan).expect("dataflow"),
         plan,
         restored: None,
-        output: StateTable::new(TableSpec::with_primary_key(schema(), vec![0])).expect("table"),
+        output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
         sources: vec![SourceInput {
             source_id: 2,
             name: "s".into(),
@@ -311,30 +319,13 @@ fn grouped_view(source: Counter) -> ViewRuntime {
                     filters: vec![None],
                 }),
                 inputs: vec![0],
-                schema: output.clone(),
+                schema: output,
                 append_only: false,
                 key: Some(vec![0]),
             },
         ],
     };
-    let splits = source.splits;
-    ViewRuntime {
-        name: "g".into(),
-        id: 10,
-        state_ids: vec![11],
-        dataflow: Dataflow::new(&plan).expect("dataflow"),
-        plan,
-        restored: None,
-        output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
-        sources: vec![SourceInput {
-            source_id: 2,
-            name: "s".into(),
-            source: Arc::new(source),
-            columns: None,
-            positions: vec![0; splits as usize],
-        }],
-        early: EarlyDeltas::default(),
-    }
+    view_of("g", plan, vec![11], source)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,7 +124,12 @@ pub fn check_memory(
     output: &StateTable,
     budget: usize,
 ) -> Result<()> {
-    let used = dataflow.memory_size() + output.memory_size();
+    within_budget(name, dataflow.memory_size() + output.memory_size(), budget)
+}
+
+/// Fails with [`MemoryBudgetExceeded`] if `used` bytes of a view's state
+/// are more than `budget`.
+pub(super) fn within_budget(name: &str, used: usize, budget: usize) -> Result<()> {
     if used <= budget {
         return Ok(());
     }

@@ -45,7 +45,7 @@ use super::cluster::{
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key, ReadFrom};
 use super::view::{
-    apply_output, catch_up, check_memory, RelationChanges, SourceInput, ViewRuntime,
+    apply_output, catch_up, check_memory, within_budget, RelationChanges, SourceInput, ViewRuntime,
 };
 use super::{
     Command, FailureReason, PendingQueue, RuntimeConfig, RuntimeStatus, ViewFailed, ViewPart,
@@ -764,21 +764,7 @@ fn spawn_readers(
 /// What each of a view's operators has done and holds, and its output
 /// table as a last entry.
 fn operators(view: &ViewRuntime) -> Vec<OperatorInfo> {
-    let mut operators = view.dataflow.operators();
-    let rows_in = operators.last().map_or(0, |o| o.stats.rows_out);
-    operators.push(OperatorInfo {
-        index: operators.len(),
-        name: "Output".into(),
-        stats: OperatorStats {
-            rows_in,
-            rows_out: 0,
-            busy: Duration::ZERO,
-        },
-        state_rows: vec![view.output.len()],
-        state_bytes: view.output.memory_size(),
-        instances: 1,
-    });
-    operators
+    with_output(view, view.dataflow.operators())
 }
 
 /// A partitioned view's operators: every worker's figures summed, node by
@@ -802,9 +788,14 @@ fn merged_operators(view: &ViewRuntime, workers: &[Vec<OperatorInfo>]) -> Vec<Op
             }
         }
     }
-    let rows_in = merged.last().map_or(0, |o| o.stats.rows_out);
-    merged.push(OperatorInfo {
-        index: merged.len(),
+    with_output(view, merged)
+}
+
+/// `operators` with the view's output table as a last entry.
+fn with_output(view: &ViewRuntime, mut operators: Vec<OperatorInfo>) -> Vec<OperatorInfo> {
+    let rows_in = operators.last().map_or(0, |o| o.stats.rows_out);
+    operators.push(OperatorInfo {
+        index: operators.len(),
         name: "Output".into(),
         stats: OperatorStats {
             rows_in,
@@ -815,12 +806,12 @@ fn merged_operators(view: &ViewRuntime, workers: &[Vec<OperatorInfo>]) -> Vec<Op
         state_bytes: view.output.memory_size(),
         instances: 1,
     });
-    merged
+    operators
 }
 
 /// Adds a partitioned view's output table and its shards' state deltas
 /// to `part`, after checking its memory: its workers' state and its
-/// output table.
+/// output table (`figures`, output last).
 fn cut_partitioned(
     view: &mut ViewRuntime,
     partitioned: &mut Partitioned,
@@ -828,65 +819,44 @@ fn cut_partitioned(
     budget: usize,
     part: &mut ViewPart,
 ) -> datafusion::error::Result<()> {
-    let used: usize = figures.iter().map(|o| o.state_bytes).sum();
-    if used > budget {
-        return Err(DataFusionError::External(Box::new(
-            super::view::MemoryBudgetExceeded {
-                view: view.name.clone(),
-                used,
-                budget,
-            },
-        )));
-    }
-    let early = std::mem::take(&mut view.early);
-    part.tables.insert(
-        view.id,
-        TableChange {
-            deltas: early
-                .output
-                .into_iter()
-                .chain(view.output.take_delta().map_err(external)?)
-                .collect(),
-            next_row_id: 0,
-            spec: view.output.spec().clone(),
-        },
-    );
-    part.snapshots.insert(view.id, view.output.snapshot());
-    let specs = view.dataflow.state_specs();
-    let mut deltas: Vec<Vec<DeltaBatches>> = early.states;
-    deltas.resize_with(specs.len(), Vec::new);
+    let used = figures.iter().map(|o| o.state_bytes).sum();
+    within_budget(&view.name, used, budget)?;
+    let mut deltas: Vec<Vec<DeltaBatches>> = vec![Vec::new(); view.state_ids.len()];
     for (table, delta) in partitioned.deltas.drain(..) {
         if let Some(slot) = deltas.get_mut(table) {
             slot.push(delta);
         }
     }
-    let rows: Vec<usize> = figures
+    let operators = &figures[..figures.len().saturating_sub(1)];
+    let mut rows: Vec<usize> = operators
         .iter()
-        .take(figures.len().saturating_sub(1))
         .flat_map(|o| o.state_rows.iter().copied())
         .collect();
-    for (table, ((delta, spec), &id)) in deltas
-        .into_iter()
-        .zip(specs)
-        .zip(&view.state_ids)
-        .enumerate()
-    {
-        part.operator_rows
-            .insert(id, rows.get(table).copied().unwrap_or_default());
-        part.tables.insert(
-            id,
-            TableChange {
-                deltas: delta,
-                next_row_id: 0,
-                spec,
-            },
-        );
-    }
-    Ok(())
+    rows.resize(view.state_ids.len(), 0);
+    add_tables(view, deltas, rows, part)
 }
 
 /// Adds one view's output table and operator state changes to `part`.
 fn cut_view(view: &mut ViewRuntime, part: &mut ViewPart) -> datafusion::error::Result<()> {
+    let deltas = view.dataflow.checkpoint()?;
+    let deltas = deltas
+        .into_iter()
+        .map(|d| d.into_iter().collect())
+        .collect();
+    let operators = view.dataflow.operators();
+    let rows = operators.into_iter().flat_map(|o| o.state_rows).collect();
+    add_tables(view, deltas, rows, part)
+}
+
+/// Adds a view's output table (its delta and snapshot) and its operator
+/// states (`deltas` and distinct `rows` of each, in dataflow order) to
+/// `part`, after the deltas its creation took early.
+fn add_tables(
+    view: &mut ViewRuntime,
+    deltas: Vec<Vec<DeltaBatches>>,
+    rows: Vec<usize>,
+    part: &mut ViewPart,
+) -> datafusion::error::Result<()> {
     let snapshot = view.output.snapshot();
     let early = std::mem::take(&mut view.early);
     part.tables.insert(
@@ -903,14 +873,7 @@ fn cut_view(view: &mut ViewRuntime, part: &mut ViewPart) -> datafusion::error::R
     );
     part.snapshots.insert(view.id, snapshot);
     let mut early_states = early.states.into_iter();
-    let deltas = view.dataflow.checkpoint()?;
     let specs = view.dataflow.state_specs();
-    let rows: Vec<usize> = view
-        .dataflow
-        .operators()
-        .into_iter()
-        .flat_map(|o| o.state_rows)
-        .collect();
     for (((delta, spec), rows), &id) in deltas.into_iter().zip(specs).zip(rows).zip(&view.state_ids)
     {
         part.operator_rows.insert(id, rows);
