@@ -19,6 +19,7 @@
 mod auth;
 pub mod catalog;
 mod checked;
+pub mod cluster;
 mod colnames;
 mod copy;
 pub mod database;

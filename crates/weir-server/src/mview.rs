@@ -70,14 +70,24 @@ pub async fn plan_view(
     query: &Query,
     names: &[ViewColumnDef],
 ) -> WeirResult<PlannedView> {
+    let catalog = session.pinned.get().catalog.clone();
+    plan_view_in(&session.ctx.state(), &catalog, query, names).await
+}
+
+/// Plans `query` as a materialized view with `state` (a context from
+/// [`crate::session::session_context`]) over `catalog`.
+pub(crate) async fn plan_view_in(
+    state: &datafusion::execution::SessionState,
+    catalog: &crate::catalog::Catalog,
+    query: &Query,
+    names: &[ViewColumnDef],
+) -> WeirResult<PlannedView> {
     let statement = Statement::Query(Box::new(query.clone()));
-    let state = session.ctx.state();
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
         .await?;
     weir_sql::check_deterministic(&plan)?;
     let optimized = state.optimize(&plan)?;
-    let catalog = session.pinned.get().catalog.clone();
     let mut sources = BTreeSet::new();
     for (schema, name) in scanned_relations(&optimized)? {
         let readable = matches!(schema.as_deref(), None | Some(crate::catalog::SCHEMA))
@@ -350,6 +360,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         append_only: planned.plan.nodes.last().is_some_and(|n| n.append_only),
         key: planned.key.clone(),
     };
+    let query = def.query.clone();
     working.catalog.materialized_views.insert(name.clone(), def);
     db.send_control(Command::Start(
         Box::new(ViewRuntime {
@@ -357,6 +368,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             id,
             state_ids,
             plan: planned.plan.clone(),
+            definition: crate::cluster::view_definition(&working.catalog, &query)?,
             dataflow,
             restored: None,
             output: table,
@@ -576,6 +588,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             id: def.id,
             state_ids: def.state_ids.clone(),
             plan: planned.plan,
+            definition: crate::cluster::view_definition(&committed.catalog, &def.query)?,
             dataflow,
             restored: Some(restored),
             output,
@@ -677,6 +690,7 @@ async fn rebuild(
                 id,
                 state_ids,
                 plan: planned.plan.clone(),
+                definition: crate::cluster::view_definition(&working.catalog, &def.query)?,
                 dataflow,
                 restored: None,
                 output,
@@ -700,7 +714,7 @@ async fn rebuild(
     Ok(())
 }
 
-fn parse_query(sql: &str) -> WeirResult<Query> {
+pub(crate) fn parse_query(sql: &str) -> WeirResult<Query> {
     let mut statements = weir_sql::parse(sql)?;
     match statements.pop() {
         Some(weir_sql::WeirStatement::Sql(statement)) => match *statement {

@@ -64,16 +64,17 @@ impl PinnedSnapshot {
 pub struct PublicSchema {
     pinned: Arc<PinnedSnapshot>,
     session: Weak<parking_lot::RwLock<SessionState>>,
-    db: Arc<Database>,
+    /// The system tables' source; `None` where only views are planned.
+    db: Option<Arc<Database>>,
 }
 
 impl PublicSchema {
     /// A schema reading `pinned`; views are planned with `session`'s
-    /// state; system tables come from `db`.
+    /// state; system tables come from `db`, if given.
     pub fn new(
         pinned: Arc<PinnedSnapshot>,
         session: Weak<parking_lot::RwLock<SessionState>>,
-        db: Arc<Database>,
+        db: Option<Arc<Database>>,
     ) -> Self {
         PublicSchema {
             pinned,
@@ -160,7 +161,10 @@ impl SchemaProvider for PublicSchema {
         if let Some(source) = snapshot.catalog.sources.get(name) {
             return Ok(Some(Arc::new(crate::source::SourceTable::new(source))));
         }
-        system::table(&self.db, &snapshot, name).transpose()
+        match &self.db {
+            Some(db) => system::table(db, &snapshot, name).transpose(),
+            None => Ok(None),
+        }
     }
 
     async fn table_type(&self, name: &str) -> Result<Option<TableType>> {

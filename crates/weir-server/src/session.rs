@@ -104,48 +104,58 @@ pub struct Session {
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
+/// A DataFusion context that plans against `pinned`, configured as every
+/// session's: PostgreSQL's dialect, Weir's schema, `pg_catalog` and
+/// functions. Without `db` (a process of a cluster that only plans
+/// views) the system tables are absent.
+pub fn session_context(
+    runtime: Arc<RuntimeEnv>,
+    pinned: Arc<PinnedSnapshot>,
+    db: Option<Arc<Database>>,
+    user: &str,
+) -> WeirResult<SessionContext> {
+    let mut config = SessionConfig::new()
+        .with_default_catalog_and_schema(DATABASE, SCHEMA)
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true)
+        .with_target_partitions(2);
+    let options = config.options_mut();
+    options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    options.sql_parser.map_string_types_to_utf8view = false;
+    options.execution.time_zone = Some("+00:00".into());
+    options.sql_parser.parse_float_as_decimal = true;
+    let mut state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .build();
+    state.add_analyzer_rule(crate::checked::rule());
+    let ctx = SessionContext::new_with_state(state);
+    let catalog = MemoryCatalogProvider::new();
+    catalog.register_schema(
+        SCHEMA,
+        Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref(), db)),
+    )?;
+    ctx.register_catalog(DATABASE, Arc::new(catalog));
+    datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
+        .map_err(|e| WeirError::from_datafusion(*e))?;
+    if let Some(catalog) = ctx.catalog(DATABASE) {
+        if let Some(pg_catalog) = catalog.schema("pg_catalog") {
+            let wrapped = crate::relkind::PgCatalog::new(pg_catalog, pinned.clone());
+            catalog.register_schema("pg_catalog", Arc::new(wrapped))?;
+        }
+    }
+    ctx.register_udf(version_udf());
+    ctx.register_udf(constant_text_udf("session_user", user));
+    ctx.register_udf(constant_text_udf("current_user", user));
+    Ok(ctx)
+}
+
 impl Session {
     /// A new session for `user`; its queries draw memory from `runtime`.
     pub fn new(db: Arc<Database>, runtime: Arc<RuntimeEnv>, user: String) -> WeirResult<Self> {
-        let mut config = SessionConfig::new()
-            .with_default_catalog_and_schema(DATABASE, SCHEMA)
-            .with_create_default_catalog_and_schema(false)
-            .with_information_schema(true)
-            .with_target_partitions(2);
-        let options = config.options_mut();
-        options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
-        options.sql_parser.map_string_types_to_utf8view = false;
-        options.execution.time_zone = Some("+00:00".into());
-        options.sql_parser.parse_float_as_decimal = true;
-        let mut state = SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(runtime)
-            .with_default_features()
-            .build();
-        state.add_analyzer_rule(crate::checked::rule());
-        let ctx = SessionContext::new_with_state(state);
         let pinned = Arc::new(PinnedSnapshot::new(db.committed()));
-        let catalog = MemoryCatalogProvider::new();
-        catalog.register_schema(
-            SCHEMA,
-            Arc::new(PublicSchema::new(
-                pinned.clone(),
-                ctx.state_weak_ref(),
-                db.clone(),
-            )),
-        )?;
-        ctx.register_catalog(DATABASE, Arc::new(catalog));
-        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
-            .map_err(|e| WeirError::from_datafusion(*e))?;
-        if let Some(catalog) = ctx.catalog(DATABASE) {
-            if let Some(pg_catalog) = catalog.schema("pg_catalog") {
-                let wrapped = crate::relkind::PgCatalog::new(pg_catalog, pinned.clone());
-                catalog.register_schema("pg_catalog", Arc::new(wrapped))?;
-            }
-        }
-        ctx.register_udf(version_udf());
-        ctx.register_udf(constant_text_udf("session_user", &user));
-        ctx.register_udf(constant_text_udf("current_user", &user));
+        let ctx = session_context(runtime, pinned.clone(), Some(db.clone()), &user)?;
         Ok(Session {
             db,
             ctx,

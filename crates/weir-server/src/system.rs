@@ -13,7 +13,10 @@
 //! - `weir_view_operators`: each running view's operators as of its last
 //!   checkpoint: change rows in and out, state rows and bytes, busy time,
 //!   the instances that run it (summed over them);
-//!   the last entry of a view is its output table.
+//!   the last entry of a view is its output table;
+//! - `weir_view_workers`: each worker's share of each partitioned view as
+//!   of its last checkpoint: its process, the source rows its readers
+//!   delivered since the server started, the state rows it holds.
 
 use std::sync::Arc;
 
@@ -33,6 +36,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_source_readers",
     "weir_source_splits",
     "weir_view_operators",
+    "weir_view_workers",
 ];
 
 /// The system table called `name`, if there is one; `snapshot` is the
@@ -48,6 +52,7 @@ pub fn table(
         "weir_source_readers" => Some(source_readers(snapshot)),
         "weir_source_splits" => Some(source_splits(snapshot)),
         "weir_view_operators" => Some(view_operators(db)),
+        "weir_view_workers" => Some(view_workers(db)),
         _ => None,
     }
 }
@@ -95,6 +100,37 @@ fn source_splits(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.3))),
+        ],
+    )
+}
+
+fn view_workers(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let views = db.view_workers();
+    let rows: Vec<(&String, &weir_stream::runtime::WorkerFigures)> = views
+        .iter()
+        .flat_map(|(view, workers)| workers.iter().map(move |w| (view, w)))
+        .collect();
+    let column = |value: fn(&weir_stream::runtime::WorkerFigures) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from_iter_values(
+            rows.iter().map(|(_, w)| value(w)),
+        ))
+    };
+    mem_table(
+        vec![
+            Field::new("view", DataType::Utf8, false),
+            Field::new("worker", DataType::UInt64, false),
+            Field::new("process", DataType::UInt64, false),
+            Field::new("rows_read", DataType::UInt64, false),
+            Field::new("state_rows", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(view, _)| view.as_str()),
+            )),
+            column(|w| w.worker as u64),
+            column(|w| w.process as u64),
+            column(|w| w.rows_read),
+            column(|w| w.state_rows),
         ],
     )
 }

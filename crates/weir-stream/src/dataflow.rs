@@ -24,7 +24,7 @@ use crate::top_n::TopN;
 use crate::{Changes, Operator, Result};
 
 /// What one operator has done since the dataflow started.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct OperatorStats {
     /// Change rows it received.
     pub rows_in: u64,
@@ -36,7 +36,7 @@ pub struct OperatorStats {
 
 /// One operator of a running dataflow, as reported by
 /// [`Dataflow::operators`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct OperatorInfo {
     /// The node's position in the plan.
     pub index: usize,

@@ -9,6 +9,7 @@ use weir_state::StoreConfig;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use weir_server::{Auth, DatabaseConfig};
+use weir_stream::runtime::ClusterConfig;
 
 /// Weir: a streaming SQL database that speaks PostgreSQL.
 #[derive(Debug, Parser)]
@@ -75,6 +76,17 @@ pub struct ServeArgs {
     /// again by key and every source split resumes at its own position.
     #[arg(long, default_value_t = weir_server::default_workers())]
     pub workers: usize,
+    /// Run as one process of a cluster: every process's host:port for
+    /// timely's connections, comma-separated, process 0 first. Every
+    /// process runs --workers workers and a share of every view that
+    /// reads only sources; process 0 serves clients and owns the state
+    /// store, the others only compute. Start each with the same list and
+    /// its own --process.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster: Vec<String>,
+    /// This process's index in --cluster; 0 is the server.
+    #[arg(long, default_value_t = 0)]
+    pub process: usize,
     /// Require SCRAM-SHA-256 password authentication with this password.
     #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -148,8 +160,23 @@ impl Config {
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             view_memory_bytes: args.view_memory_mb << 20,
             workers: args.workers,
+            cluster: match args.cluster.len() {
+                0 => None,
+                1 => bail!("--cluster needs the addresses of at least two processes"),
+                _ => Some(ClusterConfig {
+                    process: args.process,
+                    addresses: args.cluster.clone(),
+                }),
+            },
             ..DatabaseConfig::default()
         };
+        if args.process >= args.cluster.len().max(1) {
+            bail!(
+                "--process {} is not an index into --cluster ({} processes)",
+                args.process,
+                args.cluster.len()
+            );
+        }
         let metrics_listen = match &args.metrics_listen {
             Some(text) => Some(
                 text.parse()

@@ -24,13 +24,58 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    exit_when_timely_fails();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match args.command {
         Some(Command::Backup { from, to }) => runtime.block_on(backup(&from, &to)),
-        None => runtime.block_on(run(Config::from_args(args.serve)?)),
+        None => {
+            let config = Config::from_args(args.serve)?;
+            match &config.database.cluster {
+                Some(cluster) if cluster.process > 0 => {
+                    runtime.block_on(compute(config.database.workers, cluster.clone()))
+                }
+                _ => runtime.block_on(run(config)),
+            }
+        }
     }
+}
+
+/// A panic in a timely thread (a worker, or a connection to another
+/// process of the cluster) leaves the dataflows unable to progress: the
+/// process exits, and is restarted from the last checkpoint with the rest
+/// of the cluster, as Flink restarts a job.
+fn exit_when_timely_fails() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        let thread = std::thread::current();
+        if thread
+            .name()
+            .is_some_and(|name| name.starts_with("timely:"))
+        {
+            tracing::error!(
+                thread = thread.name().unwrap_or_default(),
+                "a timely thread failed; exiting so that the cluster restarts from its last checkpoint"
+            );
+            std::process::exit(70);
+        }
+    }));
+}
+
+/// A process of a cluster other than 0: its workers' share of the views
+/// until process 0 shuts the cluster down.
+async fn compute(
+    workers: usize,
+    cluster: weir_stream::runtime::ClusterConfig,
+) -> anyhow::Result<()> {
+    info!(process = cluster.process, workers, "joining the cluster");
+    tokio::task::spawn_blocking(move || weir_server::cluster::serve_process(workers, &cluster))
+        .await?
+        .context("running the cluster's workers")?;
+    info!("the cluster shut down");
+    Ok(())
 }
 
 /// `weir backup`: copies the newest committed epoch of `from` into `to`.

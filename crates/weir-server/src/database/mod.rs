@@ -76,6 +76,9 @@ pub struct DatabaseConfig {
     /// (partitioned by key); other views read each source with this many
     /// readers.
     pub workers: usize,
+    /// The processes of the timely cluster this server is process 0 of
+    /// (`--cluster`); `None`: one process.
+    pub cluster: Option<weir_stream::runtime::ClusterConfig>,
 }
 
 /// The number of cores, the default of `--workers`.
@@ -91,6 +94,7 @@ impl Default for DatabaseConfig {
             commit_timeout: Duration::from_secs(30),
             view_memory_bytes: DEFAULT_VIEW_MEMORY_MB << 20,
             workers: default_workers(),
+            cluster: None,
         }
     }
 }
@@ -251,6 +255,11 @@ impl Database {
     /// Every running or failed view's operators as of its last checkpoint.
     pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
         self.runtime.status().view_operators()
+    }
+
+    /// Each worker's share of every partitioned view.
+    pub fn view_workers(&self) -> BTreeMap<String, Vec<weir_stream::runtime::WorkerFigures>> {
+        self.runtime.status().view_workers()
     }
 
     /// Rows into and out of every view since the server started.

@@ -73,6 +73,7 @@ impl Database {
             view_memory_bytes: config.view_memory_bytes,
             workers: config.workers,
             first_epoch: working.epoch,
+            cluster: config.cluster.clone(),
         });
         Ok(Arc::new(Database {
             store_config,

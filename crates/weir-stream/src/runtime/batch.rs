@@ -41,7 +41,7 @@ impl ChangeBatch {
     }
 }
 
-fn encode(changes: &Changes) -> crate::Result<Vec<u8>> {
+pub(super) fn encode(changes: &Changes) -> crate::Result<Vec<u8>> {
     let mut fields = changes.rows.schema().fields().to_vec();
     fields.push(Arc::new(Field::new("__weight", DataType::Int64, false)));
     let mut columns = changes.rows.columns().to_vec();
@@ -55,7 +55,7 @@ fn encode(changes: &Changes) -> crate::Result<Vec<u8>> {
     Ok(ipc)
 }
 
-fn decode(ipc: &[u8]) -> crate::Result<Changes> {
+pub(super) fn decode(ipc: &[u8]) -> crate::Result<Changes> {
     let mut rows = StreamReader::try_new(ipc, None)?
         .next()
         .ok_or_else(|| datafusion::error::DataFusionError::Internal("empty IPC stream".into()))??;

@@ -27,12 +27,14 @@ mod cluster;
 mod reader;
 mod source;
 mod view;
+mod wire;
 mod worker;
 
 #[cfg(test)]
 mod tests;
 
 pub use batch::{ChangeBatch, KeyRouter};
+pub use cluster::serve_process;
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
     apply_output, catch_up, check_memory, is_counted, EarlyDeltas, MemoryBudgetExceeded,
@@ -165,6 +167,51 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// The epoch the first barrier will end.
     pub first_epoch: u64,
+    /// The processes of a timely cluster this one is process 0 of
+    /// (`--cluster`); `None`: one process.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// The processes of a timely cluster: every process runs `--workers`
+/// workers and a share of every partitioned view; process 0 also runs
+/// the coordinator, which serves clients and owns the state store.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This process's index in `addresses`.
+    pub process: usize,
+    /// Every process's `host:port` for timely's connections, process 0
+    /// first.
+    pub addresses: Vec<String>,
+}
+
+/// Plans a partitioned view again in a process other than the
+/// coordinator's, from the definition the coordinator sends: the same
+/// plan, and connectors for the sources it reads.
+pub trait ViewBuilder: Send + Sync {
+    /// Plans the view `definition` describes (see
+    /// [`ViewRuntime::definition`]).
+    fn build(&self, definition: &str) -> crate::Result<BuiltView>;
+}
+
+/// A view planned by a [`ViewBuilder`].
+pub struct BuiltView {
+    /// Its plan.
+    pub plan: crate::StreamPlan,
+    /// A connector for each source it reads, by name.
+    pub sources: BTreeMap<String, Arc<dyn Source>>,
+}
+
+/// One worker's share of a partitioned view.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerFigures {
+    /// The worker, among all processes' workers.
+    pub worker: usize,
+    /// Its process.
+    pub process: usize,
+    /// Source rows its readers delivered since the server started.
+    pub rows_read: u64,
+    /// Rows its operators' state holds (over every state table).
+    pub state_rows: u64,
 }
 
 /// What the runtime has done, readable by the server at any time.
@@ -178,13 +225,19 @@ pub struct RuntimeStatus {
     batches_at_barrier: AtomicU64,
     counters: Mutex<BTreeMap<String, ViewCounters>>,
     operators: Mutex<BTreeMap<String, Vec<OperatorInfo>>>,
+    workers: Mutex<BTreeMap<String, Vec<WorkerFigures>>>,
+    /// Set when workers of other processes read sources: their batches
+    /// are not counted here, so every epoch may have changes.
+    remote_readers: std::sync::atomic::AtomicBool,
 }
 
 impl RuntimeStatus {
     /// Whether source rows arrived since the last barrier: the open epoch
     /// has changes even if no table does.
     pub fn has_rows_since_barrier(&self) -> bool {
-        self.batches_read.load(Ordering::SeqCst) > self.batches_at_barrier.load(Ordering::SeqCst)
+        self.remote_readers.load(Ordering::SeqCst)
+            || self.batches_read.load(Ordering::SeqCst)
+                > self.batches_at_barrier.load(Ordering::SeqCst)
     }
 
     /// Rows into and out of every running or failed view.
@@ -196,6 +249,23 @@ impl RuntimeStatus {
     /// checkpoint, its output table last.
     pub fn view_operators(&self) -> BTreeMap<String, Vec<OperatorInfo>> {
         self.operators.lock().expect("operators lock").clone()
+    }
+
+    /// Each worker's share of every partitioned view, as of its last
+    /// checkpoint.
+    pub fn view_workers(&self) -> BTreeMap<String, Vec<WorkerFigures>> {
+        self.workers.lock().expect("workers lock").clone()
+    }
+
+    fn set_remote_readers(&self, remote: bool) {
+        self.remote_readers.store(remote, Ordering::SeqCst);
+    }
+
+    fn publish_workers(&self, view: &str, workers: Vec<WorkerFigures>) {
+        self.workers
+            .lock()
+            .expect("workers lock")
+            .insert(view.to_owned(), workers);
     }
 
     /// A source batch was read.
@@ -226,6 +296,7 @@ impl RuntimeStatus {
     fn forget(&self, view: &str) {
         self.counters.lock().expect("counters lock").remove(view);
         self.operators.lock().expect("operators lock").remove(view);
+        self.workers.lock().expect("workers lock").remove(view);
     }
 }
 

@@ -130,6 +130,7 @@ fn view_of(name: &str, plan: StreamPlan, state_ids: Vec<TableId>, source: Counte
         state_ids,
         dataflow: Dataflow::new(&plan).expect("dataflow"),
         plan,
+        definition: String::new(),
         restored: None,
         output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
         sources: vec![SourceInput {
@@ -177,6 +178,7 @@ fn runtime(view_memory_bytes: usize, workers: usize) -> (Runtime, Parts) {
         view_memory_bytes,
         workers,
         first_epoch: 1,
+        cluster: None,
     });
     let parts = Parts {
         receiver: runtime.start(2),
@@ -353,9 +355,16 @@ async fn a_view_over_sources_runs_partitioned_and_cuts_exactly() {
         fail_after: None,
     };
     assert!(runtime.send(Command::Start(Box::new(grouped_view(source)), None)));
+    grouped_view_cuts_exactly(&runtime, &mut parts, total).await;
+}
+
+/// Checks every part of the grouped view of [`grouped_view`] over
+/// `total` values of 8 splits, run by two workers, until it has read
+/// them all.
+async fn grouped_view_cuts_exactly(runtime: &Runtime, parts: &mut Parts, total: u64) {
     let key = position_key(10, 2);
     let mut group_rows_written = 0;
-    let last = barriers_until(&runtime, &mut parts, |part| {
+    let last = barriers_until(runtime, parts, |part| {
         let positions = &part.positions[&key];
         // At every cut the groups count exactly the values read so far.
         let mut expected = [0i64; 10];
@@ -397,4 +406,85 @@ async fn a_view_over_sources_runs_partitioned_and_cuts_exactly() {
     assert_eq!(aggregate.stats.rows_in, total);
     assert_eq!(aggregate.state_rows, vec![10]);
     assert_eq!(runtime.status().view_counters()["g"].source_rows, total);
+    // Each worker read its own splits and holds its own groups.
+    let workers = &runtime.status().view_workers()["g"];
+    assert_eq!(workers.len(), 2);
+    assert_eq!(workers.iter().map(|w| w.rows_read).sum::<u64>(), total);
+    assert_eq!(workers.iter().map(|w| w.state_rows).sum::<u64>(), 10);
+    for worker in workers {
+        assert!(worker.rows_read > 0 && worker.state_rows > 0, "{workers:?}");
+    }
+}
+
+/// Plans [`grouped_view`] again, as a cluster's other processes do.
+struct GroupedBuilder {
+    total: u64,
+}
+
+impl ViewBuilder for GroupedBuilder {
+    fn build(&self, _definition: &str) -> crate::Result<BuiltView> {
+        let view = grouped_view(Counter {
+            total: self.total,
+            splits: 8,
+            fail_after: None,
+        });
+        let source = view.sources[0].source.clone();
+        Ok(BuiltView {
+            plan: view.plan,
+            sources: [("s".to_owned(), source)].into(),
+        })
+    }
+}
+
+fn loopback_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_runs_across_two_processes_of_a_cluster() {
+    // Process 1 runs in a thread of this test: the same timely cluster
+    // over loopback TCP as two processes, each with one worker.
+    let total = 30_000;
+    let addresses = vec![loopback_address(), loopback_address()];
+    let remote = ClusterConfig {
+        process: 1,
+        addresses: addresses.clone(),
+    };
+    let tokio = tokio::runtime::Handle::current();
+    let process_1 = std::thread::spawn(move || {
+        serve_process(1, &remote, Arc::new(GroupedBuilder { total }), tokio)
+    });
+    let runtime = Runtime::new(RuntimeConfig {
+        view_memory_bytes: usize::MAX,
+        workers: 1,
+        first_epoch: 1,
+        cluster: Some(ClusterConfig {
+            process: 0,
+            addresses,
+        }),
+    });
+    let mut parts = Parts {
+        receiver: runtime.start(2),
+        next_epoch: 1,
+    };
+    let source = Counter {
+        total,
+        splits: 8,
+        fail_after: None,
+    };
+    assert!(runtime.send(Command::Start(Box::new(grouped_view(source)), None)));
+    grouped_view_cuts_exactly(&runtime, &mut parts, total).await;
+    let workers = &runtime.status().view_workers()["g"];
+    let processes: Vec<usize> = workers.iter().map(|w| w.process).collect();
+    assert_eq!(processes, vec![0, 1]);
+    // Dropping the runtime shuts the cluster down: process 1 returns.
+    drop(runtime);
+    drop(parts);
+    let joined = tokio::task::spawn_blocking(move || process_1.join())
+        .await
+        .expect("join task");
+    joined
+        .expect("process 1 ran")
+        .expect("process 1 shut down cleanly");
 }

@@ -32,6 +32,10 @@ pub struct ViewRuntime {
     /// Its plan, which a view that runs partitioned instantiates once
     /// per worker.
     pub plan: StreamPlan,
+    /// What a process of a cluster other than the coordinator's needs to
+    /// plan it again (the server's encoding, read by its
+    /// [`ViewBuilder`](super::ViewBuilder)).
+    pub definition: String,
     /// The operators.
     pub dataflow: Dataflow,
     /// The operator state tables' rows as recovered (every state table,

@@ -39,9 +39,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use weir_state::{DeltaBatches, TableChange, TableId};
 
-use super::cluster::{
-    partitionable, Cluster, ClusterCommand, PartitionedView, ShardCut, ShardMessage,
-};
+use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key, ReadFrom};
 use super::view::{
@@ -49,6 +47,7 @@ use super::view::{
 };
 use super::{
     Command, FailureReason, PendingQueue, RuntimeConfig, RuntimeStatus, ViewFailed, ViewPart,
+    WorkerFigures,
 };
 use crate::{Aligner, Changes, OperatorInfo, OperatorStats};
 
@@ -97,6 +96,8 @@ struct Partitioned {
     deltas: Vec<(usize, DeltaBatches)>,
     /// Each worker's operator figures as of its last barrier.
     operators: Vec<Vec<OperatorInfo>>,
+    /// Each worker's share.
+    workers: Vec<WorkerFigures>,
 }
 
 /// Which input a message came from.
@@ -158,10 +159,10 @@ impl Worker {
     ) -> Self {
         let mut aligner = Aligner::default();
         aligner.add_input(Input::Commands);
-        let cluster = (config.workers > 1)
+        let cluster = (config.workers > 1 || config.cluster.is_some())
             .then(|| {
                 let tokio = tokio::runtime::Handle::current();
-                Cluster::start(config.workers, tokio, status.clone())
+                Cluster::start(config.workers, config.cluster.as_ref(), tokio, status.clone())
             })
             .and_then(|started| {
                 started
@@ -217,21 +218,24 @@ impl Worker {
                     let input = Input::Reader(self.readers[i].key.clone());
                     self.on_barrier(input, epoch).await
                 }
-                Next::Shard(i, Some(ShardMessage::Rows(changes))) => {
-                    let view = self.shards[i].view.clone();
-                    self.shard_rows(&view, changes);
-                    Ok(())
-                }
-                Next::Shard(i, Some(ShardMessage::Barrier(cut))) => {
+                Next::Shard(i, Some(ShardMessage::Cut(mut cut))) => {
                     let input = Input::Reader(self.shards[i].key.clone());
                     let view = self.shards[i].view.clone();
                     let epoch = cut.epoch;
-                    self.shard_cut(&view, i, cut);
-                    self.on_barrier(input, epoch).await
+                    for changes in std::mem::take(&mut cut.rows) {
+                        self.shard_rows(&view, changes.0);
+                    }
+                    if self.partitioned.contains_key(&view) {
+                        self.shard_cut(&view, cut);
+                        self.on_barrier(input, epoch).await
+                    } else {
+                        // Its output failed it.
+                        Ok(())
+                    }
                 }
                 Next::Shard(i, message) => {
                     let reason = match message {
-                        Some(ShardMessage::Failed(reason)) => reason,
+                        Some(ShardMessage::Failed(failure)) => failure.into_reason(),
                         _ => FailureReason::Error(DataFusionError::Internal(
                             "a worker of the view stopped".into(),
                         )),
@@ -381,7 +385,7 @@ impl Worker {
             .as_ref()
             .filter(|_| partitionable(&view.plan, &view.sources))
         {
-            self.start_partitioned(&mut view, cluster.workers());
+            self.start_partitioned(&mut view, cluster.peers());
             self.views.push(view);
             return;
         }
@@ -437,19 +441,21 @@ impl Worker {
             Partitioned {
                 deltas: Vec::new(),
                 operators: vec![Vec::new(); workers],
+                workers: (0..workers)
+                    .map(|worker| WorkerFigures {
+                        worker,
+                        ..WorkerFigures::default()
+                    })
+                    .collect(),
             },
         );
-        let start = PartitionedView {
-            name: view.name.clone(),
-            id: view.id,
-            plan: view.plan.clone(),
-            state: view.restored.take(),
-            sources: view.sources.clone(),
-            epoch: self.open_epoch,
-            shards: senders,
-        };
+        let state = view.restored.take();
+        let start = ViewStart::new(view, self.open_epoch, state, senders);
         if let Some(cluster) = &self.cluster {
-            cluster.send(ClusterCommand::Start(Arc::new(start)));
+            // Workers of other processes read sources too.
+            self.status
+                .set_remote_readers(cluster.peers() > self.config.workers);
+            cluster.send(ClusterCommand::Start(start));
         }
     }
 
@@ -474,13 +480,26 @@ impl Worker {
 
     /// A shard's cut of an epoch: its state deltas wait for the others',
     /// its readers' positions are recorded.
-    fn shard_cut(&mut self, name: &str, shard: usize, cut: ShardCut) {
-        let worker = self.shards[..shard]
-            .iter()
-            .filter(|s| s.view == name)
-            .count();
+    fn shard_cut(&mut self, name: &str, cut: ShardCut) {
+        let worker = cut.worker;
+        self.status.count(name, |c| {
+            c.source_rows += cut.rows_read;
+            c.rows_in += cut.rows_read;
+        });
         if let Some(partitioned) = self.partitioned.get_mut(name) {
-            partitioned.deltas.extend(cut.deltas);
+            partitioned
+                .deltas
+                .extend(cut.deltas.into_iter().map(|(t, d)| (t, d.into())));
+            if let Some(figures) = partitioned.workers.get_mut(worker) {
+                figures.process = cut.process;
+                figures.rows_read += cut.rows_read;
+                figures.state_rows = cut
+                    .operators
+                    .iter()
+                    .flat_map(|o| o.state_rows.iter())
+                    .map(|&rows| rows as u64)
+                    .sum();
+            }
             if let Some(figures) = partitioned.operators.get_mut(worker) {
                 *figures = cut.operators;
             }
@@ -627,6 +646,9 @@ impl Worker {
             if let Some(cluster) = &self.cluster {
                 cluster.send(ClusterCommand::Drop(name.to_owned()));
             }
+            if self.partitioned.is_empty() {
+                self.status.set_remote_readers(false);
+            }
         }
         let mut gone: Vec<String> = self
             .readers
@@ -699,6 +721,8 @@ impl Worker {
                 Some(partitioned) => {
                     let figures = merged_operators(view, &partitioned.operators);
                     self.status.publish_operators(&view.name, figures.clone());
+                    self.status
+                        .publish_workers(&view.name, partitioned.workers.clone());
                     cut_partitioned(view, partitioned, &figures, budget, &mut part)
                 }
                 None => {

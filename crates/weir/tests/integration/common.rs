@@ -157,6 +157,20 @@ impl TestServer {
         child.wait().expect("wait for weir")
     }
 
+    /// Waits up to `timeout` for the server to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Sets `flag` to `value` for the next restart.
     pub fn set_arg(&mut self, flag: &str, value: &str) {
         match self.extra_args.iter().position(|a| a == flag) {

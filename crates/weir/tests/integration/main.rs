@@ -4,6 +4,7 @@
 
 mod backfill;
 mod bad_input;
+mod cluster;
 mod common;
 mod crash;
 mod protocol;

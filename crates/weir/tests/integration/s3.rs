@@ -11,7 +11,7 @@ use crate::common::{column, TestServer};
 
 /// An S3-compatible server (moto) this test started on a free loopback
 /// port, with a bucket `weir`; stopped by its process id when dropped.
-struct Moto {
+pub struct Moto {
     child: Child,
 }
 
@@ -71,6 +71,11 @@ fn start_moto() -> (Moto, String) {
 /// `WEIR_TEST_S3_ENDPOINT` if set (`.ci/run` sets it), else a moto server
 /// started here, which lives as long as the returned guard.
 async fn s3_server() -> (TestServer, Option<Moto>) {
+    s3_server_with(&[]).await
+}
+
+/// [`s3_server`] with extra flags.
+pub async fn s3_server_with(args: &[&str]) -> (TestServer, Option<Moto>) {
     let (endpoint, moto) = match std::env::var("WEIR_TEST_S3_ENDPOINT") {
         Ok(endpoint) => (endpoint, None),
         Err(_) => {
@@ -92,7 +97,9 @@ async fn s3_server() -> (TestServer, Option<Moto>) {
         ("AWS_ENDPOINT", endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),
     ];
-    let server = TestServer::start_with_env(&["--state-url", &prefix], &envs).await;
+    let mut all = vec!["--state-url", prefix.as_str()];
+    all.extend_from_slice(args);
+    let server = TestServer::start_with_env(&all, &envs).await;
     (server, moto)
 }
 

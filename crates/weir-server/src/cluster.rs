@@ -1,0 +1,98 @@
+//! A cluster's other processes: they serve no clients and hold no state
+//! store; they run their timely workers' share of every partitioned view,
+//! which they plan again from the definition process 0 sends (the
+//! catalog as of the view's start and its query), with the same planner
+//! as process 0.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::execution::runtime_env::RuntimeEnv;
+use serde::{Deserialize, Serialize};
+use weir_stream::runtime::{BuiltView, ClusterConfig, ViewBuilder};
+
+use crate::catalog::Catalog;
+use crate::database::DbSnapshot;
+use crate::error::{WeirError, WeirResult};
+use crate::provider::PinnedSnapshot;
+
+/// What another process needs to plan a view as process 0 did.
+#[derive(Serialize, Deserialize)]
+struct ViewDefinition {
+    catalog: Catalog,
+    query: String,
+}
+
+/// The definition of a view reading `query` with `catalog`, as
+/// [`Planner`] reads it.
+pub fn view_definition(catalog: &Catalog, query: &str) -> WeirResult<String> {
+    serde_json::to_string(&ViewDefinition {
+        catalog: catalog.clone(),
+        query: query.to_owned(),
+    })
+    .map_err(WeirError::internal)
+}
+
+/// Plans views in a process without a database.
+pub struct Planner {
+    runtime: Arc<RuntimeEnv>,
+}
+
+impl Planner {
+    /// A planner with DataFusion's default runtime (planning allocates no
+    /// query memory).
+    pub fn new() -> Self {
+        Planner {
+            runtime: Arc::new(RuntimeEnv::default()),
+        }
+    }
+}
+
+impl Default for Planner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ViewBuilder for Planner {
+    fn build(&self, definition: &str) -> datafusion::error::Result<BuiltView> {
+        let definition: ViewDefinition = serde_json::from_str(definition)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let catalog = Arc::new(definition.catalog);
+        let snapshot = DbSnapshot {
+            epoch: 0,
+            catalog: catalog.clone(),
+            tables: Default::default(),
+            operator_rows: Default::default(),
+            offsets: BTreeMap::new(),
+        };
+        let pinned = Arc::new(PinnedSnapshot::new(Arc::new(snapshot)));
+        let planned = futures::executor::block_on(async {
+            let ctx = crate::session::session_context(self.runtime.clone(), pinned, None, "weir")?;
+            let query = crate::mview::parse_query(&definition.query)?;
+            crate::mview::plan_view_in(&ctx.state(), &catalog, &query, &[]).await
+        })
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let mut sources = BTreeMap::new();
+        for name in &planned.sources {
+            if let Some(def) = catalog.sources.get(name) {
+                let connector = def
+                    .connector()
+                    .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+                sources.insert(name.clone(), connector);
+            }
+        }
+        Ok(BuiltView {
+            plan: planned.plan,
+            sources,
+        })
+    }
+}
+
+/// Runs process `cluster.process` (not 0) of a cluster with `workers`
+/// timely workers until process 0 shuts the cluster down.
+pub fn serve_process(workers: usize, cluster: &ClusterConfig) -> WeirResult<()> {
+    let tokio = tokio::runtime::Handle::current();
+    weir_stream::runtime::serve_process(workers, cluster, Arc::new(Planner::new()), tokio)
+        .map_err(WeirError::from_datafusion)
+}
