@@ -84,9 +84,13 @@ enum Bench {
         /// Runs per configuration; the median is reported.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
-        /// The server's `--workers`.
+        /// The server's `--workers` (per process).
         #[arg(long, default_value_t = 1)]
         workers: usize,
+        /// Processes of a cluster on this machine (process 0 is the
+        /// server); CPU time and peak memory are summed over them.
+        #[arg(long, default_value_t = 1)]
+        processes: usize,
         /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
@@ -141,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
             compare_off,
             repeat,
             workers,
+            processes,
             server_args,
         } => {
             stream::run(stream::StreamLoad {
@@ -150,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
                 compare_off,
                 repeat,
                 workers,
+                processes,
                 server_args,
             })
             .await

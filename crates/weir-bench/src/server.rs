@@ -115,24 +115,12 @@ impl Server {
 
     /// User plus system CPU time the server process has used.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        // Fields after the command name (which is in parentheses and may
-        // hold spaces): state is field 3, utime 14 and stime 15.
-        let after = stat.rsplit_once(')').context("stat format")?.1;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-        Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+        cpu_time(self.child.id())
     }
 
     /// The server's peak resident memory so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("VmHWM in /proc/<pid>/status")
+        peak_rss_kib(self.child.id())
     }
 
     /// A new connection.
@@ -141,6 +129,71 @@ impl Server {
         let (client, connection) = tokio_postgres::connect(&conn, NoTls).await?;
         tokio::spawn(connection);
         Ok(client)
+    }
+}
+
+/// User plus system CPU time process `pid` has used.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses and may
+    // hold spaces): state is field 3, utime 14 and stime 15.
+    let after = stat.rsplit_once(')').context("stat format")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+}
+
+/// Process `pid`'s peak resident memory so far (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("VmHWM in /proc/<pid>/status")
+}
+
+/// A process of a cluster other than the server (`--process` above 0),
+/// killed on drop.
+pub struct Compute {
+    child: Child,
+}
+
+impl Compute {
+    /// Starts process `process` of `cluster` with `workers` workers.
+    pub fn start(cluster: &str, process: usize, workers: usize) -> anyhow::Result<Compute> {
+        let exe = std::env::current_exe()?
+            .parent()
+            .context("binary folder")?
+            .join("weir");
+        let child = Command::new(&exe)
+            .args(["--cluster", cluster, "--process", &process.to_string()])
+            .args(["--workers", &workers.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        Ok(Compute { child })
+    }
+
+    /// User plus system CPU time it has used.
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        cpu_time(self.child.id())
+    }
+
+    /// Its peak resident memory so far, in KiB.
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        peak_rss_kib(self.child.id())
+    }
+}
+
+impl Drop for Compute {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
     }
 }
 

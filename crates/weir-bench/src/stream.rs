@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use tokio_postgres::Client;
 
-use crate::server::Server;
+use crate::server::{Compute, Server};
 
 /// The queries the benchmark knows, by name.
 pub const QUERIES: &[(&str, &str)] = &[
@@ -66,8 +66,10 @@ pub struct StreamLoad {
     /// Runs per configuration; the median run is reported (shared machines
     /// are noisy).
     pub repeat: usize,
-    /// `--workers` for the server.
+    /// `--workers` for the server (per process).
     pub workers: usize,
+    /// Processes of a cluster, the server being process 0.
+    pub processes: usize,
     /// Extra flags for the server.
     pub server_args: Vec<String>,
 }
@@ -95,8 +97,8 @@ pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
             format!("unknown query {:?}; one of {names:?}", load.query)
         })?;
     println!(
-        "stream: {} rows, query {} ({sql}), {} workers",
-        load.rows, load.query, load.workers
+        "stream: {} rows, query {} ({sql}), {} workers x {} processes",
+        load.rows, load.query, load.workers, load.processes
     );
     // With --compare-off the two configurations alternate, so a noisy
     // stretch of the machine hits both alike.
@@ -177,8 +179,28 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         load.workers.to_string(),
     ];
     args.extend(load.server_args.iter().cloned());
+    // The other processes of a cluster start first: the server's timely
+    // workers wait for them to connect.
+    let mut computes = Vec::new();
+    if load.processes > 1 {
+        let addresses: Vec<String> = (0..load.processes)
+            .map(|_| free_port().map(|port| format!("127.0.0.1:{port}")))
+            .collect::<anyhow::Result<_>>()?;
+        let cluster = addresses.join(",");
+        for process in 1..load.processes {
+            computes.push(Compute::start(&cluster, process, load.workers)?);
+        }
+        args.extend(["--cluster".into(), cluster, "--process".into(), "0".into()]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start_with(&args).await?;
+    let cpu_time = || -> anyhow::Result<Duration> {
+        let mut total = server.cpu_time()?;
+        for compute in &computes {
+            total += compute.cpu_time()?;
+        }
+        Ok(total)
+    };
     let client = server.client().await?;
     client
         .batch_execute(&format!(
@@ -203,7 +225,7 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
     }
     let epochs_before = crate::show(&client, "epochs_committed").await?;
     let bytes_before = crate::show(&client, "bytes_written").await?;
-    let cpu_before = server.cpu_time()?;
+    let cpu_before = cpu_time()?;
     let started = Instant::now();
     client
         .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {sql}"))
@@ -242,7 +264,7 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let wall = started.elapsed();
-    let cpu = server.cpu_time()? - cpu_before;
+    let cpu = cpu_time()? - cpu_before;
     if let Some(updater) = updater {
         updater.abort();
     }
@@ -254,7 +276,11 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
     Ok(Measured {
         wall,
         cpu,
-        peak_rss_kib: server.peak_rss_kib()?,
+        peak_rss_kib: server.peak_rss_kib()?
+            + computes
+                .iter()
+                .map(Compute::peak_rss_kib)
+                .sum::<anyhow::Result<u64>>()?,
         epochs,
         commit_p50_ms,
         commit_p99_ms,

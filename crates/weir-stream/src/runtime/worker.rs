@@ -482,10 +482,13 @@ impl Worker {
     /// its readers' positions are recorded.
     fn shard_cut(&mut self, name: &str, cut: ShardCut) {
         let worker = cut.worker;
-        self.status.count(name, |c| {
-            c.source_rows += cut.rows_read;
-            c.rows_in += cut.rows_read;
-        });
+        if cut.process != 0 {
+            // Workers in this process counted their rows as they read them.
+            self.status.count(name, |c| {
+                c.source_rows += cut.rows_read;
+                c.rows_in += cut.rows_read;
+            });
+        }
         if let Some(partitioned) = self.partitioned.get_mut(name) {
             partitioned
                 .deltas

@@ -511,8 +511,15 @@ impl WorkerView {
             while *feed.input.time() <= done.saturating_add(1) && batches < 16 {
                 match reader.messages.poll_recv(cx) {
                     Poll::Ready(Some(SourceMessage::Rows(rows))) => {
+                        // Counted here in the coordinator's process (where
+                        // the status is read), at the cut for the others.
                         status.note_batch();
-                        self.shared.borrow_mut().rows_read += rows.num_rows() as u64;
+                        let count = rows.num_rows() as u64;
+                        status.count(&self.name, |c| {
+                            c.source_rows += count;
+                            c.rows_in += count;
+                        });
+                        self.shared.borrow_mut().rows_read += count;
                         feed.input
                             .send_batch(&mut ChangeBatch::new(vec![crate::Changes::inserts(rows)]));
                         batches += 1;
