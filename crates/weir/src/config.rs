@@ -74,8 +74,9 @@ pub struct ServeArgs {
     /// worker, partitioned by key; other views read each source with this
     /// many readers. It may change between restarts: state is dealt out
     /// again by key and every source split resumes at its own position.
-    #[arg(long, default_value_t = weir_server::default_workers())]
-    pub workers: usize,
+    /// With --cluster it must be given, the same in every process.
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// Run as one process of a cluster: every process's host:port for
     /// timely's connections, comma-separated, process 0 first. Every
     /// process runs --workers workers and a share of every view that
@@ -152,6 +153,13 @@ impl Config {
                 Auth::Trust
             }
         };
+        let workers = match (args.workers, args.cluster.is_empty()) {
+            (Some(workers), _) => workers,
+            (None, true) => weir_server::default_workers(),
+            // Timely numbers workers as if every process ran as many: a
+            // default from each machine's cores could differ.
+            (None, false) => bail!("--cluster needs --workers, the same in every process"),
+        };
         let database = DatabaseConfig {
             checkpoint_interval: match args.checkpoint_interval.trim() {
                 "off" => Duration::ZERO,
@@ -159,7 +167,7 @@ impl Config {
             },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             view_memory_bytes: args.view_memory_mb << 20,
-            workers: args.workers,
+            workers,
             cluster: match args.cluster.len() {
                 0 => None,
                 1 => bail!("--cluster needs the addresses of at least two processes"),
@@ -190,7 +198,7 @@ impl Config {
         if args.view_memory_mb == 0 {
             bail!("--view-memory-mb must be positive");
         }
-        if args.workers == 0 {
+        if workers == 0 {
             bail!("--workers must be at least 1");
         }
         if args.retained_manifests == 0 {
@@ -247,5 +255,36 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("1h").is_err());
         assert!(parse_duration("abc").is_err());
+    }
+
+    fn config(flags: &[&str]) -> anyhow::Result<Config> {
+        let args = Args::try_parse_from(std::iter::once("weir").chain(flags.iter().copied()))?;
+        Config::from_args(args.serve)
+    }
+
+    #[test]
+    fn cluster_flags() {
+        let cluster = config(&["--cluster", "a:1,b:2", "--process", "1", "--workers", "3"])
+            .unwrap()
+            .database
+            .cluster
+            .unwrap();
+        assert_eq!(cluster.process, 1);
+        assert_eq!(cluster.addresses, ["a:1", "b:2"]);
+        assert!(config(&["--workers", "2"])
+            .unwrap()
+            .database
+            .cluster
+            .is_none());
+        let refused = [
+            // The workers could differ between machines.
+            &["--cluster", "a:1,b:2"][..],
+            &["--cluster", "a:1", "--workers", "1"],
+            &["--cluster", "a:1,b:2", "--process", "2", "--workers", "1"],
+            &["--process", "1", "--workers", "1"],
+        ];
+        for flags in refused {
+            assert!(config(flags).is_err(), "{flags:?}");
+        }
     }
 }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::error::DataFusionError;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use weir_state::{DeltaBatches, TableChange, TableId};
 
 use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
@@ -162,12 +162,25 @@ impl Worker {
         let cluster = (config.workers > 1 || config.cluster.is_some())
             .then(|| {
                 let tokio = tokio::runtime::Handle::current();
-                Cluster::start(config.workers, config.cluster.as_ref(), tokio, status.clone())
+                Cluster::start(
+                    config.workers,
+                    config.cluster.as_ref(),
+                    tokio,
+                    status.clone(),
+                )
             })
-            .and_then(|started| {
-                started
-                    .inspect_err(|e| warn!(error = %e, "timely workers did not start; views run on one thread"))
-                    .ok()
+            .and_then(|started| match started {
+                Ok(cluster) => Some(cluster),
+                Err(e) if config.cluster.is_some() => {
+                    // The other processes wait for this one: without it
+                    // there is no cluster to run views on.
+                    error!(error = %e, "cannot join the cluster; exiting");
+                    std::process::exit(1);
+                }
+                Err(e) => {
+                    warn!(error = %e, "timely workers did not start; views run on one thread");
+                    None
+                }
             });
         let open_epoch = config.first_epoch;
         Worker {
