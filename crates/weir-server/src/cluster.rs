@@ -7,8 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use serde::{Deserialize, Serialize};
+use weir_state::TableSnapshot;
 use weir_stream::runtime::{BuiltView, ClusterConfig, ViewBuilder};
 
 use crate::catalog::Catalog;
@@ -59,10 +61,20 @@ impl ViewBuilder for Planner {
         let definition: ViewDefinition = serde_json::from_str(definition)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
         let catalog = Arc::new(definition.catalog);
+        // The planner needs the tables' schemas, not their rows.
+        let tables = catalog
+            .tables
+            .values()
+            .map(|table| {
+                let spec = table.spec();
+                let rows = RecordBatch::new_empty(spec.schema.clone());
+                (table.id, TableSnapshot::from_rows(spec, rows))
+            })
+            .collect();
         let snapshot = DbSnapshot {
             epoch: 0,
             catalog: catalog.clone(),
-            tables: Default::default(),
+            tables,
             operator_rows: Default::default(),
             offsets: BTreeMap::new(),
         };

@@ -70,17 +70,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = weir_server::DEFAULT_VIEW_MEMORY_MB)]
     pub view_memory_mb: usize,
     /// How many timely workers run the views (default: the number of
-    /// cores): a view that reads only sources runs as one instance per
-    /// worker, partitioned by key; other views read each source with this
-    /// many readers. It may change between restarts: state is dealt out
+    /// cores): a view over sources and tables runs as one instance per
+    /// worker, partitioned by key; views over other views read each source
+    /// with this many readers. It may change between restarts: state is dealt out
     /// again by key and every source split resumes at its own position.
     /// With --cluster it must be given, the same in every process.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Run as one process of a cluster: every process's host:port for
     /// timely's connections, comma-separated, process 0 first. Every
-    /// process runs --workers workers and a share of every view that
-    /// reads only sources; process 0 serves clients and owns the state
+    /// process runs --workers workers and a share of every view over
+    /// sources and tables; process 0 serves clients and owns the state
     /// store, the others only compute. Start each with the same list and
     /// its own --process.
     #[arg(long, value_delimiter = ',')]

@@ -160,10 +160,10 @@ pub struct ViewCounters {
 pub struct RuntimeConfig {
     /// The most bytes one view's state may hold.
     pub view_memory_bytes: usize,
-    /// How many workers run the views (`--workers`): a view that reads
-    /// only sources runs as one partitioned instance per worker; the
-    /// others run in the coordinator, reading each source with this many
-    /// readers.
+    /// How many workers run the views (`--workers`): a view over sources
+    /// and tables runs as one partitioned instance per worker; a view over
+    /// other views runs in the coordinator, reading each source with this
+    /// many readers.
     pub workers: usize,
     /// The epoch the first barrier will end.
     pub first_epoch: u64,

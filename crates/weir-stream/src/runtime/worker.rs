@@ -43,8 +43,10 @@ use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMess
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key, ReadFrom};
 use super::view::{
-    apply_output, catch_up, check_memory, within_budget, RelationChanges, SourceInput, ViewRuntime,
+    apply_output, catch_up, check_memory, full_state, within_budget, RelationChanges, SourceInput,
+    ViewRuntime,
 };
+use super::wire::WireChanges;
 use super::{
     Command, FailureReason, PendingQueue, RuntimeConfig, RuntimeStatus, ViewFailed, ViewPart,
     WorkerFigures,
@@ -393,12 +395,18 @@ impl Worker {
                 return;
             }
         }
+        let views = &self.views;
+        let is_table = |relation: &str| !views.iter().any(|v| v.name == relation);
         if let Some(cluster) = self
             .cluster
             .as_ref()
-            .filter(|_| partitionable(&view.plan, &view.sources))
+            .filter(|_| partitionable(&view.plan, &view.sources, is_table))
         {
-            self.start_partitioned(&mut view, cluster.peers());
+            let peers = cluster.peers();
+            if let Err(e) = self.start_partitioned(&mut view, peers) {
+                self.stop_failed(&view.name, FailureReason::Error(e));
+                return;
+            }
             self.views.push(view);
             return;
         }
@@ -428,9 +436,32 @@ impl Worker {
         self.views.push(view);
     }
 
-    /// Starts a view that reads only sources as one instance per timely
+    /// Starts a view over sources and tables as one instance per timely
     /// worker; each worker's shard becomes an aligned input.
-    fn start_partitioned(&mut self, view: &mut ViewRuntime, workers: usize) {
+    fn start_partitioned(&mut self, view: &mut ViewRuntime, workers: usize) -> crate::Result<()> {
+        // The workers start from the state the view holds now: as
+        // restored, or as its backfill and catch-up left it (taken into
+        // the deltas its first epoch commits). The coordinator keeps an
+        // empty copy of the operators, for their specs.
+        let state = match view.restored.take() {
+            Some(state) => state,
+            None => {
+                let taken = view.dataflow.checkpoint()?;
+                let early = &mut view.early.states;
+                early.resize_with(taken.len(), Vec::new);
+                for (delta, deltas) in taken.into_iter().zip(early.iter_mut()) {
+                    deltas.extend(delta);
+                }
+                full_state(&view.dataflow.state_specs(), early)?
+            }
+        };
+        let stats = view
+            .dataflow
+            .operators()
+            .into_iter()
+            .map(|o| o.stats)
+            .collect();
+        view.dataflow = crate::Dataflow::new(&view.plan)?;
         let mut senders = Vec::with_capacity(workers);
         for worker in 0..workers {
             let (sender, messages) = mpsc::channel(SHARD_CHANNEL);
@@ -462,14 +493,14 @@ impl Worker {
                     .collect(),
             },
         );
-        let state = view.restored.take();
-        let start = ViewStart::new(view, self.open_epoch, state, senders);
+        let start = ViewStart::new(view, self.open_epoch, state, stats, senders);
         if let Some(cluster) = &self.cluster {
             // Workers of other processes read sources too.
             self.status
                 .set_remote_readers(cluster.peers() > self.config.workers);
             cluster.send(ClusterCommand::Start(start));
         }
+        Ok(())
     }
 
     /// A shard's output changes: into the view's output table, and on to
@@ -562,12 +593,27 @@ impl Worker {
                     _ => changes.get(relation).cloned().unwrap_or_default(),
                 }
             };
+            let reads: BTreeSet<String> = view.dataflow.sources();
             if self.partitioned.contains_key(&view.name) {
-                // Its operators run in the workers; its output arrives
-                // from its shards.
+                // Its operators run in the workers, which get its tables'
+                // changes through worker 0; its output arrives from its
+                // shards.
+                if let Some(cluster) = &self.cluster {
+                    for relation in &reads {
+                        let Some(batches) = changes.get(relation).filter(|c| !c.is_empty()) else {
+                            continue;
+                        };
+                        let rows: usize = batches.iter().map(Changes::len).sum();
+                        self.status.count(&view.name, |c| c.rows_in += rows as u64);
+                        cluster.send(ClusterCommand::Changes {
+                            view: view.name.clone(),
+                            relation: relation.clone(),
+                            changes: batches.iter().cloned().map(WireChanges).collect(),
+                        });
+                    }
+                }
                 continue;
             }
-            let reads: BTreeSet<String> = view.dataflow.sources();
             if reads.iter().any(|r| failed.iter().any(|(f, _)| f == r)) {
                 // Stopped below with the view it reads.
                 continue;

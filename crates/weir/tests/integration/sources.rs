@@ -365,9 +365,14 @@ pub async fn kill_cycles(mut server: TestServer) {
             }
         }
         let positions = check_views(&client, &format!("after restart {cycle} (seed {seed})")).await;
-        // Views over sources alone run as one instance per worker; the
-        // others (over the table, over a view) in the coordinator.
-        for (view, instances) in [("by_key", workers), ("skew_join", workers), ("labelled", 1)] {
+        // Views over sources and tables run as one instance per worker;
+        // a view over a view runs in the coordinator.
+        for (view, instances) in [
+            ("by_key", workers),
+            ("skew_join", workers),
+            ("labelled", workers),
+            ("on_view", 1),
+        ] {
             let sql = format!(
                 "SELECT max(instances) FROM weir_view_operators WHERE view = '{view}' AND name <> 'Output'"
             );

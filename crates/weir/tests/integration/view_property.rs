@@ -188,8 +188,23 @@ async fn create_views(client: &Client, cases: &[Case]) {
                 case.name, case.view
             ))
             .await
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            .unwrap_or_else(|e| panic!("{}: {e} {:?}", case.name, e.as_db_error()));
     }
+}
+
+/// A group-by over a table runs as one instance per worker.
+async fn assert_instances(client: &Client, workers: usize) {
+    let sql = "SELECT max(instances) FROM weir_view_operators WHERE view = 'g_basic' AND name <> 'Output'";
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        client.batch_execute("CHECKPOINT").await.unwrap();
+        seen = crate::common::column(client, sql).await;
+        if seen == vec![Some(workers.to_string())] {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("g_basic runs as {seen:?} instances, not {workers}");
 }
 
 async fn check(client: &Client, round: usize, seed: u64) {
@@ -220,8 +235,10 @@ async fn view_property() {
         .unwrap_or(12);
     eprintln!("view_property: seed {seed}, {rounds} rounds");
     let mut rng = StdRng::seed_from_u64(seed);
-    let server = TestServer::start().await;
-    let client = server.client().await;
+    // Two workers: views over tables run partitioned on timely workers;
+    // halfway, a restart with three.
+    let mut server = TestServer::start_with(&["--workers", "2"]).await;
+    let mut client = server.client().await;
     client
         .batch_execute(
             "CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT, s TEXT, b BOOLEAN);
@@ -237,6 +254,13 @@ async fn view_property() {
     for round in 0..rounds {
         if round == 1 {
             create_views(&client, late).await;
+            assert_instances(&client, 2).await;
+        }
+        if round == rounds / 2 {
+            server.set_arg("--workers", "3");
+            server.restart_after_kill().await;
+            client = server.client().await;
+            assert_instances(&client, 3).await;
         }
         for _ in 0..rng.random_range(4..12) {
             let sql = statement(&mut rng);

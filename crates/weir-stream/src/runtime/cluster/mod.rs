@@ -1,10 +1,11 @@
-//! The partitioned runtime: a view that reads only sources runs as one
+//! The partitioned runtime: a view over sources and tables runs as one
 //! instance of its dataflow per timely worker, its stateful operators
 //! partitioned by key. The workers may span processes (timely's cluster
 //! mode); the coordinator runs in process 0 beside worker 0.
 //!
 //! ```text
-//!  coordinator ──Start, Drop, Barrier(E)──▶ worker 0 ──control dataflow (broadcast, in order)──▶ every worker
+//!  coordinator ──Start, Drop, Barrier(E), Changes──▶ worker 0 ──control dataflow (in order)──▶ every worker (Changes: worker 0)
+//!  worker 0: table changes ─▶ the view's table input (advanced at Barrier(E))
 //!  worker w: readers of its splits ─▶ stateless ops ─▶ exchange by key ─▶ stateful op ─▶ ... ─▶ shard
 //!  shard (view v, worker w) ──cut of E: output, state deltas, positions──▶ exchange to worker 0 ─▶ forward ─▶ coordinator
 //! ```
@@ -14,7 +15,8 @@
 //! worker applies the commands whose timestamps its frontier has passed,
 //! in timestamp order. So every worker builds and drops the views'
 //! dataflows in one order (timely requires it) and sees every barrier
-//! after the starts before it.
+//! after the starts before it. A table's changes go to worker 0 alone,
+//! which feeds them into the view's table input at the open epoch.
 //!
 //! Epochs are timely timestamps. Each worker reads its share of every
 //! source's splits; a reader's rows go into its input at the open epoch,
@@ -50,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::{DistributorPact, Pipeline};
 use timely::dataflow::operators::generic::Operator as _;
-use timely::dataflow::operators::vec::Broadcast;
+use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concatenate, Exchange, Input, Probe};
 use timely::dataflow::{InputHandle, ProbeHandle};
 use tokio::sync::mpsc;
@@ -78,8 +80,27 @@ pub(super) enum ClusterCommand {
     Start(ViewStart),
     /// Stop running a view.
     Drop(String),
-    /// Every row of epoch E has been read up to the readers' barriers.
+    /// Every row of epoch E has been read up to the readers' barriers,
+    /// and every table change of E sent.
     Barrier(u64),
+    /// Changes of the open epoch to a table a view reads; for worker 0
+    /// only, which feeds them into the view's dataflow.
+    Changes {
+        view: String,
+        relation: String,
+        changes: Vec<WireChanges>,
+    },
+}
+
+impl ClusterCommand {
+    /// The workers that receive it: worker 0 for table changes, every
+    /// worker for the rest.
+    fn targets(&self, peers: usize) -> std::ops::Range<usize> {
+        match self {
+            ClusterCommand::Changes { .. } => 0..1,
+            _ => 0..peers,
+        }
+    }
 }
 
 /// A view to run partitioned.
@@ -94,9 +115,11 @@ pub(super) struct ViewStart {
     pub definition: String,
     /// The sources it reads, and where.
     pub sources: Vec<SourceStart>,
-    /// Every instance's state rows, per state table in dataflow order;
-    /// `None` for a new view.
-    pub state: Option<Vec<IpcBatch>>,
+    /// Every instance's state rows, per state table in dataflow order.
+    pub state: Vec<IpcBatch>,
+    /// What its operators did before it started here (its backfill), in
+    /// dataflow order: worker 0's figures start from these.
+    pub stats: Vec<OperatorStats>,
     /// In the coordinator's process: its plan, connectors and channels.
     #[serde(skip)]
     pub local: Option<Arc<LocalView>>,
@@ -123,12 +146,14 @@ pub(super) struct LocalView {
 }
 
 impl ViewStart {
-    /// A view the coordinator starts at `epoch` with `state` (if
-    /// restored), sending each worker's messages to `shards`.
+    /// A view the coordinator starts at `epoch` with `state` and its
+    /// operators' figures so far (`stats`), sending each worker's messages
+    /// to `shards`.
     pub fn new(
         view: &super::ViewRuntime,
         epoch: u64,
-        state: Option<Vec<RecordBatch>>,
+        state: Vec<RecordBatch>,
+        stats: Vec<OperatorStats>,
         shards: Vec<mpsc::Sender<ShardMessage>>,
     ) -> Self {
         ViewStart {
@@ -146,7 +171,8 @@ impl ViewStart {
                     positions: s.positions.clone(),
                 })
                 .collect(),
-            state: state.map(|tables| tables.into_iter().map(IpcBatch).collect()),
+            state: state.into_iter().map(IpcBatch).collect(),
+            stats,
             local: Some(Arc::new(LocalView {
                 plan: view.plan.clone(),
                 sources: view.sources.iter().map(|s| s.source.clone()).collect(),
@@ -326,6 +352,15 @@ struct WorkerView {
     shared: Rc<RefCell<Shared>>,
     /// Worker 0 only: where every worker's messages go.
     shards: Option<Vec<mpsc::Sender<ShardMessage>>>,
+    /// Worker 0 only: the inputs of the tables it reads.
+    tables: Vec<TableFeed>,
+}
+
+/// A table's changes into a view's dataflow, fed by worker 0 (the other
+/// workers close theirs at once).
+struct TableFeed {
+    relation: String,
+    input: InputHandle<u64, CapacityContainerBuilder<ChangeBatch>>,
 }
 
 /// A source's reader in one worker and the input it feeds.
@@ -350,10 +385,17 @@ impl WorkerLoop {
         let control_probe = ProbeHandle::new();
         let received: Rc<RefCell<BTreeMap<u64, Vec<ClusterCommand>>>> = Rc::default();
         let sink = received.clone();
+        let peers = worker.peers();
         worker.dataflow::<u64, _, _>(|scope| {
             scope
                 .input_from(&mut control)
-                .broadcast()
+                .flat_map(move |command| {
+                    command
+                        .targets(peers)
+                        .map(move |worker| (worker, command.clone()))
+                })
+                .exchange(|(worker, _)| *worker as u64)
+                .map(|(_, command)| command)
                 .probe_with(&control_probe)
                 .sink(Pipeline, "Commands", move |(input, _)| {
                     input.for_each(|cap, data| {
@@ -433,6 +475,7 @@ impl WorkerLoop {
     fn apply(&mut self, worker: &mut timely::worker::Worker, command: ClusterCommand) {
         match command {
             ClusterCommand::Start(start) => {
+                debug!(worker = worker.index(), view = %start.name, epoch = start.epoch, "start");
                 let id = WorkerId {
                     index: worker.index(),
                     process: self.process,
@@ -459,12 +502,31 @@ impl WorkerLoop {
             ClusterCommand::Barrier(epoch) => {
                 debug!(worker = worker.index(), epoch, "barrier");
                 for view in &mut self.views {
-                    view.shared.borrow_mut().barriers.insert(epoch);
+                    view.shared.borrow_mut().barrier(epoch);
                     for feed in &view.feeds {
                         if let Some(reader) = &feed.reader {
                             reader.inject_barrier(epoch);
                         }
                     }
+                    // Every table change of the epoch came before.
+                    for table in &mut view.tables {
+                        if epoch >= *table.input.time() {
+                            table.input.advance_to(epoch + 1);
+                        }
+                    }
+                }
+            }
+            ClusterCommand::Changes {
+                view,
+                relation,
+                changes,
+            } => {
+                let Some(view) = self.views.iter_mut().find(|v| v.name == view) else {
+                    return;
+                };
+                if let Some(table) = view.tables.iter_mut().find(|t| t.relation == relation) {
+                    let changes = changes.into_iter().map(|c| c.0).collect();
+                    table.input.send_batch(&mut ChangeBatch::new(changes));
                 }
             }
         }
@@ -496,6 +558,7 @@ impl WorkerView {
             // Its inputs close, so that they hold back no frontier: the
             // other workers' cuts and this failure reach the coordinator.
             self.feeds.clear();
+            self.tables.clear();
             return;
         }
         // The oldest epoch not yet through the shard.
@@ -612,30 +675,22 @@ fn start_view(
     };
     let workers = worker.peers();
     let placement = Placement::new(workers);
-    let state: Option<Vec<RecordBatch>> = view
-        .state
-        .as_ref()
-        .map(|tables| tables.iter().map(|t| t.0.clone()).collect());
+    let state: Vec<RecordBatch> = view.state.iter().map(|t| t.0.clone()).collect();
     // The operators, each with its share of the state.
     let mut operators: Vec<Box<dyn Operator>> = Vec::with_capacity(plan.nodes.len());
     let mut table = 0;
     for node in 0..plan.nodes.len() {
         let mut operator = instantiate(&plan, node)?;
         let specs = operator.state_specs();
-        let tables: Vec<RecordBatch> = match &state {
-            Some(state) => state[table..table + specs.len()].to_vec(),
-            None => specs
-                .iter()
-                .map(|s| RecordBatch::new_empty(s.schema.clone()))
-                .collect(),
-        };
+        let tables = state.get(table..table + specs.len()).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "view \"{}\": {} state tables for a plan of more",
+                view.name,
+                state.len()
+            ))
+        })?;
         table += specs.len();
-        operator.restore_share(&tables, id.index, &placement)?;
-        if state.is_none() && id.index == 0 {
-            // The server applied a new view's initial output already; the
-            // instance that holds partition 0 takes the state it leaves.
-            operator.initial()?;
-        }
+        operator.restore_share(tables, id.index, &placement)?;
         operators.push(operator);
     }
     let shared = Rc::new(RefCell::new(Shared::new(
@@ -643,7 +698,10 @@ fn start_view(
             .map(|node| OperatorInfo {
                 index: node,
                 name: plan.describe(node),
-                stats: OperatorStats::default(),
+                stats: match id.index {
+                    0 => view.stats.get(node).cloned().unwrap_or_default(),
+                    _ => OperatorStats::default(),
+                },
                 state_rows: operators[node].state_rows(),
                 state_bytes: operators[node].memory_size(),
                 instances: 1,
@@ -666,6 +724,20 @@ fn start_view(
             input: InputHandle::new(),
         })
         .collect();
+    // An input for each table it reads.
+    let mut table_feeds: Vec<TableFeed> = Vec::new();
+    for spec in &plan.nodes {
+        if let NodeKind::Source { relation, .. } = &spec.kind {
+            let known = feeds.iter().any(|f| &f.source == relation)
+                || table_feeds.iter().any(|t| &t.relation == relation);
+            if !known {
+                table_feeds.push(TableFeed {
+                    relation: relation.clone(),
+                    input: InputHandle::new(),
+                });
+            }
+        }
+    }
     let probe = ProbeHandle::new();
     let dataflow = worker.next_dataflow_index();
     let epoch = view.epoch;
@@ -678,11 +750,17 @@ fn start_view(
             let tables = operator.state_specs().len();
             let inputs: Vec<_> = match &spec.kind {
                 NodeKind::Source { relation, .. } => {
-                    let feed = feeds
-                        .iter_mut()
-                        .find(|feed| &feed.source == relation)
-                        .expect("a partitioned view reads only its sources");
-                    vec![scope.input_from(&mut feed.input)]
+                    let input = match feeds.iter_mut().find(|feed| &feed.source == relation) {
+                        Some(feed) => &mut feed.input,
+                        None => {
+                            let table = table_feeds
+                                .iter_mut()
+                                .find(|table| &table.relation == relation)
+                                .expect("an input for every relation");
+                            &mut table.input
+                        }
+                    };
+                    vec![scope.input_from(input)]
                 }
                 _ => spec.inputs.iter().map(|&i| streams[i].clone()).collect(),
             };
@@ -698,11 +776,13 @@ fn start_view(
                 }
                 (Some(exchange), 1) => {
                     let input = inputs.into_iter().next().expect("one input");
-                    let core = Stateful::new(operator, node, first_table, epoch, shared);
+                    let core = Stateful::new(operator, node, first_table, epoch, shared.clone());
                     input.unary_frontier::<CapacityContainerBuilder<ChangeBatch>, _, _, _>(
                         DistributorPact(move |peers| KeyRouter::new(exchange, peers)),
                         "Stateful",
-                        move |_, _| {
+                        move |_, info| {
+                            let activator = scope.activator_for(info.address.clone());
+                            shared.borrow_mut().add_cutter(activator);
                             let mut core = core;
                             move |(input, frontier), output| {
                                 input.for_each(|cap, data| core.take(0, &cap, data));
@@ -717,13 +797,15 @@ fn start_view(
                     let right = plan.exchange(node, 1).expect("a join exchanges both inputs");
                     let mut inputs = inputs.into_iter();
                     let (l, r) = (inputs.next().expect("left"), inputs.next().expect("right"));
-                    let core = Stateful::new(operator, node, first_table, epoch, shared);
+                    let core = Stateful::new(operator, node, first_table, epoch, shared.clone());
                     l.binary_frontier::<ChangeBatch, CapacityContainerBuilder<ChangeBatch>, _, _, _, _>(
                         r,
                         DistributorPact(move |peers| KeyRouter::new(left, peers)),
                         DistributorPact(move |peers| KeyRouter::new(right, peers)),
                         "Join",
-                        move |_, _| {
+                        move |_, info| {
+                            let activator = scope.activator_for(info.address.clone());
+                            shared.borrow_mut().add_cutter(activator);
                             let mut core = core;
                             move |(left, left_frontier), (right, right_frontier), output| {
                                 left.for_each(|cap, data| core.take(0, &cap, data));
@@ -740,9 +822,22 @@ fn start_view(
             streams.push(stream);
         }
         let last = streams.pop().expect("a plan has nodes");
-        let reports = shard(last.probe_with(&probe), epoch, id, shared.clone());
+        let reports = shard(
+            last.probe_with(&probe),
+            view.name.clone(),
+            epoch,
+            id,
+            shared.clone(),
+        );
         forward(reports.exchange(|_| 0), shared.clone());
     });
+    // Only worker 0 feeds tables' changes.
+    if id.index != 0 {
+        table_feeds.clear();
+    }
+    for table in &mut table_feeds {
+        table.input.advance_to(view.epoch);
+    }
     // Rows read from now on belong to the view's first epoch.
     for (feed, (input, source)) in feeds.iter_mut().zip(view.sources.iter().zip(&connectors)) {
         feed.input.advance_to(view.epoch);
@@ -774,17 +869,24 @@ fn start_view(
             .as_ref()
             .filter(|_| id.index == 0)
             .map(|local| local.shards.clone()),
+        tables: table_feeds,
     })
 }
 
-/// Whether a view runs partitioned: it reads only sources (no table or
-/// view, whose changes the coordinator feeds in order with its other
-/// views), and has no constant rows (which one instance alone must emit).
-pub(super) fn partitionable(plan: &StreamPlan, sources: &[SourceInput]) -> bool {
-    !sources.is_empty()
-        && plan.nodes.iter().all(|node| match &node.kind {
-            NodeKind::Source { relation, .. } => sources.iter().any(|s| &s.name == relation),
-            NodeKind::Values { .. } => false,
-            _ => true,
-        })
+/// Whether a view runs partitioned: it reads only sources and tables
+/// (`is_table`), not other views (whose output the coordinator feeds to
+/// the views that read it within the same epoch), and has no constant
+/// rows (which one instance alone must emit).
+pub(super) fn partitionable(
+    plan: &StreamPlan,
+    sources: &[SourceInput],
+    is_table: impl Fn(&str) -> bool,
+) -> bool {
+    plan.nodes.iter().all(|node| match &node.kind {
+        NodeKind::Source { relation, .. } => {
+            sources.iter().any(|s| &s.name == relation) || is_table(relation)
+        }
+        NodeKind::Values { .. } => false,
+        _ => true,
+    })
 }

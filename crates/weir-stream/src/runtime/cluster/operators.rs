@@ -55,6 +55,10 @@ pub(super) struct Shared {
     pub failed: bool,
     /// Schedules the shard (which reports a failure).
     shard: Option<Activator>,
+    /// Schedules the operators that cut at barriers (the stateful ones and
+    /// the shard): a barrier may arrive after their frontier has passed
+    /// its epoch, and then nothing else would schedule them.
+    cutters: Vec<Activator>,
 }
 
 impl Shared {
@@ -70,6 +74,20 @@ impl Shared {
             failure: None,
             failed: false,
             shard: None,
+            cutters: Vec::new(),
+        }
+    }
+
+    /// Registers an operator that cuts at barriers.
+    pub fn add_cutter(&mut self, activator: Activator) {
+        self.cutters.push(activator);
+    }
+
+    /// A barrier arrived: every operator that cuts at barriers looks again.
+    pub fn barrier(&mut self, epoch: u64) {
+        self.barriers.insert(epoch);
+        for cutter in &self.cutters {
+            cutter.activate();
         }
     }
 
@@ -297,6 +315,7 @@ pub(super) struct WorkerId {
 /// under it, and then the shard stops.
 pub(super) fn shard<'scope>(
     input: ChangeStream<'scope>,
+    view: String,
     epoch: u64,
     worker: WorkerId,
     shared: Rc<RefCell<Shared>>,
@@ -306,7 +325,11 @@ pub(super) fn shard<'scope>(
         Pipeline,
         "Shard",
         move |mut capability, info| {
-            shared.borrow_mut().shard = Some(scope.activator_for(info.address.clone()));
+            {
+                let mut shared = shared.borrow_mut();
+                shared.shard = Some(scope.activator_for(info.address.clone()));
+                shared.add_cutter(scope.activator_for(info.address.clone()));
+            }
             capability.downgrade(&epoch);
             let mut capability = Some(capability);
             let mut open = epoch;
@@ -366,7 +389,7 @@ pub(super) fn shard<'scope>(
                         operators: shared.operators.clone(),
                         rows_read: std::mem::take(&mut shared.rows_read),
                     };
-                    debug!(epoch = barrier, worker = worker.index, "shard cut");
+                    debug!(%view, epoch = barrier, worker = worker.index, "shard cut");
                     output
                         .session(&cap.delayed(&barrier))
                         .give((worker.index, ShardMessage::Cut(cut)));
