@@ -263,12 +263,15 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let wall = started.elapsed();
-    let cpu = cpu_time()? - cpu_before;
+    // Every row read; a checkpoint now waits until every row went
+    // through the view and its epoch committed (rows in a partitioned
+    // view's workers may still be on their way when read).
     if let Some(updater) = updater {
         updater.abort();
     }
     client.batch_execute("CHECKPOINT").await?;
+    let wall = started.elapsed();
+    let cpu = cpu_time()? - cpu_before;
     verify(&client, load).await?;
     let epochs = crate::show(&client, "epochs_committed").await? - epochs_before;
     let bytes_written = crate::show(&client, "bytes_written").await? - bytes_before;
