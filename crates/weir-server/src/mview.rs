@@ -369,6 +369,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             state_ids,
             plan: planned.plan.clone(),
             definition: crate::cluster::view_definition(&working.catalog, &query)?,
+            reads_views: views_read(&working.catalog, &planned.sources),
             dataflow,
             restored: None,
             output: table,
@@ -386,6 +387,16 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE MATERIALIZED VIEW"))
+}
+
+/// The materialized views among the relations a view reads (`reads`; the
+/// others are tables and sources).
+fn views_read(catalog: &crate::catalog::Catalog, reads: &BTreeSet<String>) -> BTreeSet<String> {
+    reads
+        .iter()
+        .filter(|name| catalog.materialized_views.contains_key(*name))
+        .cloned()
+        .collect()
 }
 
 /// The datagen sources a planned view reads, each with the columns it
@@ -589,6 +600,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             state_ids: def.state_ids.clone(),
             plan: planned.plan,
             definition: crate::cluster::view_definition(&committed.catalog, &def.query)?,
+            reads_views: views_read(&committed.catalog, &planned.sources),
             dataflow,
             restored: Some(restored),
             output,
@@ -691,6 +703,7 @@ async fn rebuild(
                 state_ids,
                 plan: planned.plan.clone(),
                 definition: crate::cluster::view_definition(&working.catalog, &def.query)?,
+                reads_views: views_read(&working.catalog, &planned.sources),
                 dataflow,
                 restored: None,
                 output,

@@ -131,6 +131,7 @@ fn view_of(name: &str, plan: StreamPlan, state_ids: Vec<TableId>, source: Counte
         dataflow: Dataflow::new(&plan).expect("dataflow"),
         plan,
         definition: String::new(),
+        reads_views: Default::default(),
         restored: None,
         output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
         sources: vec![SourceInput {

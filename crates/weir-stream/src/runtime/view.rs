@@ -36,6 +36,9 @@ pub struct ViewRuntime {
     /// plan it again (the server's encoding, read by its
     /// [`ViewBuilder`](super::ViewBuilder)).
     pub definition: String,
+    /// The materialized views it reads (what else it reads are tables
+    /// and sources).
+    pub reads_views: std::collections::BTreeSet<String>,
     /// The operators.
     pub dataflow: Dataflow,
     /// The operator state tables' rows as recovered (every state table,

@@ -395,8 +395,8 @@ impl Worker {
                 return;
             }
         }
-        let views = &self.views;
-        let is_table = |relation: &str| !views.iter().any(|v| v.name == relation);
+        let reads_views = &view.reads_views;
+        let is_table = |relation: &str| !reads_views.contains(relation);
         if let Some(cluster) = self
             .cluster
             .as_ref()

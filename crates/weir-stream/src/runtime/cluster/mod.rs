@@ -110,6 +110,8 @@ pub(super) struct ViewStart {
     pub id: TableId,
     /// The first epoch the view runs in.
     pub epoch: u64,
+    /// The workers of every process, as process 0 counts them.
+    pub peers: usize,
     /// What a process other than the coordinator's plans the view from
     /// (see [`ViewBuilder`]).
     pub definition: String,
@@ -160,6 +162,7 @@ impl ViewStart {
             name: view.name.clone(),
             id: view.id,
             epoch,
+            peers: shards.len(),
             definition: view.definition.clone(),
             sources: view
                 .sources
@@ -674,6 +677,12 @@ fn start_view(
         Err(e) => return Err(e),
     };
     let workers = worker.peers();
+    // Timely numbers workers as if every process ran as many.
+    assert_eq!(
+        workers, view.peers,
+        "process {} counts {workers} workers in the cluster, process 0 {}: every process needs the same --workers",
+        id.process, view.peers
+    );
     let placement = Placement::new(workers);
     let state: Vec<RecordBatch> = view.state.iter().map(|t| t.0.clone()).collect();
     // The operators, each with its share of the state.
