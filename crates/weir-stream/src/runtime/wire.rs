@@ -169,8 +169,11 @@ impl Serialize for WireError {
                 used: m.used,
                 budget: m.budget,
             },
+            // The message as the server words an error of its own
+            // process (without DataFusion's variant prefix).
             None => ErrorForm::Message(match root {
                 DataFusionError::Execution(message) => message.clone(),
+                DataFusionError::ArrowError(error, _) => error.to_string(),
                 other => other.to_string(),
             }),
         };

@@ -2,12 +2,16 @@
 //! clients with its state on the S3 test server, process 1 only
 //! computes. Every view over the sources runs as one instance per worker
 //! of both processes; each process reads its own splits and holds the
-//! state of its own partitions. When process 1 dies mid-stream, process 0
+//! state of its own partitions; a view that fails in the workers of both
+//! processes fails alone with PostgreSQL's SQLSTATE. When process 1 dies
+//! mid-stream, process 0
 //! exits too, and the restarted cluster resumes from the last checkpoint:
 //! the views end equal to a one-process run of the same sources.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
 
 use crate::common::{column, sorted_rows, TestServer};
 use crate::s3::s3_server_with;
@@ -109,10 +113,16 @@ async fn caught_up(server: &TestServer) {
     loop {
         let behind = column(
             &client,
-            &format!("SELECT count(*) FROM weir_source_readers WHERE position < {ROWS}"),
+            &format!(
+                "SELECT count(*) FROM weir_source_readers WHERE position < {ROWS} AND view <> 'broken'"
+            ),
         )
         .await;
-        let readers = column(&client, "SELECT count(*) FROM weir_source_readers").await;
+        let readers = column(
+            &client,
+            "SELECT count(*) FROM weir_source_readers WHERE view <> 'broken'",
+        )
+        .await;
         if behind == vec![Some("0".into())] && readers == vec![Some("5".into())] {
             return;
         }
@@ -155,6 +165,26 @@ async fn two_processes_run_the_views_as_one_process_does() {
     ];
     let (mut server, _moto) = s3_server_with(&flags).await;
     create(&server).await;
+    // A view that fails in its workers (of both processes) fails alone,
+    // with PostgreSQL's SQLSTATE, and the cluster goes on.
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW broken AS SELECT id, price / (auction % 1) AS x FROM bids",
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match client.simple_query("SELECT count(*) FROM broken").await {
+            Err(e) if e.code() == Some(&SqlState::DIVISION_BY_ZERO) => break,
+            Err(e) => panic!("the broken view failed with {e:?}"),
+            Ok(_) => {}
+        }
+        assert!(Instant::now() < deadline, "the broken view did not fail");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(client);
 
     // Process 1 dies mid-stream: process 0 exits rather than run on
     // without it.
@@ -220,7 +250,11 @@ async fn read_some(server: &TestServer) {
     let client = server.client().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let least = column(&client, "SELECT min(position) FROM weir_source_readers").await;
+        let least = column(
+            &client,
+            "SELECT min(position) FROM weir_source_readers WHERE view <> 'broken'",
+        )
+        .await;
         let least: u64 = least[0].as_deref().unwrap_or("0").parse().unwrap();
         if least > 0 {
             assert!(
