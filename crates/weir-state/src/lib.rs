@@ -43,6 +43,6 @@ pub use key_index::{KeyId, KeyIndex, Probe};
 pub use manifest::{DeltaFiles, FileSlice, Manifest, ReaderPosition, TableFiles, TableId};
 pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};
 pub use table::{
-    DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot, TableSpec,
-    ROW_ID_COLUMN,
+    rows_after, DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot,
+    TableSpec, ROW_ID_COLUMN,
 };

@@ -240,6 +240,27 @@ impl Keys {
     }
 }
 
+/// Every row of a table of `spec` after `deltas` replayed in order from
+/// empty, as [`crate::StateStore::load_rows`] loads a table from its
+/// files: a log's deltas are concatenated; any other table is rebuilt by
+/// key.
+pub fn rows_after(spec: &TableSpec, deltas: &[DeltaBatches]) -> StateResult<RecordBatch> {
+    if spec.log {
+        if deltas.iter().any(|d| d.deletes.is_some()) {
+            return Err(StateError::Internal(
+                "a log table's delta deletes rows".into(),
+            ));
+        }
+        let parts = deltas.iter().filter_map(|d| d.upserts.as_ref());
+        return Ok(concat_batches(&spec.schema, parts)?);
+    }
+    let mut table = StateTable::new(spec.clone())?;
+    for delta in deltas {
+        table.apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())?;
+    }
+    table.snapshot().stored_rows()
+}
+
 impl StateTable {
     /// An empty table. A log ([`TableSpec::log`]) has no key to index its
     /// rows by: its rows are only ever concatenated

@@ -20,7 +20,10 @@
 //! | `source` | the [`Source`] trait connectors implement, reader positions |
 //! | `reader` | tasks reading a share of a source's splits for a view, barriers in-band |
 //! | `view` | a running view: operators, output table, memory budget |
-//! | `worker` | the loop: commands and readers in, barriers aligned, parts out |
+//! | `worker` | the coordinator's loop: commands, readers and workers' cuts in, barriers aligned, parts out |
+//! | `cluster` | the timely workers (of one process or a cluster) that run views over sources and tables as partitioned instances |
+//! | `batch` | the change batches timely moves, and their exchange by key |
+//! | `wire` | what crosses processes: Arrow data as IPC, errors as their message |
 
 mod batch;
 mod cluster;

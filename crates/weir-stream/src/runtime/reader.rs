@@ -26,6 +26,9 @@ use crate::Result;
 /// How many batches may wait in a reader's channel.
 const CHANNEL_BATCHES: usize = 4;
 
+/// The most rows a reader puts in one batch.
+const MAX_BATCH_ROWS: usize = 8192;
+
 /// What a reader sends.
 #[derive(Debug)]
 pub(super) enum SourceMessage {
@@ -52,9 +55,28 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    /// Opens `source` at `from` and reads it on the current runtime.
-    pub fn spawn(source: &dyn Source, from: ReadFrom) -> Result<Reader> {
-        let reader = source.open(from)?;
+    /// Opens `splits` of `source`, every split at its position in
+    /// `positions` (one per split of the source), and reads them on the
+    /// current runtime; `columns`: those the view reads (`None`: all).
+    pub fn spawn(
+        source: &dyn Source,
+        positions: &[u64],
+        splits: Vec<u32>,
+        columns: Option<Vec<bool>>,
+    ) -> Result<Reader> {
+        let all = source.splits();
+        if positions.len() != all as usize {
+            return Err(DataFusionError::Internal(format!(
+                "{} split positions for a source of {all} splits",
+                positions.len()
+            )));
+        }
+        let reader = source.open(ReadFrom {
+            positions: positions.to_vec(),
+            splits,
+            columns,
+            max_batch_rows: MAX_BATCH_ROWS,
+        })?;
         let (sender, messages) = mpsc::channel(CHANNEL_BATCHES);
         let (barriers, requests) = mpsc::unbounded_channel();
         let task = tokio::spawn(read(reader, sender, requests));

@@ -230,26 +230,14 @@ pub(super) fn full_state(
     specs: &[TableSpec],
     deltas: &[Vec<DeltaBatches>],
 ) -> Result<Vec<RecordBatch>> {
-    let mut tables = Vec::with_capacity(specs.len());
-    for (i, spec) in specs.iter().enumerate() {
-        let deltas = deltas.get(i).map(Vec::as_slice).unwrap_or_default();
-        let rows = if spec.log {
-            // A log table's deltas only append.
-            let parts: Vec<&RecordBatch> =
-                deltas.iter().filter_map(|d| d.upserts.as_ref()).collect();
-            datafusion::arrow::compute::concat_batches(&spec.schema, parts)?
-        } else {
-            let mut table = StateTable::new(spec.clone()).map_err(external)?;
-            for delta in deltas {
-                table
-                    .apply_delta(delta.upserts.as_ref(), delta.deletes.as_ref())
-                    .map_err(external)?;
-            }
-            table.snapshot().stored_rows().map_err(external)?
-        };
-        tables.push(rows);
-    }
-    Ok(tables)
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let deltas = deltas.get(i).map(Vec::as_slice).unwrap_or_default();
+            weir_state::rows_after(spec, deltas).map_err(external)
+        })
+        .collect()
 }
 
 fn external(e: weir_state::StateError) -> DataFusionError {

@@ -41,7 +41,7 @@ use weir_state::{DeltaBatches, TableChange, TableId};
 
 use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
 use super::reader::{Reader, SourceMessage};
-use super::source::{deal_splits, position_key, ReadFrom};
+use super::source::{deal_splits, position_key};
 use super::view::{
     apply_output, catch_up, check_memory, full_state, within_budget, RelationChanges, SourceInput,
     ViewRuntime,
@@ -55,9 +55,6 @@ use crate::{Aligner, Changes, OperatorInfo, OperatorStats};
 
 /// How often, at most, views' memory is counted within an epoch.
 const MEMORY_CHECK_INTERVAL: Duration = Duration::from_millis(50);
-
-/// The most rows a reader puts in one batch.
-const MAX_BATCH_ROWS: usize = 8192;
 
 /// How many messages may wait in a shard's channel.
 const SHARD_CHANNEL: usize = 8;
@@ -96,10 +93,39 @@ struct Partitioned {
     /// The state deltas of the epoch being aligned, from the shards that
     /// delivered its barrier.
     deltas: Vec<(usize, DeltaBatches)>,
-    /// Each worker's operator figures as of its last barrier.
-    operators: Vec<Vec<OperatorInfo>>,
-    /// Each worker's share.
-    workers: Vec<WorkerFigures>,
+    /// Each worker's share, as of its last cut.
+    workers: Vec<WorkerShare>,
+}
+
+/// One worker's share of a partitioned view.
+#[derive(Default)]
+struct WorkerShare {
+    process: usize,
+    /// Source rows its readers delivered since the view started here.
+    rows_read: u64,
+    /// Its operators' figures.
+    operators: Vec<OperatorInfo>,
+}
+
+impl Partitioned {
+    /// Each worker's figures, for `weir_view_workers`.
+    fn figures(&self) -> Vec<WorkerFigures> {
+        self.workers
+            .iter()
+            .enumerate()
+            .map(|(worker, share)| WorkerFigures {
+                worker,
+                process: share.process,
+                rows_read: share.rows_read,
+                state_rows: share
+                    .operators
+                    .iter()
+                    .flat_map(|o| &o.state_rows)
+                    .map(|&rows| rows as u64)
+                    .sum(),
+            })
+            .collect()
+    }
 }
 
 /// Which input a message came from.
@@ -446,13 +472,8 @@ impl Worker {
         let state = match view.restored.take() {
             Some(state) => state,
             None => {
-                let taken = view.dataflow.checkpoint()?;
-                let early = &mut view.early.states;
-                early.resize_with(taken.len(), Vec::new);
-                for (delta, deltas) in taken.into_iter().zip(early.iter_mut()) {
-                    deltas.extend(delta);
-                }
-                full_state(&view.dataflow.state_specs(), early)?
+                view.early.take(&mut view.dataflow, &mut view.output)?;
+                full_state(&view.dataflow.state_specs(), &view.early.states)?
             }
         };
         let stats = view
@@ -484,13 +505,7 @@ impl Worker {
             view.name.clone(),
             Partitioned {
                 deltas: Vec::new(),
-                operators: vec![Vec::new(); workers],
-                workers: (0..workers)
-                    .map(|worker| WorkerFigures {
-                        worker,
-                        ..WorkerFigures::default()
-                    })
-                    .collect(),
+                workers: (0..workers).map(|_| WorkerShare::default()).collect(),
             },
         );
         let start = ViewStart::new(view, self.open_epoch, state, stats, senders);
@@ -537,18 +552,10 @@ impl Worker {
             partitioned
                 .deltas
                 .extend(cut.deltas.into_iter().map(|(t, d)| (t, d.into())));
-            if let Some(figures) = partitioned.workers.get_mut(worker) {
-                figures.process = cut.process;
-                figures.rows_read += cut.rows_read;
-                figures.state_rows = cut
-                    .operators
-                    .iter()
-                    .flat_map(|o| o.state_rows.iter())
-                    .map(|&rows| rows as u64)
-                    .sum();
-            }
-            if let Some(figures) = partitioned.operators.get_mut(worker) {
-                *figures = cut.operators;
+            if let Some(share) = partitioned.workers.get_mut(worker) {
+                share.process = cut.process;
+                share.rows_read += cut.rows_read;
+                share.operators = cut.operators;
             }
         }
         for (key, split, position) in cut.positions {
@@ -781,10 +788,10 @@ impl Worker {
         for view in &mut self.views {
             let outcome = match self.partitioned.get_mut(&view.name) {
                 Some(partitioned) => {
-                    let figures = merged_operators(view, &partitioned.operators);
+                    let figures = merged_operators(view, &partitioned.workers);
                     self.status.publish_operators(&view.name, figures.clone());
                     self.status
-                        .publish_workers(&view.name, partitioned.workers.clone());
+                        .publish_workers(&view.name, partitioned.figures());
                     cut_partitioned(view, partitioned, &figures, budget, &mut part)
                 }
                 None => {
@@ -819,29 +826,25 @@ fn spawn_readers(
     input: &SourceInput,
     workers: usize,
 ) -> crate::Result<Vec<ReaderInput>> {
-    let splits = input.source.splits();
-    if input.positions.len() != splits as usize {
-        return Err(DataFusionError::Internal(format!(
-            "{} split positions for a source of {splits} splits",
-            input.positions.len()
-        )));
-    }
     let position_key = position_key(view_id, input.source_id);
     let mut readers = Vec::new();
-    for (number, share) in deal_splits(splits, workers).into_iter().enumerate() {
-        let from = ReadFrom {
-            positions: input.positions.clone(),
-            splits: share.clone(),
-            columns: input.columns.clone(),
-            max_batch_rows: MAX_BATCH_ROWS,
-        };
+    for (number, share) in deal_splits(input.source.splits(), workers)
+        .into_iter()
+        .enumerate()
+    {
+        let reader = Reader::spawn(
+            input.source.as_ref(),
+            &input.positions,
+            share.clone(),
+            input.columns.clone(),
+        )?;
         readers.push(ReaderInput {
             view: view.to_owned(),
             source: input.name.clone(),
             key: format!("{position_key}#{number}"),
             position_key: position_key.clone(),
             splits: share,
-            reader: Reader::spawn(input.source.as_ref(), from)?,
+            reader,
         });
     }
     Ok(readers)
@@ -855,10 +858,10 @@ fn operators(view: &ViewRuntime) -> Vec<OperatorInfo> {
 
 /// A partitioned view's operators: every worker's figures summed, node by
 /// node, and its output table last.
-fn merged_operators(view: &ViewRuntime, workers: &[Vec<OperatorInfo>]) -> Vec<OperatorInfo> {
+fn merged_operators(view: &ViewRuntime, workers: &[WorkerShare]) -> Vec<OperatorInfo> {
     let mut merged: Vec<OperatorInfo> = Vec::new();
-    for figures in workers {
-        for (node, info) in figures.iter().enumerate() {
+    for share in workers {
+        for (node, info) in share.operators.iter().enumerate() {
             match merged.get_mut(node) {
                 None => merged.push(info.clone()),
                 Some(sum) => {

@@ -61,7 +61,7 @@ use weir_state::TableId;
 
 use super::batch::{ChangeBatch, KeyRouter};
 use super::reader::{Reader, SourceMessage};
-use super::source::{deal_splits, position_key, ReadFrom, Source};
+use super::source::{deal_splits, position_key, Source};
 use super::view::SourceInput;
 use super::wire::{IpcBatch, WireChanges, WireDelta, WireError, WireFailure};
 use super::{ClusterConfig, RuntimeStatus, ViewBuilder};
@@ -69,9 +69,6 @@ use crate::dataflow::instantiate;
 use crate::{NodeKind, Operator, OperatorInfo, OperatorStats, Placement};
 use crate::{Result, StreamPlan};
 use operators::{forward, shard, stateless, ChangeStream, Shared, Stateful, WorkerId};
-
-/// The most rows a reader puts in one batch.
-const MAX_BATCH_ROWS: usize = 8192;
 
 /// What the coordinator tells every worker, in one order.
 #[derive(Clone, Serialize, Deserialize)]
@@ -850,13 +847,13 @@ fn start_view(
     // Rows read from now on belong to the view's first epoch.
     for (feed, (input, source)) in feeds.iter_mut().zip(view.sources.iter().zip(&connectors)) {
         feed.input.advance_to(view.epoch);
-        let from = ReadFrom {
-            positions: input.positions.clone(),
-            splits: feed.splits.clone(),
-            columns: input.columns.clone(),
-            max_batch_rows: MAX_BATCH_ROWS,
-        };
-        match Reader::spawn(source.as_ref(), from) {
+        let read = Reader::spawn(
+            source.as_ref(),
+            &input.positions,
+            feed.splits.clone(),
+            input.columns.clone(),
+        );
+        match read {
             Ok(reader) => feed.reader = Some(reader),
             Err(e) => {
                 let failure = WireFailure::Source {

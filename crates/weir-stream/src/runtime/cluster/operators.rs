@@ -53,11 +53,10 @@ pub(super) struct Shared {
     failure: Option<WireFailure>,
     /// Whether the instance stopped.
     pub failed: bool,
-    /// Schedules the shard (which reports a failure).
-    shard: Option<Activator>,
     /// Schedules the operators that cut at barriers (the stateful ones and
-    /// the shard): a barrier may arrive after their frontier has passed
-    /// its epoch, and then nothing else would schedule them.
+    /// the shard, which also reports a failure): a barrier may arrive
+    /// after their frontier has passed its epoch, and then nothing else
+    /// would schedule them.
     cutters: Vec<Activator>,
 }
 
@@ -73,7 +72,6 @@ impl Shared {
             outbox: VecDeque::new(),
             failure: None,
             failed: false,
-            shard: None,
             cutters: Vec::new(),
         }
     }
@@ -86,6 +84,10 @@ impl Shared {
     /// A barrier arrived: every operator that cuts at barriers looks again.
     pub fn barrier(&mut self, epoch: u64) {
         self.barriers.insert(epoch);
+        self.wake_cutters();
+    }
+
+    fn wake_cutters(&self) {
         for cutter in &self.cutters {
             cutter.activate();
         }
@@ -97,9 +99,7 @@ impl Shared {
         if !self.failed {
             self.failed = true;
             self.failure = Some(failure);
-            if let Some(shard) = &self.shard {
-                shard.activate();
-            }
+            self.wake_cutters();
         }
     }
 
@@ -325,11 +325,9 @@ pub(super) fn shard<'scope>(
         Pipeline,
         "Shard",
         move |mut capability, info| {
-            {
-                let mut shared = shared.borrow_mut();
-                shared.shard = Some(scope.activator_for(info.address.clone()));
-                shared.add_cutter(scope.activator_for(info.address.clone()));
-            }
+            shared
+                .borrow_mut()
+                .add_cutter(scope.activator_for(info.address.clone()));
             capability.downgrade(&epoch);
             let mut capability = Some(capability);
             let mut open = epoch;
