@@ -98,6 +98,36 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
     Ok(operator)
 }
 
+/// An aggregate node run in two phases (see [`crate::aggregate::two_phase`]).
+pub(crate) struct TwoPhase {
+    /// Runs in every instance on the rows it has.
+    pub local: Box<dyn Operator>,
+    /// How the local phase's partials reach the final one.
+    pub exchange: crate::Exchange,
+    /// Owns the node's state; takes the place of [`instantiate`]'s
+    /// operator.
+    pub merge: Box<dyn Operator>,
+}
+
+/// Node `index` in two phases, if it is an aggregate that can run so.
+pub(crate) fn two_phase(plan: &StreamPlan, index: usize) -> Result<Option<TwoPhase>> {
+    let spec = &plan.nodes[index];
+    let NodeKind::Aggregate(agg) = &spec.kind else {
+        return Ok(None);
+    };
+    let phases = crate::aggregate::two_phase(
+        agg.clone(),
+        plan.nodes[spec.inputs[0]].schema.clone(),
+        spec.schema.clone(),
+        plan.input_append_only(index, 0),
+    )?;
+    Ok(phases.map(|(local, merge)| TwoPhase {
+        exchange: local.exchange(),
+        local: Box::new(local),
+        merge: Box::new(merge),
+    }))
+}
+
 /// A view's running operators.
 #[derive(Debug)]
 pub struct Dataflow {

@@ -69,6 +69,32 @@ pub(crate) trait GroupAccumulator: Send + Debug {
     /// Bytes held.
     fn memory_size(&self) -> usize;
 
+    /// Whether partial states merge ([`GroupAccumulator::merge`]), so that
+    /// a two-phase aggregate may pre-aggregate rows before its exchange.
+    fn merges(&self) -> bool {
+        false
+    }
+
+    /// The partial state of `groups` that the local phase of a two-phase
+    /// aggregate hands on: the [`GroupAccumulator::state_fields`] columns
+    /// as they are, even where the rows so far take more back than they
+    /// add.
+    fn partial(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        self.state(groups)
+    }
+
+    /// Adds partial states (one row per entry of `groups`) to `groups`.
+    fn merge(
+        &mut self,
+        _groups: &[KeyId],
+        _partial: &[ArrayRef],
+        _groups_len: usize,
+    ) -> Result<()> {
+        Err(DataFusionError::Internal(
+            "an aggregate without partial states was asked to merge some".into(),
+        ))
+    }
+
     /// The table of values, for accumulators that keep every value.
     fn values(&mut self) -> Option<&mut ValueCounts> {
         None
@@ -450,6 +476,35 @@ impl GroupAccumulator for Linear {
     fn memory_size(&self) -> usize {
         self.counts.capacity() * 8 + self.sums.as_ref().map_or(0, Sums::memory_size)
     }
+
+    fn merges(&self) -> bool {
+        true
+    }
+
+    fn partial(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
+            groups.iter().map(|&g| self.counts[g as usize]),
+        ))];
+        if let Some(sums) = &self.sums {
+            // A partial sum counts even where its count is not positive:
+            // rows taken back carry their values too.
+            columns.push(sums.array(groups, &vec![true; groups.len()])?);
+        }
+        Ok(columns)
+    }
+
+    fn merge(&mut self, groups: &[KeyId], partial: &[ArrayRef], groups_len: usize) -> Result<()> {
+        grow(&mut self.counts, groups_len, 0);
+        let counts = partial[0].as_primitive::<Int64Type>().values();
+        for (&g, &count) in groups.iter().zip(counts.iter()) {
+            self.counts[g as usize] += count;
+        }
+        if let Some(sums) = &mut self.sums {
+            sums.grow(groups_len);
+            sums.add(&partial[1], groups, &vec![1; groups.len()], None)?;
+        }
+        Ok(())
+    }
 }
 
 /// `min` or `max` of an append-only input of a primitive type: the extreme
@@ -591,6 +646,14 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for Extreme<T> {
 
     fn memory_size(&self) -> usize {
         self.values.capacity() * std::mem::size_of::<T::Native>() + self.set.capacity()
+    }
+
+    fn merges(&self) -> bool {
+        true
+    }
+
+    fn merge(&mut self, groups: &[KeyId], partial: &[ArrayRef], groups_len: usize) -> Result<()> {
+        self.update(partial, groups, &vec![1; groups.len()], None, groups_len)
     }
 }
 
@@ -740,6 +803,14 @@ impl GroupAccumulator for EncodedExtreme {
 
     fn memory_size(&self) -> usize {
         self.values.capacity() * 16 + self.bytes + self.converter.size()
+    }
+
+    fn merges(&self) -> bool {
+        true
+    }
+
+    fn merge(&mut self, groups: &[KeyId], partial: &[ArrayRef], groups_len: usize) -> Result<()> {
+        self.update(partial, groups, &vec![1; groups.len()], None, groups_len)
     }
 }
 

@@ -45,9 +45,21 @@ const COMMITTED: u8 = 4;
 /// Name of the row count column of the group table.
 const ROWS_COLUMN: &str = "__weir_rows";
 
+/// What a [`GroupedAggregate`]'s input rows are.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Input {
+    /// The rows being aggregated.
+    Rows,
+    /// Partial aggregates of the rows, from the local phases of a
+    /// two-phase aggregate ([`super::PartialAggregate`]): rows shaped as
+    /// the group table, inserted once each.
+    Partials,
+}
+
 /// Grouped aggregation over columnar state (see the module documentation).
 #[derive(Debug)]
 pub struct GroupedAggregate {
+    input: Input,
     spec: AggregateSpec,
     output_schema: SchemaRef,
     /// The group key columns' fields (none for a global aggregate).
@@ -105,6 +117,7 @@ impl GroupedAggregate {
         }
         let old_values = vec![Vec::new(); accumulators.len()];
         Ok(Some(GroupedAggregate {
+            input: Input::Rows,
             keys: KeyIndex::new(&types).map_err(external)?,
             spec,
             output_schema,
@@ -120,8 +133,66 @@ impl GroupedAggregate {
         }))
     }
 
+    /// The final phase of a two-phase aggregate: the same aggregate over
+    /// partial aggregates of the rows instead of the rows, or `None` when
+    /// some aggregate's partial states do not merge (`min`/`max` of an
+    /// input that deletes).
+    pub(super) fn merging_partials(mut self) -> Option<Self> {
+        if !self.accumulators.iter().all(|a| a.merges()) {
+            return None;
+        }
+        self.input = Input::Partials;
+        Some(self)
+    }
+
+    /// The shape of the group table, which partial aggregates share.
+    pub(super) fn table_schema(&self) -> SchemaRef {
+        self.table_schema.clone()
+    }
+
     fn is_global(&self) -> bool {
         self.group_fields.is_empty()
+    }
+
+    /// Adds partial aggregates (rows of the group table's shape) to their
+    /// groups.
+    fn merge(&mut self, input: Changes) -> Result<()> {
+        if input.rows.num_columns() != self.table_schema.fields().len()
+            || input.weights.values().iter().any(|&w| w != 1)
+        {
+            return Err(DataFusionError::Internal(
+                "a two-phase aggregate's partials are not inserts of group rows".into(),
+            ));
+        }
+        let n = input.len();
+        let width = self.group_fields.len();
+        let columns = input.rows.columns();
+        let probe = self.keys.prepare(&columns[..width], n).map_err(external)?;
+        let mut groups = Vec::new();
+        self.keys.intern_all(&probe, &mut groups);
+        self.grow();
+        self.touch(&groups)?;
+        let mut column = width.max(1);
+        let rows = columns[column]
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| DataFusionError::Internal("partial row counts are not int64".into()))?;
+        for (&g, &r) in groups.iter().zip(rows.values().iter()) {
+            self.rows[g as usize] += r;
+        }
+        column += 1;
+        let len = self.keys.slots();
+        for accumulator in &mut self.accumulators {
+            let width = accumulator.state_fields().len();
+            accumulator.merge(&groups, &columns[column..column + width], len)?;
+            column += width;
+        }
+        if groups.iter().any(|&g| self.rows[g as usize] < 0) {
+            return Err(DataFusionError::Internal(
+                "a group lost more rows than it had".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether group `g` has a row in the output.
@@ -229,6 +300,10 @@ impl Operator for GroupedAggregate {
     }
 
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        if self.input == Input::Partials {
+            self.merge(input)?;
+            return Ok(Vec::new());
+        }
         let n = input.len();
         let columns = self
             .spec
@@ -246,27 +321,7 @@ impl Operator for GroupedAggregate {
             self.rows[g as usize] += w;
         }
         let len = self.keys.slots();
-        for (i, accumulator) in self.accumulators.iter_mut().enumerate() {
-            let args = self.spec.aggregates[i]
-                .expressions()
-                .iter()
-                .map(|e| e.evaluate(&input.rows)?.into_array(n))
-                .collect::<Result<Vec<_>>>()?;
-            let mask = match &self.spec.filters[i] {
-                Some(filter) => {
-                    let mask = filter.evaluate(&input.rows)?.into_array(n)?;
-                    let mask = mask
-                        .as_any()
-                        .downcast_ref::<BooleanArray>()
-                        .ok_or_else(|| {
-                            DataFusionError::Internal("aggregate filter is not boolean".into())
-                        })?;
-                    Some(null_as_false(mask))
-                }
-                None => None,
-            };
-            accumulator.update(&args, &groups, weights, mask.as_ref(), len)?;
-        }
+        accumulate(&self.spec, &mut self.accumulators, &input, &groups, len)?;
         if groups.iter().any(|&g| self.rows[g as usize] < 0) {
             return Err(DataFusionError::Internal(
                 "a group lost more rows than it had".into(),
@@ -461,7 +516,43 @@ impl Operator for GroupedAggregate {
     }
 }
 
-fn external(e: weir_state::StateError) -> DataFusionError {
+/// Adds the rows of `input` (their groups: `groups`, below `groups_len`)
+/// to each aggregate's state: its arguments and `FILTER` evaluated on the
+/// whole batch, then one update with the rows' weights.
+pub(super) fn accumulate(
+    spec: &AggregateSpec,
+    accumulators: &mut [Box<dyn GroupAccumulator>],
+    input: &Changes,
+    groups: &[KeyId],
+    groups_len: usize,
+) -> Result<()> {
+    let n = input.len();
+    let weights = input.weights.values();
+    for (i, accumulator) in accumulators.iter_mut().enumerate() {
+        let args = spec.aggregates[i]
+            .expressions()
+            .iter()
+            .map(|e| e.evaluate(&input.rows)?.into_array(n))
+            .collect::<Result<Vec<_>>>()?;
+        let mask = match &spec.filters[i] {
+            Some(filter) => {
+                let mask = filter.evaluate(&input.rows)?.into_array(n)?;
+                let mask = mask
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("aggregate filter is not boolean".into())
+                    })?;
+                Some(null_as_false(mask))
+            }
+            None => None,
+        };
+        accumulator.update(&args, groups, weights, mask.as_ref(), groups_len)?;
+    }
+    Ok(())
+}
+
+pub(super) fn external(e: weir_state::StateError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
@@ -648,6 +739,116 @@ mod tests {
                 assert_eq!(net(&c), net(&b), "restored, grouped: {grouped}");
             }
         }
+    }
+
+    /// [`spec`] without `min` and `max`: aggregates whose partials merge
+    /// when the input deletes.
+    fn linear_spec(grouped: bool) -> (AggregateSpec, SchemaRef) {
+        let (spec, _) = spec(grouped);
+        let keep: Vec<bool> = spec
+            .aggregates
+            .iter()
+            .map(|a| !matches!(a.fun().name(), "min" | "max"))
+            .collect();
+        fn pick<T: Clone>(items: &[T], keep: &[bool]) -> Vec<T> {
+            let kept = items.iter().zip(keep).filter(|(_, k)| **k);
+            kept.map(|(item, _)| item.clone()).collect()
+        }
+        let spec = AggregateSpec {
+            aggregates: pick(&spec.aggregates, &keep),
+            filters: pick(&spec.filters, &keep),
+            group: spec.group,
+        };
+        let (_, mut fields) = group_by_k(grouped);
+        fields.extend(spec.aggregates.iter().map(|a| a.field().as_ref().clone()));
+        (spec, Arc::new(Schema::new(fields)))
+    }
+
+    /// Two local phases, each taking every other batch, and one final
+    /// phase give what the aggregate gives in one phase: through deletes
+    /// (for the aggregates whose partials merge under them), for a global
+    /// aggregate, and with partials handed on early.
+    #[test]
+    fn two_phases_give_what_one_gives() {
+        let deleting = vec![
+            vec![
+                kv(&[(Some(1), Some(4), 1), (Some(1), Some(9), 2)]),
+                kv(&[(Some(2), Some(7), 1), (None, None, 1)]),
+                kv(&[(Some(2), Some(3), 1), (Some(3), Some(1), 1)]),
+            ],
+            // A group loses more rows in one instance than it gains there.
+            vec![
+                kv(&[(Some(1), Some(9), -2), (Some(3), None, 3)]),
+                kv(&[(Some(1), Some(5), 1), (Some(2), Some(3), -1)]),
+            ],
+            vec![
+                kv(&[(Some(1), Some(4), -1), (Some(3), None, -3)]),
+                kv(&[(Some(1), Some(5), -1), (Some(3), Some(1), -1)]),
+            ],
+        ];
+        let appending = vec![
+            vec![
+                kv(&[(Some(1), Some(4), 1), (Some(2), Some(9), 1)]),
+                kv(&[
+                    (Some(3), None, 1),
+                    (None, Some(7), 1),
+                    (Some(1), Some(2), 1),
+                ]),
+                kv(&[(Some(4), Some(8), 1)]),
+            ],
+            vec![
+                kv(&[(Some(2), Some(11), 1), (Some(5), Some(0), 1)]),
+                kv(&[(Some(1), Some(-3), 1), (Some(3), Some(6), 1)]),
+            ],
+        ];
+        let mut checked = 0;
+        for grouped in [true, false] {
+            let (extremes, _) = spec(grouped);
+            assert!(
+                crate::aggregate::two_phase(extremes, kv_schema(), spec(grouped).1, false)
+                    .unwrap()
+                    .is_none(),
+                "min and max of an input that deletes keep their values in one place"
+            );
+            let cases = [
+                (linear_spec(grouped), false, &deleting),
+                (spec(grouped), true, &appending),
+            ];
+            for ((spec, out), append_only, epochs) in cases {
+                let two_phase = || {
+                    crate::aggregate::two_phase(spec.clone(), kv_schema(), out.clone(), append_only)
+                        .unwrap()
+                        .expect("these partials merge")
+                };
+                let (first, mut merge) = two_phase();
+                let mut locals = [first, two_phase().0.with_max_groups(2)];
+                let mut whole =
+                    GroupedAggregate::try_new(spec.clone(), kv_schema(), out, append_only)
+                        .unwrap()
+                        .unwrap();
+                let mut a = whole.initial().unwrap();
+                let mut b = merge.initial().unwrap();
+                let mut partials = Vec::new();
+                for epoch in epochs.iter() {
+                    for (i, batch) in epoch.iter().enumerate() {
+                        a.extend(whole.process(0, batch.clone()).unwrap());
+                        partials.extend(locals[i % 2].process(0, batch.clone()).unwrap());
+                    }
+                    for local in &mut locals {
+                        partials.extend(local.flush().unwrap());
+                    }
+                    for partial in partials.drain(..) {
+                        b.extend(merge.process(0, partial).unwrap());
+                    }
+                    a.extend(whole.flush().unwrap());
+                    b.extend(merge.flush().unwrap());
+                    assert_eq!(net(&a), net(&b), "grouped: {grouped}");
+                    assert_eq!(whole.state_rows(), merge.state_rows());
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 10);
     }
 
     #[test]

@@ -4,13 +4,18 @@
 //! handles `count`, `sum`, `avg`, `min` and `max` (with `FILTER`); any
 //! other aggregate makes the whole node a [`RecomputeAggregate`], which
 //! keeps the input rows by group and recomputes touched groups with
-//! DataFusion. [`aggregate`] picks one.
+//! DataFusion. [`aggregate`] picks one. Run as several instances, a
+//! columnar aggregate whose partial states merge runs in two phases
+//! ([`two_phase`]): a [`PartialAggregate`] before the exchange, a
+//! [`GroupedAggregate`] merging the partials after it.
 
 mod accumulator;
 mod grouped;
+mod partial;
 mod recompute;
 
 pub use grouped::GroupedAggregate;
+pub use partial::PartialAggregate;
 pub use recompute::RecomputeAggregate;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -47,4 +52,32 @@ pub fn is_columnar(spec: &AggregateSpec, input_schema: &SchemaRef, append_only: 
     spec.aggregates.iter().all(|function| {
         accumulator::accumulator_for(function, input_schema, append_only).is_ok_and(|a| a.is_some())
     })
+}
+
+/// The two phases of `spec` for an aggregate that runs as several
+/// instances: the local one, which each instance runs on the rows it
+/// reads, and the final one, which owns the groups' state and merges
+/// their partials. `None` when the aggregate runs in one phase: it is
+/// recomputed per group, or some partial state does not merge (`min`
+/// and `max` of an input that deletes keep every value).
+pub fn two_phase(
+    spec: AggregateSpec,
+    input_schema: SchemaRef,
+    output_schema: SchemaRef,
+    append_only: bool,
+) -> Result<Option<(PartialAggregate, GroupedAggregate)>> {
+    let Some(whole) = GroupedAggregate::try_new(
+        spec.clone(),
+        input_schema.clone(),
+        output_schema,
+        append_only,
+    )?
+    else {
+        return Ok(None);
+    };
+    let Some(merging) = whole.merging_partials() else {
+        return Ok(None);
+    };
+    let local = PartialAggregate::new(spec, input_schema, append_only, merging.table_schema())?;
+    Ok(Some((local, merging)))
 }

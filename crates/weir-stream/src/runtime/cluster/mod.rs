@@ -65,10 +65,12 @@ use super::source::{deal_splits, position_key, Source};
 use super::view::SourceInput;
 use super::wire::{IpcBatch, WireChanges, WireDelta, WireError, WireFailure};
 use super::{ClusterConfig, RuntimeStatus, ViewBuilder};
-use crate::dataflow::instantiate;
+use crate::dataflow::{instantiate, two_phase};
 use crate::{NodeKind, Operator, OperatorInfo, OperatorStats, Placement};
 use crate::{Result, StreamPlan};
-use operators::{forward, shard, stateless, ChangeStream, Shared, Stateful, WorkerId};
+use operators::{
+    forward, shard, stateful, stateless, ChangeStream, Phase, Shared, Stateful, WorkerId,
+};
 
 /// What the coordinator tells every worker, in one order.
 #[derive(Clone, Serialize, Deserialize)]
@@ -684,9 +686,26 @@ fn start_view(
     let state: Vec<RecordBatch> = view.state.iter().map(|t| t.0.clone()).collect();
     // The operators, each with its share of the state.
     let mut operators: Vec<Box<dyn Operator>> = Vec::with_capacity(plan.nodes.len());
+    // Aggregates that pre-aggregate before their exchange: per node, the
+    // local phase and the exchange of its partials.
+    let mut local_phases: Vec<Option<(Box<dyn Operator>, crate::Exchange)>> =
+        Vec::with_capacity(plan.nodes.len());
     let mut table = 0;
     for node in 0..plan.nodes.len() {
-        let mut operator = instantiate(&plan, node)?;
+        let phases = match workers {
+            1 => None,
+            _ => two_phase(&plan, node)?,
+        };
+        let mut operator = match phases {
+            Some(phases) => {
+                local_phases.push(Some((phases.local, phases.exchange)));
+                phases.merge
+            }
+            None => {
+                local_phases.push(None);
+                instantiate(&plan, node)?
+            }
+        };
         let specs = operator.state_specs();
         let tables = state.get(table..table + specs.len()).ok_or_else(|| {
             DataFusionError::Internal(format!(
@@ -781,29 +800,27 @@ fn start_view(
                     stateless(input, node, operator, shared)
                 }
                 (Some(exchange), 1) => {
-                    let input = inputs.into_iter().next().expect("one input");
-                    let core = Stateful::new(operator, node, first_table, epoch, shared.clone());
-                    input.unary_frontier::<CapacityContainerBuilder<ChangeBatch>, _, _, _>(
-                        DistributorPact(move |peers| KeyRouter::new(exchange, peers)),
-                        "Stateful",
-                        move |_, info| {
-                            let activator = scope.activator_for(info.address.clone());
-                            shared.borrow_mut().add_cutter(activator);
-                            let mut core = core;
-                            move |(input, frontier), output| {
-                                input.for_each(|cap, data| core.take(0, &cap, data));
-                                core.advance(&[frontier], |cap, out| {
-                                    output.session(cap).give_container(&mut ChangeBatch::new(out));
-                                });
-                            }
-                        },
-                    )
+                    let mut input = inputs.into_iter().next().expect("one input");
+                    let (exchange, phase) = match local_phases[node].take() {
+                        Some((local, partials)) => {
+                            let core = (local, Phase::Local);
+                            let core = Stateful::new(core, node, first_table, epoch, shared.clone());
+                            input = stateful(input, Pipeline, "Local", core, shared.clone());
+                            (partials, Phase::Final)
+                        }
+                        None => (exchange, Phase::Whole),
+                    };
+                    let core = (operator, phase);
+                    let core = Stateful::new(core, node, first_table, epoch, shared.clone());
+                    let pact = DistributorPact(move |peers| KeyRouter::new(exchange, peers));
+                    stateful(input, pact, "Stateful", core, shared)
                 }
                 (Some(left), _) => {
                     let right = plan.exchange(node, 1).expect("a join exchanges both inputs");
                     let mut inputs = inputs.into_iter();
                     let (l, r) = (inputs.next().expect("left"), inputs.next().expect("right"));
-                    let core = Stateful::new(operator, node, first_table, epoch, shared.clone());
+                    let core = (operator, Phase::Whole);
+                    let core = Stateful::new(core, node, first_table, epoch, shared.clone());
                     l.binary_frontier::<ChangeBatch, CapacityContainerBuilder<ChangeBatch>, _, _, _, _>(
                         r,
                         DistributorPact(move |peers| KeyRouter::new(left, peers)),

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use datafusion::error::DataFusionError;
 use timely::container::CapacityContainerBuilder;
-use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::channels::pact::{ParallelizationContract, Pipeline};
 use timely::dataflow::operators::generic::Operator as _;
 use timely::dataflow::operators::Capability;
 use timely::scheduling::Activator;
@@ -151,11 +151,58 @@ pub(super) fn stateless<'scope>(
     )
 }
 
+/// A stateful operator with one input, `pact` bringing its rows (an
+/// exchange by key, or none for the local phase of a two-phase
+/// aggregate).
+pub(super) fn stateful<'scope, P>(
+    input: ChangeStream<'scope>,
+    pact: P,
+    name: &str,
+    core: Stateful,
+    shared: Rc<RefCell<Shared>>,
+) -> ChangeStream<'scope>
+where
+    P: ParallelizationContract<u64, ChangeBatch>,
+{
+    let scope = input.scope();
+    input.unary_frontier::<CapacityContainerBuilder<ChangeBatch>, _, _, _>(
+        pact,
+        name,
+        move |_, info| {
+            let activator = scope.activator_for(info.address.clone());
+            shared.borrow_mut().add_cutter(activator);
+            let mut core = core;
+            move |(input, frontier), output| {
+                input.for_each(|cap, data| core.take(0, &cap, data));
+                core.advance(&[frontier], |cap, out| {
+                    output
+                        .session(cap)
+                        .give_container(&mut ChangeBatch::new(out));
+                });
+            }
+        },
+    )
+}
+
+/// Which figures of its plan node a [`Stateful`] instance records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Phase {
+    /// The node's only operator: all of them.
+    Whole,
+    /// The local phase of a two-phase aggregate: the node's input rows
+    /// and time.
+    Local,
+    /// The final phase of a two-phase aggregate: the node's output rows,
+    /// state and time.
+    Final,
+}
+
 /// A stateful operator's instance: it processes the rows of the earliest
 /// epoch it has not cut, holds later epochs' rows, and cuts each epoch
 /// its input frontier has passed.
 pub(super) struct Stateful {
     operator: Box<dyn Operator>,
+    phase: Phase,
     node: usize,
     first_table: usize,
     /// The earliest epoch not cut.
@@ -167,10 +214,10 @@ pub(super) struct Stateful {
 }
 
 impl Stateful {
-    /// Node `node`'s operator, whose state tables start at `first_table`
-    /// of the view's, running from `epoch`.
+    /// Node `node`'s operator (or one `phase` of it), whose state tables
+    /// start at `first_table` of the view's, running from `epoch`.
     pub fn new(
-        operator: Box<dyn Operator>,
+        (operator, phase): (Box<dyn Operator>, Phase),
         node: usize,
         first_table: usize,
         epoch: u64,
@@ -178,6 +225,7 @@ impl Stateful {
     ) -> Self {
         Stateful {
             operator,
+            phase,
             node,
             first_table,
             open: epoch,
@@ -277,15 +325,21 @@ impl Stateful {
             }
             let mut shared = self.shared.borrow_mut();
             let info = &mut shared.operators[self.node];
-            info.stats.rows_in += rows_in;
-            info.stats.rows_out += rows_out;
+            if self.phase != Phase::Final {
+                info.stats.rows_in += rows_in;
+            }
+            if self.phase != Phase::Local {
+                info.stats.rows_out += rows_out;
+            }
             info.stats.busy += started.elapsed();
             let Some(barrier) = complete else {
                 return Ok(());
             };
             let deltas = self.operator.checkpoint()?;
-            info.state_rows = self.operator.state_rows();
-            info.state_bytes = self.operator.memory_size();
+            if self.phase != Phase::Local {
+                info.state_rows = self.operator.state_rows();
+                info.state_bytes = self.operator.memory_size();
+            }
             for (i, delta) in deltas.into_iter().enumerate() {
                 if let Some(delta) = delta {
                     shared.deltas.push((barrier, self.first_table + i, delta));
