@@ -10,7 +10,9 @@
 //!
 //! Every update is one loop over a batch's rows with their group ids and
 //! weights; the arguments were computed by DataFusion expressions on the
-//! whole batch.
+//! whole batch. [`Linear`] and the extremes also merge partial states
+//! (a two-phase aggregate's, [`super::PartialAggregate`]); [`ValueCounts`]
+//! does not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
