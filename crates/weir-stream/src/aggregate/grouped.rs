@@ -304,16 +304,7 @@ impl Operator for GroupedAggregate {
             self.merge(input)?;
             return Ok(Vec::new());
         }
-        let n = input.len();
-        let columns = self
-            .spec
-            .group
-            .iter()
-            .map(|(e, _)| e.evaluate(&input.rows)?.into_array(n))
-            .collect::<Result<Vec<_>>>()?;
-        let probe = self.keys.prepare(&columns, n).map_err(external)?;
-        let mut groups = Vec::new();
-        self.keys.intern_all(&probe, &mut groups);
+        let groups = intern_groups(&self.spec, &mut self.keys, &input)?;
         self.grow();
         self.touch(&groups)?;
         let weights = input.weights.values();
@@ -514,6 +505,25 @@ impl Operator for GroupedAggregate {
         rows.extend(self.accumulators.iter().filter_map(|a| a.value_entries()));
         rows
     }
+}
+
+/// The group ids of the rows of `input` in `keys`, adding new groups: the
+/// group expressions evaluated on the whole batch, one lookup per row.
+pub(super) fn intern_groups(
+    spec: &AggregateSpec,
+    keys: &mut KeyIndex,
+    input: &Changes,
+) -> Result<Vec<KeyId>> {
+    let n = input.len();
+    let columns = spec
+        .group
+        .iter()
+        .map(|(e, _)| e.evaluate(&input.rows)?.into_array(n))
+        .collect::<Result<Vec<_>>>()?;
+    let probe = keys.prepare(&columns, n).map_err(external)?;
+    let mut groups = Vec::with_capacity(n);
+    keys.intern_all(&probe, &mut groups);
+    Ok(groups)
 }
 
 /// Adds the rows of `input` (their groups: `groups`, below `groups_len`)

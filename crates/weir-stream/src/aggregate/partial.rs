@@ -26,7 +26,7 @@ use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
 use super::accumulator::{accumulator_for, GroupAccumulator};
-use super::grouped::{accumulate, external};
+use super::grouped::{accumulate, external, intern_groups};
 use crate::plan::AggregateSpec;
 use crate::{Changes, Exchange, Operator, Result};
 
@@ -145,16 +145,7 @@ impl PartialAggregate {
 
 impl Operator for PartialAggregate {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
-        let n = input.len();
-        let columns = self
-            .spec
-            .group
-            .iter()
-            .map(|(e, _)| e.evaluate(&input.rows)?.into_array(n))
-            .collect::<Result<Vec<_>>>()?;
-        let probe = self.keys.prepare(&columns, n).map_err(external)?;
-        let mut groups = Vec::with_capacity(n);
-        self.keys.intern_all(&probe, &mut groups);
+        let groups = intern_groups(&self.spec, &mut self.keys, &input)?;
         let len = self.keys.slots();
         self.rows.resize(len, 0);
         for (&g, &w) in groups.iter().zip(input.weights.values().iter()) {
