@@ -15,6 +15,15 @@ use weir_state::StateStore;
 
 use crate::config::{Args, Command, Config};
 
+/// The stack of each runtime thread, where statements are parsed and
+/// planned. An expression nests as deep as its terms (`1 + 1 + ... + 1`,
+/// a long `OR` chain), and dropping, naming and rewriting it recurse that
+/// deep; DataFusion's planner grows its own stack, the rest does not. With
+/// the default 2 MiB a 10,000-term expression overflowed it and aborted
+/// the process. The stack is reserved address space: pages are only
+/// taken as deep statements touch them.
+const STATEMENT_STACK_BYTES: usize = 256 << 20;
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -27,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     exit_when_timely_fails();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(STATEMENT_STACK_BYTES)
         .build()?;
     match args.command {
         Some(Command::Backup { from, to }) => runtime.block_on(backup(&from, &to)),

@@ -214,3 +214,22 @@ async fn queries_beyond_the_memory_limit_fail_cleanly() {
         vec![Some("100000".into())]
     );
 }
+
+/// Expressions as deep as their terms: a long `OR` chain (as ORMs write
+/// `IN` lists) and a long sum. With 2 MiB thread stacks, 2,000 `OR` terms
+/// overflowed the stack and aborted the server; the integer sum cost the
+/// cube of its terms in the overflow-checking rewrite. Both answer, and
+/// the server serves the next client.
+#[tokio::test]
+async fn deep_expressions_are_answered_without_taking_the_server_down() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let terms = 2_500;
+    let chain: Vec<String> = (0..terms).map(|i| format!("{i} = 1")).collect();
+    let sql = format!("SELECT 'found' WHERE {}", chain.join(" OR "));
+    assert_eq!(column(&client, &sql).await, vec![Some("found".into())]);
+    let sum = format!("SELECT {}", vec!["1"; 300].join(" + "));
+    assert_eq!(column(&client, &sum).await, vec![Some("300".into())]);
+    let other = server.client().await;
+    assert_eq!(column(&other, "SELECT 1").await, vec![Some("1".into())]);
+}
