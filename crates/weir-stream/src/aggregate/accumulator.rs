@@ -20,8 +20,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal128Array,
-    Float64Array, Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal128Array, Float64Array,
+    Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
 };
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::compute::cast;
@@ -77,15 +77,8 @@ pub(crate) trait GroupAccumulator: Send + Debug {
         false
     }
 
-    /// The partial state of `groups` that the local phase of a two-phase
-    /// aggregate hands on: the [`GroupAccumulator::state_fields`] columns
-    /// as they are, even where the rows so far take more back than they
-    /// add.
-    fn partial(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
-        self.state(groups)
-    }
-
-    /// Adds partial states (one row per entry of `groups`) to `groups`.
+    /// Adds partial states (one row per entry of `groups`, as
+    /// [`GroupAccumulator::state`] gives them) to `groups`.
     fn merge(
         &mut self,
         _groups: &[KeyId],
@@ -260,25 +253,28 @@ impl Sums {
         Ok(())
     }
 
-    /// The sums of `groups`, NULL where `present` is false.
-    fn array(&self, groups: &[KeyId], present: &[bool]) -> Result<ArrayRef> {
-        let nulls = Some(NullBuffer::from(present.to_vec()));
-        let at = |g: &KeyId| *g as usize;
+    /// The sums of `groups` (0 for a group never added to), NULL where
+    /// `present` is false.
+    fn array(&self, groups: &[KeyId], present: Option<&[bool]>) -> Result<ArrayRef> {
+        let nulls = present.map(|p| NullBuffer::from(p.to_vec()));
+        fn at<T: Copy + Default>(v: &[T], g: &KeyId) -> T {
+            v.get(*g as usize).copied().unwrap_or_default()
+        }
         Ok(match self {
             Sums::I64(v) => Arc::new(Int64Array::new(
-                groups.iter().map(|g| v[at(g)]).collect(),
+                groups.iter().map(|g| at(v, g)).collect(),
                 nulls,
             )),
             Sums::U64(v) => Arc::new(UInt64Array::new(
-                groups.iter().map(|g| v[at(g)]).collect(),
+                groups.iter().map(|g| at(v, g)).collect(),
                 nulls,
             )),
             Sums::F64(v) => Arc::new(Float64Array::new(
-                groups.iter().map(|g| v[at(g)]).collect(),
+                groups.iter().map(|g| at(v, g)).collect(),
                 nulls,
             )),
             Sums::D128(v, data_type) => Arc::new(
-                Decimal128Array::new(groups.iter().map(|g| v[at(g)]).collect(), nulls)
+                Decimal128Array::new(groups.iter().map(|g| at(v, g)).collect(), nulls)
                     .with_data_type(data_type.clone()),
             ),
         })
@@ -372,20 +368,7 @@ impl GroupAccumulator for Linear {
             ))),
             LinearKind::Sum => {
                 let sums = self.sums.as_ref().expect("sums");
-                let known: Vec<KeyId> = groups
-                    .iter()
-                    .map(|&g| {
-                        if (g as usize) < self.counts.len() {
-                            g
-                        } else {
-                            0
-                        }
-                    })
-                    .collect();
-                if self.counts.is_empty() {
-                    return Ok(new_null_array(&sums.data_type(), groups.len()));
-                }
-                let array = sums.array(&known, &present)?;
+                let array = sums.array(groups, Some(&present))?;
                 let target = self.function.field().data_type().clone();
                 if array.data_type() == &target {
                     Ok(array)
@@ -442,22 +425,10 @@ impl GroupAccumulator for Linear {
             groups.iter().map(count),
         ))];
         if let Some(sums) = &self.sums {
-            let present: Vec<bool> = groups.iter().map(|g| count(g) > 0).collect();
-            let known: Vec<KeyId> = groups
-                .iter()
-                .map(|&g| {
-                    if (g as usize) < self.counts.len() {
-                        g
-                    } else {
-                        0
-                    }
-                })
-                .collect();
-            if self.counts.is_empty() {
-                columns.push(new_null_array(&sums.data_type(), groups.len()));
-            } else {
-                columns.push(sums.array(&known, &present)?);
-            }
+            // The sum as it is, even where the count is not positive: a
+            // two-phase aggregate's partial state may take back more rows
+            // than it adds, and their values with them.
+            columns.push(sums.array(groups, None)?);
         }
         Ok(columns)
     }
@@ -481,18 +452,6 @@ impl GroupAccumulator for Linear {
 
     fn merges(&self) -> bool {
         true
-    }
-
-    fn partial(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
-            groups.iter().map(|&g| self.counts[g as usize]),
-        ))];
-        if let Some(sums) = &self.sums {
-            // A partial sum counts even where its count is not positive:
-            // rows taken back carry their values too.
-            columns.push(sums.array(groups, &vec![true; groups.len()])?);
-        }
-        Ok(columns)
     }
 
     fn merge(&mut self, groups: &[KeyId], partial: &[ArrayRef], groups_len: usize) -> Result<()> {

@@ -154,9 +154,9 @@ impl GroupedAggregate {
         self.group_fields.is_empty()
     }
 
-    /// Adds partial aggregates (rows of the group table's shape) to their
-    /// groups.
-    fn merge(&mut self, input: Changes) -> Result<()> {
+    /// The groups of partial aggregates (inserted rows of the group
+    /// table's shape), adding new groups.
+    fn intern_partials(&mut self, input: &Changes) -> Result<Vec<KeyId>> {
         if input.rows.num_columns() != self.table_schema.fields().len()
             || input.weights.values().iter().any(|&w| w != 1)
         {
@@ -164,33 +164,28 @@ impl GroupedAggregate {
                 "a two-phase aggregate's partials are not inserts of group rows".into(),
             ));
         }
-        let n = input.len();
-        let width = self.group_fields.len();
-        let columns = input.rows.columns();
-        let probe = self.keys.prepare(&columns[..width], n).map_err(external)?;
-        let mut groups = Vec::new();
+        let keys = &input.rows.columns()[..self.group_fields.len()];
+        let probe = self.keys.prepare(keys, input.len()).map_err(external)?;
+        let mut groups = Vec::with_capacity(input.len());
         self.keys.intern_all(&probe, &mut groups);
-        self.grow();
-        self.touch(&groups)?;
-        let mut column = width.max(1);
+        Ok(groups)
+    }
+
+    /// Adds partial aggregates (`columns`: the group table's) to their
+    /// `groups`: row counts, then each aggregate's state.
+    fn merge(&mut self, groups: &[KeyId], columns: &[ArrayRef]) -> Result<()> {
+        let mut column = self.group_fields.len().max(1);
         let rows = columns[column]
             .as_any()
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| DataFusionError::Internal("partial row counts are not int64".into()))?;
-        for (&g, &r) in groups.iter().zip(rows.values().iter()) {
-            self.rows[g as usize] += r;
-        }
+        add_rows(&mut self.rows, groups, rows.values());
         column += 1;
         let len = self.keys.slots();
         for accumulator in &mut self.accumulators {
             let width = accumulator.state_fields().len();
-            accumulator.merge(&groups, &columns[column..column + width], len)?;
+            accumulator.merge(groups, &columns[column..column + width], len)?;
             column += width;
-        }
-        if groups.iter().any(|&g| self.rows[g as usize] < 0) {
-            return Err(DataFusionError::Internal(
-                "a group lost more rows than it had".into(),
-            ));
         }
         Ok(())
     }
@@ -266,18 +261,14 @@ impl GroupedAggregate {
 
     /// The group table's rows for `groups`.
     fn state_rows_of(&self, groups: &[KeyId]) -> Result<RecordBatch> {
-        let mut columns = if self.is_global() {
-            vec![Arc::new(BooleanArray::from(vec![true; groups.len()])) as ArrayRef]
-        } else {
-            self.keys.decode(groups).map_err(external)?
-        };
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            groups.iter().map(|&g| self.rows[g as usize]),
-        )));
-        for accumulator in &self.accumulators {
-            columns.extend(accumulator.state(groups)?);
-        }
-        Ok(RecordBatch::try_new(self.table_schema.clone(), columns)?)
+        group_table_rows(
+            &self.table_schema,
+            &self.keys,
+            self.is_global(),
+            groups,
+            &self.rows,
+            &self.accumulators,
+        )
     }
 
     fn group_spec(&self) -> TableSpec {
@@ -300,19 +291,20 @@ impl Operator for GroupedAggregate {
     }
 
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
-        if self.input == Input::Partials {
-            self.merge(input)?;
-            return Ok(Vec::new());
-        }
-        let groups = intern_groups(&self.spec, &mut self.keys, &input)?;
+        let groups = match self.input {
+            Input::Rows => intern_groups(&self.spec, &mut self.keys, &input)?,
+            Input::Partials => self.intern_partials(&input)?,
+        };
         self.grow();
         self.touch(&groups)?;
-        let weights = input.weights.values();
-        for (&g, &w) in groups.iter().zip(weights.iter()) {
-            self.rows[g as usize] += w;
+        match self.input {
+            Input::Rows => {
+                add_rows(&mut self.rows, &groups, input.weights.values());
+                let len = self.keys.slots();
+                accumulate(&self.spec, &mut self.accumulators, &input, &groups, len)?;
+            }
+            Input::Partials => self.merge(&groups, input.rows.columns())?,
         }
-        let len = self.keys.slots();
-        accumulate(&self.spec, &mut self.accumulators, &input, &groups, len)?;
         if groups.iter().any(|&g| self.rows[g as usize] < 0) {
             return Err(DataFusionError::Internal(
                 "a group lost more rows than it had".into(),
@@ -504,6 +496,38 @@ impl Operator for GroupedAggregate {
         let mut rows = vec![self.keys.len()];
         rows.extend(self.accumulators.iter().filter_map(|a| a.value_entries()));
         rows
+    }
+}
+
+/// Rows of the group table in `schema` for `groups`: their key columns
+/// from `keys` (a placeholder column for a `global` aggregate), their row
+/// counts (`rows`, indexed by group id) and each aggregate's state.
+pub(super) fn group_table_rows(
+    schema: &SchemaRef,
+    keys: &KeyIndex,
+    global: bool,
+    groups: &[KeyId],
+    rows: &[i64],
+    accumulators: &[Box<dyn GroupAccumulator>],
+) -> Result<RecordBatch> {
+    let mut columns = if global {
+        vec![Arc::new(BooleanArray::from(vec![true; groups.len()])) as ArrayRef]
+    } else {
+        keys.decode(groups).map_err(external)?
+    };
+    columns.push(Arc::new(Int64Array::from_iter_values(
+        groups.iter().map(|&g| rows[g as usize]),
+    )));
+    for accumulator in accumulators {
+        columns.extend(accumulator.state(groups)?);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// Adds each row's count (`counts[i]`) to its group's (`groups[i]`).
+pub(super) fn add_rows(rows: &mut [i64], groups: &[KeyId], counts: &[i64]) {
+    for (&g, &count) in groups.iter().zip(counts) {
+        rows[g as usize] += count;
     }
 }
 

@@ -78,6 +78,6 @@ pub fn two_phase(
     let Some(merging) = whole.merging_partials() else {
         return Ok(None);
     };
-    let local = PartialAggregate::new(spec, input_schema, append_only, merging.table_schema())?;
+    let local = PartialAggregate::new(spec, &input_schema, append_only, merging.table_schema())?;
     Ok(Some((local, merging)))
 }

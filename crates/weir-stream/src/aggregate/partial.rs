@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::physical_expr::expressions::Column;
@@ -26,21 +26,19 @@ use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
 use super::accumulator::{accumulator_for, GroupAccumulator};
-use super::grouped::{accumulate, external, intern_groups};
+use super::grouped::{accumulate, add_rows, external, group_table_rows, intern_groups};
 use crate::plan::AggregateSpec;
 use crate::{Changes, Exchange, Operator, Result};
 
 /// Groups the local phase holds before it hands its partials on within
 /// an epoch.
-pub const MAX_GROUPS: usize = 1 << 16;
+const MAX_GROUPS: usize = 1 << 16;
 
 /// The local phase of a two-phase aggregate (see the module
 /// documentation).
 #[derive(Debug)]
 pub struct PartialAggregate {
     spec: AggregateSpec,
-    input_schema: SchemaRef,
-    append_only: bool,
     /// The shape of the partial rows: the final phase's group table.
     schema: SchemaRef,
     /// Groups held before partials go out within an epoch.
@@ -54,30 +52,35 @@ pub struct PartialAggregate {
 
 impl PartialAggregate {
     /// Partial aggregates of `spec` over rows of `input_schema`, as rows of
-    /// `schema` (the final phase's group table).
+    /// `schema` (the final phase's group table, which leads with the group
+    /// columns).
     pub(super) fn new(
         spec: AggregateSpec,
-        input_schema: SchemaRef,
+        input_schema: &SchemaRef,
         append_only: bool,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let types = spec
-            .group
+        let types: Vec<DataType> = schema.fields()[..spec.group.len()]
             .iter()
-            .map(|(e, _)| e.data_type(&input_schema))
-            .collect::<Result<Vec<DataType>>>()?;
-        let mut partial = PartialAggregate {
+            .map(|f| f.data_type().clone())
+            .collect();
+        let accumulators = spec
+            .aggregates
+            .iter()
+            .map(|function| {
+                accumulator_for(function, input_schema, append_only)?.ok_or_else(|| {
+                    DataFusionError::Internal("a two-phase aggregate without an accumulator".into())
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(PartialAggregate {
             keys: KeyIndex::new(&types).map_err(external)?,
             spec,
-            input_schema,
-            append_only,
             schema,
             max_groups: MAX_GROUPS,
             rows: Vec::new(),
-            accumulators: Vec::new(),
-        };
-        partial.accumulators = partial.fresh_accumulators()?;
-        Ok(partial)
+            accumulators,
+        })
     }
 
     /// How the partials reach the final phase: by the hash of their group
@@ -105,18 +108,6 @@ impl PartialAggregate {
         self
     }
 
-    fn fresh_accumulators(&self) -> Result<Vec<Box<dyn GroupAccumulator>>> {
-        self.spec
-            .aggregates
-            .iter()
-            .map(|function| {
-                accumulator_for(function, &self.input_schema, self.append_only)?.ok_or_else(|| {
-                    DataFusionError::Internal("a two-phase aggregate without an accumulator".into())
-                })
-            })
-            .collect()
-    }
-
     /// The partials held, as inserted group rows; the phase starts over.
     fn hand_on(&mut self) -> Result<Vec<Changes>> {
         if self.keys.is_empty() {
@@ -124,21 +115,21 @@ impl PartialAggregate {
         }
         // Nothing is removed within an epoch, so the ids are 0..slots.
         let groups: Vec<KeyId> = (0..self.keys.slots() as KeyId).collect();
-        let mut columns: Vec<ArrayRef> = if self.spec.group.is_empty() {
-            vec![Arc::new(BooleanArray::from(vec![true; groups.len()]))]
-        } else {
-            self.keys.decode(&groups).map_err(external)?
-        };
-        columns.push(Arc::new(Int64Array::from(
-            self.rows[..groups.len()].to_vec(),
-        )));
-        for accumulator in &self.accumulators {
-            columns.extend(accumulator.partial(&groups)?);
-        }
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let batch = group_table_rows(
+            &self.schema,
+            &self.keys,
+            self.spec.group.is_empty(),
+            &groups,
+            &self.rows,
+            &self.accumulators,
+        )?;
         self.keys.clear();
         self.rows.clear();
-        self.accumulators = self.fresh_accumulators()?;
+        for &g in &groups {
+            for accumulator in &mut self.accumulators {
+                accumulator.reset(g);
+            }
+        }
         Ok(vec![Changes::inserts(batch)])
     }
 }
@@ -148,9 +139,7 @@ impl Operator for PartialAggregate {
         let groups = intern_groups(&self.spec, &mut self.keys, &input)?;
         let len = self.keys.slots();
         self.rows.resize(len, 0);
-        for (&g, &w) in groups.iter().zip(input.weights.values().iter()) {
-            self.rows[g as usize] += w;
-        }
+        add_rows(&mut self.rows, &groups, input.weights.values());
         accumulate(&self.spec, &mut self.accumulators, &input, &groups, len)?;
         if self.keys.len() >= self.max_groups {
             return self.hand_on();
