@@ -45,6 +45,12 @@ impl SqlState {
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const IO_ERROR: SqlState = SqlState("58030");
     pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
+    pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25001");
+    pub const READ_ONLY_SQL_TRANSACTION: SqlState = SqlState("25006");
+    pub const NO_ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25P01");
+    pub const IN_FAILED_SQL_TRANSACTION: SqlState = SqlState("25P02");
+    pub const INVALID_SAVEPOINT: SqlState = SqlState("3B001");
+    pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
 }
 
 /// An error reported to the client as an `ErrorResponse`.

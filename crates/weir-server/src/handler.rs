@@ -9,19 +9,30 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
+use futures::future::{select, Either};
 use futures::{stream, Sink, SinkExt};
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
-use pgwire::api::copy::CopyHandler;
+use pgwire::api::copy::{send_copy_in_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{
+    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
+};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState,
+    PgWireServerHandlers, Type, DEFAULT_NAME,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::extendedquery::Sync as SyncMessage;
+use pgwire::messages::response::{
+    EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus,
+};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
@@ -34,6 +45,7 @@ use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
 use crate::statement;
+use crate::transaction::{control, Transaction};
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -139,7 +151,7 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     for notice in session.notices.drain(..) {
-        let info = ErrorInfo::new("NOTICE".into(), "00000".into(), notice);
+        let info = ErrorInfo::new(notice.severity.into(), notice.code.into(), notice.message);
         client
             .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
                 info,
@@ -255,13 +267,27 @@ impl Connection {
     }
 
     /// Runs one statement (starting a COPY if it is one), catching panics.
+    /// In a failed transaction block only what ends the failure runs; an
+    /// error fails the block.
     async fn run(
         &self,
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
     ) -> WeirResult<Output> {
-        guarded(self.run_unguarded(session, statement, params)).await
+        session.settle_canceled();
+        if session.transaction.as_ref().is_some_and(|b| b.is_failed())
+            && !matches!(statement, WeirStatement::Sql(s) if control::ends_failure(s))
+        {
+            return Err(control::in_failed_block());
+        }
+        session.statement_running = true;
+        let result = guarded(self.run_unguarded(session, statement, params)).await;
+        session.statement_running = false;
+        if result.is_err() {
+            session.fail_transaction();
+        }
+        result
     }
 
     async fn run_unguarded(
@@ -285,6 +311,82 @@ impl Connection {
 
 #[async_trait]
 impl SimpleQueryHandler for Connection {
+    /// pgwire's simple-query loop, except that ReadyForQuery reports the
+    /// session's own transaction status (a `ROLLBACK TO` leaves a failed
+    /// block; a failed `COMMIT` ends it).
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let canceled = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
+            Some(handle) => Some(handle.start_query().await),
+            None => None,
+        };
+        let responses = match canceled {
+            Some(canceled) => match select(
+                SimpleQueryHandler::do_query(self, client, &query.query),
+                canceled,
+            )
+            .await
+            {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => Err(PgWireError::QueryCanceled),
+            },
+            None => SimpleQueryHandler::do_query(self, client, &query.query).await,
+        };
+        let responses = match responses {
+            Ok(responses) => responses,
+            Err(error) => {
+                // pgwire answers the error and ReadyForQuery from the
+                // status set here.
+                let status = self.transaction_status(client).await?;
+                client.set_transaction_status(status);
+                return Err(error);
+            }
+        };
+        for response in responses {
+            match response {
+                Response::EmptyQuery => {
+                    client
+                        .feed(PgWireBackendMessage::EmptyQueryResponse(
+                            EmptyQueryResponse::new(),
+                        ))
+                        .await?;
+                }
+                Response::Query(results) => send_query_response(client, results, true).await?,
+                Response::Execution(tag)
+                | Response::TransactionStart(tag)
+                | Response::TransactionEnd(tag) => send_execution_response(client, tag).await?,
+                Response::Error(error) => {
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse((*error).into()))
+                        .await?;
+                }
+                Response::CopyIn(copy) => {
+                    send_copy_in_response(client, copy).await?;
+                    client.set_state(PgWireConnectionState::CopyInProgress(false));
+                }
+                Response::CopyOut(_) | Response::CopyBoth(_) => {
+                    return Err(WeirError::internal("COPY OUT is not answered here").into());
+                }
+            }
+        }
+        let status = self.transaction_status(client).await?;
+        client.set_transaction_status(status);
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            send_ready_for_query(client, status).await?;
+        }
+        Ok(())
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -292,10 +394,28 @@ impl SimpleQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = weir_sql::parse(query).map_err(WeirError::from)?;
         let options = format_options(client);
         let mut session = self.session(client).await?;
+        let statements = match weir_sql::parse(query) {
+            Ok(statements) => statements,
+            Err(error) => {
+                session.fail_transaction();
+                return Ok(vec![error_response(WeirError::from(error))]);
+            }
+        };
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        // Several statements in one query run as one transaction, as in
+        // PostgreSQL, unless they manage transactions or the catalog.
+        let implicit = statements.len() > 1
+            && session.transaction.is_none()
+            && statements.iter().all(statement::fits_implicit_block);
+        if implicit {
+            session.transaction = Some(Transaction::new(session.db.committed(), false, true));
+        }
         let mut responses = Vec::with_capacity(statements.len());
+        let mut failed = false;
         for statement in &statements {
             let result = self
                 .run_reporting(client, &mut session, statement, &None)
@@ -314,19 +434,40 @@ impl SimpleQueryHandler for Connection {
                     }
                 }
                 Err(e) => {
-                    let PgWireError::UserError(info) = <PgWireError as From<WeirError>>::from(e)
-                    else {
-                        unreachable!("WeirError converts to a user error")
-                    };
-                    responses.push(Response::Error(info));
+                    responses.push(error_response(e));
+                    failed = true;
                     break;
                 }
             }
         }
-        if responses.is_empty() {
-            responses.push(Response::EmptyQuery);
+        if implicit && !failed {
+            if let Some(block) = session.transaction.take() {
+                if let Err(e) = block.commit(&session.db).await {
+                    responses.push(error_response(e));
+                }
+            }
         }
         Ok(responses)
+    }
+}
+
+fn error_response(error: WeirError) -> Response {
+    let PgWireError::UserError(info) = <PgWireError as From<WeirError>>::from(error) else {
+        unreachable!("WeirError converts to a user error")
+    };
+    Response::Error(info)
+}
+
+impl Connection {
+    /// The session's transaction status for ReadyForQuery, after settling a
+    /// statement that was canceled half-way.
+    async fn transaction_status<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> PgWireResult<TransactionStatus> {
+        let mut session = self.session(client).await?;
+        session.settle_canceled();
+        Ok(session.transaction_status())
     }
 }
 
@@ -358,19 +499,24 @@ impl QueryParser for Parser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut statements = weir_sql::parse(sql).map_err(WeirError::from)?;
-        if statements.len() > 1 {
-            return Err(WeirError::new(
-                SqlState::SYNTAX_ERROR,
-                "cannot insert multiple commands into a prepared statement",
-            )
-            .into());
-        }
-        let Some(statement) = statements.pop() else {
-            return Ok(None);
-        };
         let mut session = lock_session(&self.session, &self.shared, client).await?;
-        let (inferred, schema) = describe(&mut session, &statement).await?;
+        let parsed = parse_one(sql);
+        let described = match parsed {
+            Ok(Some(statement)) => describe(&mut session, &statement)
+                .await
+                .map(|described| (statement, described)),
+            Ok(None) => return Ok(None),
+            Err(e) => Err(e),
+        };
+        let (statement, (inferred, schema)) = match described {
+            Ok(described) => described,
+            Err(e) => {
+                // As in PostgreSQL, a statement that cannot be prepared
+                // fails the transaction block it is in.
+                session.fail_transaction();
+                return Err(e.into());
+            }
+        };
         let count = inferred.len().max(types.len());
         let parameters = (0..count)
             .map(|i| {
@@ -408,6 +554,18 @@ impl QueryParser for Parser {
             None => Ok(Vec::new()),
         }
     }
+}
+
+/// The one statement of a Parse message, if any.
+fn parse_one(sql: &str) -> WeirResult<Option<WeirStatement>> {
+    let mut statements = weir_sql::parse(sql)?;
+    if statements.len() > 1 {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "cannot insert multiple commands into a prepared statement",
+        ));
+    }
+    Ok(statements.pop())
 }
 
 /// The Arrow type Weir decodes a parameter of PostgreSQL type `t` into.
@@ -507,6 +665,27 @@ impl ExtendedQueryHandler for Connection {
         })
     }
 
+    /// As pgwire's, but ReadyForQuery reports the session's transaction
+    /// status (see [`SimpleQueryHandler::on_query`]).
+    async fn on_sync<C>(&self, client: &mut C, _message: SyncMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        let status = self.transaction_status(client).await?;
+        client.set_transaction_status(status);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
+        client.flush().await?;
+        Ok(())
+    }
+
     async fn do_query<C>(
         &self,
         client: &mut C,
@@ -571,10 +750,24 @@ impl CopyHandler for Connection {
         let Some(copy) = self.copy.lock().expect("copy lock").take() else {
             return Err(WeirError::new(SqlState::PROTOCOL_VIOLATION, "no COPY in progress").into());
         };
-        let session = self.session(client).await?;
-        let rows = copy.parse()?;
-        let insert = dml::insert_batch(&session, &copy.table.name, &copy.columns, rows);
-        let count = guarded(insert).await?;
+        let mut session = self.session(client).await?;
+        let result = match copy.parse() {
+            Ok(rows) => {
+                let insert = dml::insert_batch(&mut session, &copy.table.name, &copy.columns, rows);
+                guarded(insert).await
+            }
+            Err(e) => Err(e),
+        };
+        let count = match result {
+            Ok(count) => count,
+            Err(e) => {
+                session.fail_transaction();
+                client.set_transaction_status(session.transaction_status());
+                return Err(e.into());
+            }
+        };
+        client.set_transaction_status(session.transaction_status());
+        drop(session);
         client
             .send(PgWireBackendMessage::CommandComplete(
                 Tag::new("COPY").with_rows(count).into(),
@@ -583,13 +776,17 @@ impl CopyHandler for Connection {
         Ok(())
     }
 
-    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.copy.lock().expect("copy lock").take();
+        if let Ok(mut session) = self.session(client).await {
+            session.fail_transaction();
+            client.set_transaction_status(session.transaction_status());
+        }
         WeirError::new(
             SqlState::QUERY_CANCELED,
             format!("COPY from stdin failed: {}", fail.message),

@@ -38,6 +38,7 @@ mod source;
 mod statement;
 mod system;
 pub mod tls;
+pub mod transaction;
 mod types;
 mod views;
 

@@ -17,12 +17,14 @@ use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use futures::StreamExt;
+use pgwire::messages::response::TransactionStatus;
 
 use crate::catalog::{DATABASE, SCHEMA};
-use crate::database::{Database, DbSnapshot};
+use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::provider::{PinnedSnapshot, PublicSchema};
 use crate::settings::Settings;
+use crate::transaction::Transaction;
 
 /// The PostgreSQL version Weir reports; clients pick features by it.
 pub const PG_VERSION: &str = "16.6";
@@ -81,6 +83,17 @@ impl Output {
     }
 }
 
+/// A message for the client that is not an error.
+#[derive(Debug)]
+pub struct Notice {
+    /// `NOTICE` or `WARNING`.
+    pub severity: &'static str,
+    /// Its SQLSTATE.
+    pub code: &'static str,
+    /// The text.
+    pub message: String,
+}
+
 /// Parameter values bound to a prepared statement.
 pub type Params = Option<ParamValues>;
 
@@ -94,12 +107,16 @@ pub struct Session {
     pub pinned: Arc<PinnedSnapshot>,
     /// `SET` variables.
     pub settings: Settings,
-    /// Inside `BEGIN`: the snapshot every read of the transaction sees.
-    pub transaction: Option<Arc<DbSnapshot>>,
+    /// The open transaction block, if any.
+    pub transaction: Option<Transaction>,
     /// The user name from the startup packet.
     pub user: String,
-    /// NOTICE messages for the client, sent before the statement's result.
-    pub notices: Vec<String>,
+    /// NOTICEs and WARNINGs for the client, sent before the statement's
+    /// result.
+    pub notices: Vec<Notice>,
+    /// A statement started and has not finished: if it stays set, the
+    /// statement was canceled half-way (see [`Session::settle_canceled`]).
+    pub statement_running: bool,
     /// While a statement runs: NOTICEs sent to the client at once (progress).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -164,15 +181,16 @@ impl Session {
             transaction: None,
             user,
             notices: Vec::new(),
+            statement_running: false,
             progress: None,
         })
     }
 
-    /// Pins the snapshot queries read: the transaction's, or the newest
-    /// committed one.
+    /// Pins the snapshot queries read: the transaction block's (with its
+    /// own writes), or the newest committed one.
     pub fn pin_for_read(&self) {
         let snapshot = match &self.transaction {
-            Some(snapshot) => snapshot.clone(),
+            Some(block) => Arc::new(block.read_snapshot()),
             None => self.db.committed(),
         };
         self.pinned.pin(snapshot);
@@ -180,7 +198,48 @@ impl Session {
 
     /// Queues a NOTICE for the client.
     pub fn notice(&mut self, message: String) {
-        self.notices.push(message);
+        self.notices.push(Notice {
+            severity: "NOTICE",
+            code: "00000",
+            message,
+        });
+    }
+
+    /// Queues a WARNING with its SQLSTATE for the client.
+    pub fn warning(&mut self, code: SqlState, message: impl Into<String>) {
+        self.notices.push(Notice {
+            severity: "WARNING",
+            code: code.0,
+            message: message.into(),
+        });
+    }
+
+    /// The transaction status the client is told in ReadyForQuery.
+    pub fn transaction_status(&self) -> TransactionStatus {
+        match &self.transaction {
+            None => TransactionStatus::Idle,
+            Some(block) if block.is_failed() => TransactionStatus::Error,
+            Some(_) => TransactionStatus::Transaction,
+        }
+    }
+
+    /// Marks the open block failed after a statement error; a block the
+    /// server opened around a multi-statement query is rolled back.
+    pub fn fail_transaction(&mut self) {
+        match &mut self.transaction {
+            Some(block) if block.is_implicit() => self.transaction = None,
+            Some(block) => block.fail(),
+            None => {}
+        }
+    }
+
+    /// Called before each statement and before each ReadyForQuery: a
+    /// statement that was canceled half-way (its future dropped) fails
+    /// the block it ran in, as any error does.
+    pub fn settle_canceled(&mut self) {
+        if std::mem::take(&mut self.statement_running) {
+            self.fail_transaction();
+        }
     }
 
     /// Plans a statement against the pinned snapshot and binds `params`.

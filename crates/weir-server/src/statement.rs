@@ -8,8 +8,9 @@ use weir_sql::WeirStatement;
 use crate::catalog::ObjectKind;
 use crate::ddl;
 use crate::dml;
-use crate::error::{WeirError, WeirResult};
+use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
+use crate::transaction::control;
 
 /// Runs one statement. `COPY` only starts here; the handler feeds it data.
 pub async fn execute(
@@ -25,6 +26,12 @@ pub async fn execute(
         WeirStatement::Checkpoint => {
             session.db.checkpoint().await?;
             return Ok(Output::command("CHECKPOINT"));
+        }
+        WeirStatement::CreateSource(..) if session.transaction.is_some() => {
+            return Err(ddl_in_block_named("CREATE SOURCE".into()));
+        }
+        WeirStatement::DropSource(_) if session.transaction.is_some() => {
+            return Err(ddl_in_block_named("DROP SOURCE".into()));
         }
         WeirStatement::CreateSource(create, options) => {
             let Statement::CreateTable(create) = create.as_ref() else {
@@ -52,7 +59,11 @@ pub async fn execute(
         WeirStatement::ShowSources => return crate::source::show(session),
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
+    if session.transaction.is_some() && is_ddl(statement) {
+        return Err(ddl_in_block(statement));
+    }
     match statement {
+        statement if control::is_control(statement) => control::execute(session, statement).await,
         Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
         {
             let Statement::CreateView(create) = statement.as_ref() else {
@@ -107,22 +118,6 @@ pub async fn execute(
         }
         Statement::ShowVariable { variable } => show(session, variable),
         Statement::Set(set) => set_variable(session, set),
-        Statement::StartTransaction { .. } => {
-            if session.transaction.is_some() {
-                session.notice("there is already a transaction in progress".into());
-            } else {
-                session.transaction = Some(session.db.committed());
-            }
-            Ok(Output::TransactionStart)
-        }
-        Statement::Commit { .. } => {
-            session.transaction = None;
-            Ok(Output::TransactionEnd("COMMIT"))
-        }
-        Statement::Rollback { .. } => {
-            session.transaction = None;
-            Ok(Output::TransactionEnd("ROLLBACK"))
-        }
         Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
         Statement::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
         Statement::Copy { .. } => Err(WeirError::internal("COPY is run by the handler")),
@@ -131,6 +126,30 @@ pub async fn execute(
             first_words(&other.to_string())
         ))),
     }
+}
+
+/// Whether a statement changes the catalog (DDL). Weir runs DDL outside
+/// transaction blocks only.
+fn is_ddl(statement: &Statement) -> bool {
+    matches!(
+        statement,
+        Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. }
+    )
+}
+
+fn ddl_in_block(statement: &Statement) -> WeirError {
+    ddl_in_block_named(first_words(&statement.to_string()))
+}
+
+fn ddl_in_block_named(words: String) -> WeirError {
+    WeirError::new(
+        SqlState::ACTIVE_SQL_TRANSACTION,
+        format!("{words} cannot run inside a transaction block"),
+    )
+    .with_hint(
+        "Weir runs statements that change the catalog outside transaction blocks: \
+         COMMIT or ROLLBACK first (drivers: use autocommit for DDL).",
+    )
 }
 
 fn first_words(sql: &str) -> String {
@@ -217,6 +236,24 @@ fn set_variable(session: &mut Session, set: &Set) -> WeirResult<Output> {
         }
     }
     Ok(Output::command("SET"))
+}
+
+/// Whether a statement may run in the transaction block the server opens
+/// around a multi-statement query: queries, DML and settings, not COPY,
+/// DDL or statements that manage blocks themselves.
+pub fn fits_implicit_block(statement: &WeirStatement) -> bool {
+    let WeirStatement::Sql(statement) = statement else {
+        return matches!(statement, WeirStatement::ShowSources);
+    };
+    matches!(
+        statement.as_ref(),
+        Statement::Query(_)
+            | Statement::Insert(_)
+            | Statement::Update(_)
+            | Statement::Delete(_)
+            | Statement::Set(_)
+            | Statement::ShowVariable { .. }
+    ) && !control::is_control(statement)
 }
 
 /// Whether a statement is `COPY`.

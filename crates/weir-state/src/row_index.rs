@@ -28,7 +28,7 @@ pub type Slot = u32;
 const KEY_HASH: RandomState = RandomState::with_seed(0x6b65_7973);
 
 /// Key slots by hash (see the module documentation).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RowIndex {
     table: HashTable<Slot>,
     /// Per slot: its key's hash (for growing the table).

@@ -171,7 +171,10 @@ const COMMITTED: u8 = 4;
 /// keeps the row's position and a few flags. A key deleted since the last
 /// delta that existed at it has its key columns kept in `deleted`, so the
 /// next delta names it; its slot is free at once.
-#[derive(Debug)]
+///
+/// A clone shares the chunks' Arrow data and copies the index and the
+/// per-slot vectors.
+#[derive(Debug, Clone)]
 pub struct StateTable {
     spec: TableSpec,
     chunks: BTreeMap<u32, Chunk>,
@@ -285,6 +288,25 @@ impl StateTable {
             written: false,
             changes: None,
         })
+    }
+
+    /// A table holding `snapshot`'s rows, every key committed and none
+    /// dirty: the next [`StateTable::take_delta`] is the change since the
+    /// snapshot. A table with a hidden row id hands out ids after the
+    /// snapshot's largest.
+    pub fn from_snapshot(snapshot: &TableSnapshot) -> StateResult<Self> {
+        let mut table = StateTable::new(snapshot.spec().clone())?;
+        let rows = snapshot.stored_rows()?;
+        table.apply_delta(Some(&rows), None)?;
+        if table.spec.hidden_row_id {
+            let ids = rows
+                .column(rows.num_columns() - 1)
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| StateError::Internal("the row id column is not int64".into()))?;
+            let largest = datafusion::arrow::compute::max(ids).unwrap_or(-1);
+            table.next_row_id = (largest + 1) as u64;
+        }
+        Ok(table)
     }
 
     /// The table's shape.

@@ -29,6 +29,19 @@ pub struct WorkingState {
 }
 
 impl WorkingState {
+    /// A transaction block's private state: `catalog` and no tables yet
+    /// (the block adds copies of the tables it writes to `tables`).
+    pub fn private(catalog: Catalog) -> Self {
+        WorkingState {
+            catalog,
+            tables: HashMap::new(),
+            epoch: 0,
+            pending: HashMap::new(),
+            catalog_changed: false,
+            forced: false,
+        }
+    }
+
     /// A snapshot of the working state's tables (without materialized
     /// views, which the stream worker holds; see
     /// [`Database::working_snapshot`]).

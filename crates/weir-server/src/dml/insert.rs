@@ -15,6 +15,7 @@ use crate::catalog::{normalize_ident, relation_name, Catalog, TableDef};
 use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Params, Session};
+use crate::transaction::Transaction;
 
 use super::upsert::{check_conflict_target, evaluate_upsert};
 use super::*;
@@ -291,24 +292,53 @@ fn direct_assignments(
 
 /// Stores rows that arrive as a batch (COPY): `batch`'s columns go to the
 /// table columns `columns`, the others take their defaults. Returns the row
-/// count once it is committed.
+/// count; outside a transaction block, once it is committed.
 pub async fn insert_batch(
-    session: &Session,
+    session: &mut Session,
     table: &str,
     columns: &[usize],
     batch: RecordBatch,
 ) -> WeirResult<usize> {
+    if let Some(mut block) = session.transaction.take() {
+        let result = insert_batch_in_block(session, &mut block, table, columns, batch).await;
+        session.transaction = Some(block);
+        return result;
+    }
     let db = session.db.clone();
     let mut working = db.working().await;
-    let def = working.catalog.table(table)?.clone();
-    let rows = batch_rows(session, &def, batch, columns).await?;
-    let count = rows.num_rows();
-    let table = working.table_mut(def.id)?;
-    check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+    let count = write_batch(session, &mut working, table, columns, batch).await?;
     let epoch = working.epoch;
     drop(working);
     if count > 0 {
         db.wait_committed(epoch).await?;
     }
+    Ok(count)
+}
+
+async fn insert_batch_in_block(
+    session: &Session,
+    block: &mut Transaction,
+    table: &str,
+    columns: &[usize],
+    batch: RecordBatch,
+) -> WeirResult<usize> {
+    let def = block.catalog().table(table)?.clone();
+    block.prepare_write(&def, "COPY FROM")?;
+    write_batch(session, block.private_state(), table, columns, batch).await
+}
+
+/// Inserts a batch into `working`'s table `table`.
+async fn write_batch(
+    session: &Session,
+    working: &mut WorkingState,
+    table: &str,
+    columns: &[usize],
+    batch: RecordBatch,
+) -> WeirResult<usize> {
+    let def = working.catalog.table(table)?.clone();
+    let rows = batch_rows(session, &def, batch, columns).await?;
+    let count = rows.num_rows();
+    let table = working.table_mut(def.id)?;
+    check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
     Ok(count)
 }

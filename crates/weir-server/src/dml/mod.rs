@@ -25,8 +25,10 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use crate::catalog::{normalize_ident, Catalog, ColumnDef, TableDef};
+use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
+use crate::transaction::Transaction;
 use crate::types::{assignable, pg_type_name};
 
 pub use constraints::{check_write, conform};
@@ -35,38 +37,79 @@ use insert::{insert_columns, insert_rows, insert_target};
 use target::{delete_query, plan_target_query, update_query};
 use target::{delete_rows, update_rows, update_target};
 
-/// Runs INSERT, UPDATE or DELETE and waits until its change is committed.
+/// Runs INSERT, UPDATE or DELETE. Outside a transaction block it waits
+/// until its change is committed; inside one it changes the block's
+/// private copy of the table, which COMMIT applies.
 pub async fn execute(
-    session: &Session,
+    session: &mut Session,
     statement: &Statement,
     params: &Params,
 ) -> WeirResult<Output> {
-    let db = session.db.clone();
-    let mut working = db.working().await;
-    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let (tag, rows) = match statement {
-        Statement::Insert(insert) => (
-            "INSERT",
-            insert_rows(session, &mut working, insert, params).await?,
-        ),
-        Statement::Update(update) => (
-            "UPDATE",
-            update_rows(session, &mut working, update, params).await?,
-        ),
-        Statement::Delete(delete) => (
-            "DELETE",
-            delete_rows(session, &mut working, delete, params).await?,
-        ),
-        other => return Err(WeirError::internal(format!("not DML: {other}"))),
+    let (tag, rows) = match session.transaction.take() {
+        Some(mut block) => {
+            let result = execute_in_block(session, &mut block, statement, params).await;
+            session.transaction = Some(block);
+            result?
+        }
+        None => {
+            let db = session.db.clone();
+            let mut working = db.working().await;
+            session.pinned.pin(Arc::new(db.working_snapshot(&working)));
+            let result = apply(session, &mut working, statement, params).await?;
+            let epoch = working.epoch;
+            drop(working);
+            if result.1 > 0 {
+                db.wait_committed(epoch).await?;
+            }
+            result
+        }
     };
-    let epoch = working.epoch;
-    drop(working);
-    if rows > 0 {
-        db.wait_committed(epoch).await?;
-    }
     Ok(Output::Command {
         tag,
         rows: Some(rows),
+    })
+}
+
+/// Runs a DML statement inside `block`, against its private tables.
+async fn execute_in_block(
+    session: &Session,
+    block: &mut Transaction,
+    statement: &Statement,
+    params: &Params,
+) -> WeirResult<(&'static str, usize)> {
+    let catalog = block.catalog();
+    let (verb, def) = match statement {
+        Statement::Insert(insert) => ("INSERT", insert_target(catalog, insert)?.clone()),
+        Statement::Update(update) => ("UPDATE", update_target(catalog, &update.table)?.0.clone()),
+        Statement::Delete(delete) => ("DELETE", delete_query(catalog, delete)?.0),
+        other => return Err(WeirError::internal(format!("not DML: {other}"))),
+    };
+    block.prepare_write(&def, verb)?;
+    session.pinned.pin(Arc::new(block.read_snapshot()));
+    apply(session, block.private_state(), statement, params).await
+}
+
+/// Applies a DML statement to `working`; returns its tag and row count.
+async fn apply(
+    session: &Session,
+    working: &mut WorkingState,
+    statement: &Statement,
+    params: &Params,
+) -> WeirResult<(&'static str, usize)> {
+    Ok(match statement {
+        Statement::Insert(insert) => (
+            "INSERT",
+            insert_rows(session, working, insert, params).await?,
+        ),
+        Statement::Update(update) => (
+            "UPDATE",
+            update_rows(session, working, update, params).await?,
+        ),
+        Statement::Delete(delete) => (
+            "DELETE",
+            delete_rows(session, working, delete, params).await?,
+        ),
+        other => return Err(WeirError::internal(format!("not DML: {other}"))),
     })
 }
 

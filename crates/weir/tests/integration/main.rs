@@ -12,6 +12,7 @@ mod psql;
 mod s3;
 mod slt;
 mod sources;
+mod transactions;
 mod upgrade;
 mod view_memory;
 mod view_property;

@@ -1,0 +1,219 @@
+//! Transaction blocks: `BEGIN ... COMMIT`.
+//!
+//! A block reads the snapshot committed when it began. Its writes go to
+//! private copies of the tables they touch, made from that snapshot at the
+//! first write to each, so the block's own reads see them and no one
+//! else's do. `COMMIT` takes the working lock, checks that no row the block
+//! changed was changed by anyone else since its snapshot (else 40001: the
+//! first committer wins, as in PostgreSQL's repeatable read), and applies
+//! each table's net change to the working state, so every write of the
+//! block lands in one epoch. `ROLLBACK` drops the copies; a savepoint is a
+//! copy of the copies.
+
+mod commit;
+pub mod control;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weir_state::{StateTable, TableId};
+
+use crate::catalog::{Catalog, TableDef};
+use crate::database::{Database, DbSnapshot, WorkingState};
+use crate::error::{SqlState, WeirError, WeirResult};
+
+/// An open transaction block.
+#[derive(Debug)]
+pub struct Transaction {
+    /// The committed snapshot the block reads.
+    snapshot: Arc<DbSnapshot>,
+    /// The block's catalog and its private copies of the tables it wrote.
+    private: WorkingState,
+    /// Each written table as it was in `snapshot`, to check at commit
+    /// that nobody else changed the rows the block changed.
+    bases: HashMap<TableId, StateTable>,
+    /// Open savepoints, oldest first.
+    savepoints: Vec<Savepoint>,
+    /// A statement failed: everything but the end of the block is refused.
+    failed: bool,
+    /// `BEGIN READ ONLY`.
+    read_only: bool,
+    /// Opened by the server around a multi-statement query, not by BEGIN.
+    implicit: bool,
+}
+
+/// The private tables as they were at `SAVEPOINT name`.
+#[derive(Debug)]
+struct Savepoint {
+    name: String,
+    tables: HashMap<TableId, StateTable>,
+}
+
+impl Transaction {
+    /// A block reading `snapshot`.
+    pub fn new(snapshot: Arc<DbSnapshot>, read_only: bool, implicit: bool) -> Self {
+        let private = WorkingState::private(snapshot.catalog.as_ref().clone());
+        Transaction {
+            snapshot,
+            private,
+            bases: HashMap::new(),
+            savepoints: Vec::new(),
+            failed: false,
+            read_only,
+            implicit,
+        }
+    }
+
+    /// Whether a statement of the block failed.
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Marks the block failed (25P02 until it ends or rolls back to a
+    /// savepoint).
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+
+    /// Whether the server opened the block around a multi-statement query.
+    pub fn is_implicit(&self) -> bool {
+        self.implicit
+    }
+
+    /// Makes the block read-only or read-write (`SET TRANSACTION`).
+    pub fn set_read_only(&mut self, read_only: bool) {
+        self.read_only = read_only;
+    }
+
+    /// What the block's statements read: its snapshot with its own writes.
+    pub fn read_snapshot(&self) -> DbSnapshot {
+        let mut snapshot = self.snapshot.as_ref().clone();
+        for (&id, table) in &self.private.tables {
+            snapshot.tables.insert(id, table.snapshot());
+        }
+        snapshot
+    }
+
+    /// Readies the block for a write to `def`: copies its table from the
+    /// block's snapshot if this is the first write to it. `verb` names the
+    /// statement, for the error of a read-only block.
+    pub fn prepare_write(&mut self, def: &TableDef, verb: &str) -> WeirResult<()> {
+        if self.read_only {
+            return Err(WeirError::new(
+                SqlState::READ_ONLY_SQL_TRANSACTION,
+                format!("cannot execute {verb} in a read-only transaction"),
+            ));
+        }
+        if !self.private.tables.contains_key(&def.id) {
+            let snapshot =
+                self.snapshot.tables.get(&def.id).ok_or_else(|| {
+                    WeirError::internal(format!("no snapshot of table {}", def.name))
+                })?;
+            let table = StateTable::from_snapshot(snapshot)?;
+            self.bases.insert(def.id, table.clone());
+            self.private.tables.insert(def.id, table);
+        }
+        Ok(())
+    }
+
+    /// The catalog the block sees.
+    pub fn catalog(&self) -> &Catalog {
+        &self.private.catalog
+    }
+
+    /// The block's catalog and private tables, which its writes change
+    /// (after [`Transaction::prepare_write`]).
+    pub fn private_state(&mut self) -> &mut WorkingState {
+        &mut self.private
+    }
+
+    /// `SAVEPOINT name`.
+    pub fn savepoint(&mut self, name: String) {
+        self.savepoints.push(Savepoint {
+            name,
+            tables: self.private.tables.clone(),
+        });
+    }
+
+    /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint.
+    pub fn release(&mut self, name: &str) -> WeirResult<()> {
+        let at = self.find_savepoint(name)?;
+        self.savepoints.truncate(at);
+        Ok(())
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: undoes what the block did since, and
+    /// leaves the failed state. The savepoint stays.
+    pub fn rollback_to(&mut self, name: &str) -> WeirResult<()> {
+        let at = self.find_savepoint(name)?;
+        self.savepoints.truncate(at + 1);
+        self.private.tables = self.savepoints[at].tables.clone();
+        self.failed = false;
+        Ok(())
+    }
+
+    /// The newest savepoint called `name`.
+    fn find_savepoint(&self, name: &str) -> WeirResult<usize> {
+        self.savepoints
+            .iter()
+            .rposition(|s| s.name == name)
+            .ok_or_else(|| {
+                WeirError::new(
+                    SqlState::INVALID_SAVEPOINT,
+                    format!("savepoint \"{name}\" does not exist"),
+                )
+            })
+    }
+
+    /// Applies the block's writes to the working state in one epoch and
+    /// waits until that epoch is committed. Fails with 40001, changing
+    /// nothing, if another transaction changed a row this one changed
+    /// since the block's snapshot.
+    pub async fn commit(mut self, db: &Database) -> WeirResult<()> {
+        let mut changes = Vec::new();
+        for (&id, table) in self.private.tables.iter_mut() {
+            if let Some(delta) = table.take_delta()? {
+                changes.push((id, delta));
+            }
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut working = db.working().await;
+        let mut writes = Vec::with_capacity(changes.len());
+        for (id, delta) in &changes {
+            let name = self.table_name(*id);
+            if !working.catalog.tables.values().any(|t| t.id == *id) {
+                return Err(WeirError::new(
+                    SqlState::SERIALIZATION_FAILURE,
+                    format!("could not serialize access: table \"{name}\" was dropped"),
+                ));
+            }
+            let current = working.table_mut(*id)?;
+            let base = &self.bases[id];
+            writes.push((*id, commit::plan_write(&name, base, current, delta)?));
+        }
+        // Every table checked: now nothing can fail half-way.
+        for (id, (deletes, inserts)) in writes {
+            let name = self.table_name(id);
+            working
+                .table_mut(id)?
+                .write(&deletes, inserts.as_ref())?
+                .map_err(|_| {
+                    WeirError::internal(format!("a checked commit violates a key of \"{name}\""))
+                })?;
+        }
+        let epoch = working.epoch;
+        drop(working);
+        db.wait_committed(epoch).await
+    }
+
+    fn table_name(&self, id: TableId) -> String {
+        self.private
+            .catalog
+            .tables
+            .values()
+            .find(|t| t.id == id)
+            .map_or_else(|| format!("#{id}"), |t| t.name.clone())
+    }
+}
