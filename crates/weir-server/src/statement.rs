@@ -138,7 +138,16 @@ fn is_ddl(statement: &Statement) -> bool {
 }
 
 fn ddl_in_block(statement: &Statement) -> WeirError {
-    ddl_in_block_named(first_words(&statement.to_string()))
+    let words = match statement {
+        Statement::CreateTable(_) => "CREATE TABLE".to_owned(),
+        Statement::CreateView(create) if create.materialized => {
+            "CREATE MATERIALIZED VIEW".to_owned()
+        }
+        Statement::CreateView(_) => "CREATE VIEW".to_owned(),
+        Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
+        other => first_words(&other.to_string()),
+    };
+    ddl_in_block_named(words)
 }
 
 fn ddl_in_block_named(words: String) -> WeirError {

@@ -458,3 +458,136 @@ async fn prometheus_metrics_over_http() {
     }
     assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
 }
+
+/// A bare-bones frontend that shows what tokio-postgres hides: the
+/// transaction status byte of each ReadyForQuery.
+struct Frontend {
+    stream: std::net::TcpStream,
+}
+
+impl Frontend {
+    fn connect(server: &TestServer) -> Frontend {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut body = 196_608u32.to_be_bytes().to_vec();
+        for part in ["user", "weir", "database", "weir", ""] {
+            body.extend_from_slice(part.as_bytes());
+            body.push(0);
+        }
+        let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+        packet.extend(body);
+        stream.write_all(&packet).unwrap();
+        let mut frontend = Frontend { stream };
+        frontend.until_ready();
+        frontend
+    }
+
+    fn send(&mut self, tag: u8, body: &[u8]) {
+        use std::io::Write;
+        let mut message = vec![tag];
+        message.extend(((body.len() + 4) as u32).to_be_bytes());
+        message.extend_from_slice(body);
+        self.stream.write_all(&message).unwrap();
+    }
+
+    /// Reads messages up to ReadyForQuery: the SQLSTATEs of the errors
+    /// among them and the status byte.
+    fn until_ready(&mut self) -> (Vec<String>, char) {
+        use std::io::Read;
+        let mut errors = Vec::new();
+        loop {
+            let mut head = [0u8; 5];
+            self.stream.read_exact(&mut head).unwrap();
+            let len = u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4;
+            let mut body = vec![0u8; len];
+            self.stream.read_exact(&mut body).unwrap();
+            match head[0] {
+                b'Z' => return (errors, body[0] as char),
+                b'E' => {
+                    let fields = body.split(|&b| b == 0);
+                    let code = fields
+                        .filter_map(|f| f.strip_prefix(b"C"))
+                        .next()
+                        .map(|c| String::from_utf8_lossy(c).into_owned())
+                        .unwrap_or_default();
+                    errors.push(code);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A simple Query: its errors' SQLSTATEs and the status after it.
+    fn query(&mut self, sql: &str) -> (Vec<String>, char) {
+        let mut body = sql.as_bytes().to_vec();
+        body.push(0);
+        self.send(b'Q', &body);
+        self.until_ready()
+    }
+
+    /// Parse, Bind, Execute and Sync of one statement without parameters.
+    fn execute(&mut self, sql: &str) -> (Vec<String>, char) {
+        let mut parse = vec![0u8];
+        parse.extend_from_slice(sql.as_bytes());
+        parse.extend([0, 0, 0]);
+        self.send(b'P', &parse);
+        self.send(b'B', &[0, 0, 0, 0, 0, 0, 0, 0]);
+        self.send(b'E', &[0, 0, 0, 0, 0]);
+        self.send(b'S', &[]);
+        self.until_ready()
+    }
+}
+
+#[tokio::test]
+async fn ready_for_query_reports_the_transaction_status() {
+    let server = TestServer::start().await;
+    let other = server.client().await;
+    other
+        .batch_execute("CREATE TABLE t (id INT PRIMARY KEY, v INT); INSERT INTO t VALUES (1, 1)")
+        .await
+        .unwrap();
+    let mut raw = Frontend::connect(&server);
+    let ok = |status: char| (Vec::<String>::new(), status);
+    let failed = |code: &str, status: char| (vec![code.to_owned()], status);
+    assert_eq!(raw.query("BEGIN"), ok('T'));
+    assert_eq!(raw.query("SAVEPOINT a"), ok('T'));
+    assert_eq!(raw.query("SELECT * FROM missing"), failed("42P01", 'E'));
+    assert_eq!(raw.query("SELECT 1"), failed("25P02", 'E'));
+    assert_eq!(raw.query("ROLLBACK TO a"), ok('T'));
+    assert_eq!(raw.query("COMMIT"), ok('I'));
+
+    // The extended protocol: an error fails the block until ROLLBACK.
+    assert_eq!(raw.query("BEGIN"), ok('T'));
+    assert_eq!(raw.execute("UPDATE t SET v = 2 WHERE id = 1"), ok('T'));
+    assert_eq!(raw.execute("SELECT * FROM missing"), failed("42P01", 'E'));
+    assert_eq!(raw.execute("SELECT 1"), failed("25P02", 'E'));
+    assert_eq!(raw.query("COMMIT"), ok('I'));
+    assert_eq!(
+        crate::common::column(&other, "SELECT v FROM t").await,
+        vec![Some("1".into())],
+        "COMMIT of a failed block rolls back"
+    );
+
+    // A COMMIT that loses a conflict ends the block.
+    assert_eq!(raw.query("BEGIN"), ok('T'));
+    assert_eq!(raw.query("UPDATE t SET v = 3 WHERE id = 1"), ok('T'));
+    other
+        .batch_execute("UPDATE t SET v = 4 WHERE id = 1")
+        .await
+        .unwrap();
+    assert_eq!(raw.query("COMMIT"), failed("40001", 'I'));
+    assert_eq!(raw.execute("SELECT v FROM t"), ok('I'));
+
+    // An implicit block around a multi-statement query that fails.
+    assert_eq!(
+        raw.query("INSERT INTO t VALUES (5, 5); SELECT * FROM missing"),
+        failed("42P01", 'I')
+    );
+    assert_eq!(
+        crate::common::column(&other, "SELECT count(*) FROM t").await,
+        vec![Some("1".into())]
+    );
+}
