@@ -520,13 +520,17 @@ impl QueryParser for Parser {
         let count = inferred.len().max(types.len());
         let parameters = (0..count)
             .map(|i| {
-                types
-                    .get(i)
-                    .cloned()
-                    .flatten()
-                    .and_then(|t| arrow_type_of(&t))
-                    .or_else(|| inferred.get(i).cloned().flatten())
-                    .unwrap_or(DataType::Utf8)
+                let inferred = inferred.get(i).cloned().flatten();
+                match (types.get(i).cloned().flatten(), inferred) {
+                    // A numeric the statement stores or casts at a known
+                    // precision and scale is decoded at those, rounding as
+                    // PostgreSQL rounds into numeric(p, s).
+                    (Some(Type::NUMERIC), Some(decimal @ DataType::Decimal128(..))) => decimal,
+                    (declared, inferred) => declared
+                        .and_then(|t| arrow_type_of(&t))
+                        .or(inferred)
+                        .unwrap_or(DataType::Utf8),
+                }
             })
             .collect();
         Ok(Some(Prepared {

@@ -29,6 +29,8 @@ pub mod error;
 pub mod handler;
 pub mod metrics;
 mod mview;
+#[cfg(test)]
+mod numeric_wire;
 pub mod provider;
 mod relkind;
 pub mod server;

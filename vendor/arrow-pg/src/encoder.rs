@@ -12,7 +12,7 @@ use chrono::{NaiveDate, NaiveDateTime};
 use datafusion::arrow::{array::*, datatypes::*};
 use pg_interval::Interval as PgInterval;
 use pgwire::api::results::{CopyEncoder, DataRowEncoder, FieldFormat, FieldInfo};
-use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
 use pgwire::messages::data::DataRow;
 use pgwire::types::ToSqlText;
@@ -395,42 +395,17 @@ fn get_time64_nanosecond_value(arr: &Arc<dyn Array>, idx: usize) -> Option<Naive
         .value_as_time(idx)
 }
 
+// Weir: exact, through `PgNumeric` (see `numeric.rs`).
 fn get_numeric_128_value(
     arr: &Arc<dyn Array>,
     idx: usize,
-    scale: u32,
-) -> PgWireResult<Option<Decimal>> {
+    scale: i8,
+) -> Option<crate::numeric::PgNumeric> {
     if arr.is_null(idx) {
-        return Ok(None);
+        return None;
     }
-
     let array = arr.as_any().downcast_ref::<Decimal128Array>().unwrap();
-    let value = array.value(idx);
-    Decimal::try_from_i128_with_scale(value, scale)
-        .map_err(|e| {
-            let error_code = match e {
-                rust_decimal::Error::ExceedsMaximumPossibleValue => {
-                    "22003" // numeric_value_out_of_range
-                }
-                rust_decimal::Error::LessThanMinimumPossibleValue => {
-                    "22003" // numeric_value_out_of_range
-                }
-                rust_decimal::Error::ScaleExceedsMaximumPrecision(scale) => {
-                    return PgWireError::UserError(Box::new(ErrorInfo::new(
-                        "ERROR".to_string(),
-                        "22003".to_string(),
-                        format!("Scale {scale} exceeds maximum precision for numeric type"),
-                    )));
-                }
-                _ => "22003", // generic numeric_value_out_of_range
-            };
-            PgWireError::UserError(Box::new(ErrorInfo::new(
-                "ERROR".to_string(),
-                error_code.to_string(),
-                format!("Numeric value conversion failed: {e}"),
-            )))
-        })
-        .map(Some)
+    Some(crate::numeric::PgNumeric::from_i128(array.value(idx), scale))
 }
 
 pub fn encode_value<T: Encoder>(
@@ -512,7 +487,7 @@ pub fn encode_value<T: Encoder>(
         DataType::Float32 => encoder.encode_field(&get_f32_value(arr, idx), pg_field)?,
         DataType::Float64 => encoder.encode_field(&get_f64_value(arr, idx), pg_field)?,
         DataType::Decimal128(_, s) => {
-            encoder.encode_field(&get_numeric_128_value(arr, idx, *s as u32)?, pg_field)?
+            encoder.encode_field(&get_numeric_128_value(arr, idx, *s), pg_field)?
         }
         DataType::Utf8 => encoder.encode_field(&get_utf8_value(arr, idx), pg_field)?,
         DataType::Utf8View => encoder.encode_field(&get_utf8_view_value(arr, idx), pg_field)?,

@@ -528,6 +528,27 @@ impl Frontend {
         self.until_ready()
     }
 
+    /// Parse, Bind, Execute and Sync of a statement with one parameter of
+    /// type `oid`, sent as `text`.
+    fn execute_text(&mut self, sql: &str, oid: u32, text: &str) -> (Vec<String>, char) {
+        let mut parse = vec![0u8];
+        parse.extend_from_slice(sql.as_bytes());
+        parse.push(0);
+        parse.extend(1i16.to_be_bytes());
+        parse.extend(oid.to_be_bytes());
+        self.send(b'P', &parse);
+        let mut bind = vec![0u8, 0];
+        bind.extend(0i16.to_be_bytes()); // every parameter in text
+        bind.extend(1i16.to_be_bytes());
+        bind.extend((text.len() as i32).to_be_bytes());
+        bind.extend_from_slice(text.as_bytes());
+        bind.extend(0i16.to_be_bytes());
+        self.send(b'B', &bind);
+        self.send(b'E', &[0, 0, 0, 0, 0]);
+        self.send(b'S', &[]);
+        self.until_ready()
+    }
+
     /// Parse, Bind, Execute and Sync of one statement without parameters.
     fn execute(&mut self, sql: &str) -> (Vec<String>, char) {
         let mut parse = vec![0u8];
@@ -589,5 +610,125 @@ async fn ready_for_query_reports_the_transaction_status() {
     assert_eq!(
         crate::common::column(&other, "SELECT count(*) FROM t").await,
         vec![Some("1".into())]
+    );
+}
+
+/// A `numeric` in PostgreSQL's binary form, built by hand.
+#[derive(Debug, PartialEq)]
+struct RawNumeric(Vec<u8>);
+
+impl RawNumeric {
+    fn new(weight: i16, negative: bool, dscale: u16, groups: &[i16]) -> Self {
+        let mut bytes = Vec::new();
+        bytes.extend((groups.len() as i16).to_be_bytes());
+        bytes.extend(weight.to_be_bytes());
+        bytes.extend((if negative { 0x4000u16 } else { 0 }).to_be_bytes());
+        bytes.extend(dscale.to_be_bytes());
+        for g in groups {
+            bytes.extend(g.to_be_bytes());
+        }
+        RawNumeric(bytes)
+    }
+}
+
+impl tokio_postgres::types::ToSql for RawNumeric {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl<'a> tokio_postgres::types::FromSql<'a> for RawNumeric {
+    fn from_sql(
+        _ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawNumeric(raw.to_vec()))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
+#[tokio::test]
+async fn numeric_values_are_exact_in_both_formats() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE n (id INT PRIMARY KEY, x NUMERIC)")
+        .await
+        .unwrap();
+    // 12345678901234567890.123456789: 29 digits, more than rust_decimal
+    // holds (the value used to arrive as 1234567890123456789.0123456789).
+    let big = RawNumeric::new(
+        4,
+        false,
+        9,
+        &[1234, 5678, 9012, 3456, 7890, 1234, 5678, 9000],
+    );
+    client
+        .execute("INSERT INTO n VALUES (1, $1)", &[&big])
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO n VALUES (2, $1)",
+            &[&RawNumeric::new(-3, true, 12, &[1234])],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::common::column(&client, "SELECT x FROM n ORDER BY id").await,
+        vec![
+            Some("12345678901234567890.1234567890".into()),
+            Some("-0.0000000012".into()),
+        ],
+        "text form: every digit, at the column's scale"
+    );
+    let row = client
+        .query_one("SELECT x FROM n WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, RawNumeric>(0),
+        RawNumeric::new(
+            4,
+            false,
+            10,
+            &[1234, 5678, 9012, 3456, 7890, 1234, 5678, 9000]
+        ),
+        "binary form: every digit"
+    );
+    // Beyond what the column holds: 22003, not a different number.
+    let huge = RawNumeric::new(9, false, 0, &[1]);
+    let error = client
+        .execute("INSERT INTO n VALUES (3, $1)", &[&huge])
+        .await
+        .unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("22003"));
+    // Text parameters in scientific notation.
+    client
+        .batch_execute("CREATE TABLE m (id INT PRIMARY KEY, x NUMERIC(20, 12))")
+        .await
+        .unwrap();
+    let mut raw = Frontend::connect(&server);
+    assert_eq!(
+        raw.execute_text("INSERT INTO m VALUES (1, $1)", 1700, "-1.234E-9"),
+        (Vec::new(), 'I')
+    );
+    assert_eq!(
+        crate::common::column(&client, "SELECT x FROM m").await,
+        vec![Some("-0.000000001234".into())]
     );
 }

@@ -17,6 +17,8 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
 use rust_decimal::Decimal;
+
+use crate::numeric::PgNumeric;
 use rust_decimal::prelude::ToPrimitive;
 
 use super::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
@@ -49,6 +51,71 @@ pub async fn encode_dataframe(
         })
         .flatten();
     Ok(QueryResponse::new(fields, pg_row_stream))
+}
+
+/// Weir: a numeric parameter as a value of its target type, exactly or
+/// 22003.
+fn numeric_parameter(
+    value: Option<PgNumeric>,
+    target: Option<&DataType>,
+) -> PgWireResult<ScalarValue> {
+    let overflow = || {
+        PgWireError::UserError(Box::new(ErrorInfo::new(
+            "ERROR".to_owned(),
+            "22003".to_owned(),
+            "numeric field overflow".to_owned(),
+        )))
+    };
+    let integer = |v: &PgNumeric| v.to_i128(38, 0).ok_or_else(overflow);
+    Ok(match (target, value) {
+        (Some(DataType::Decimal128(p, s)), v) => ScalarValue::Decimal128(
+            v.map(|v| v.to_i128(*p, *s).ok_or_else(overflow))
+                .transpose()?,
+            *p,
+            *s,
+        ),
+        (Some(DataType::Int64), v) => ScalarValue::Int64(
+            v.map(|v| i64::try_from(integer(&v)?).map_err(|_| overflow()))
+                .transpose()?,
+        ),
+        (Some(DataType::Int32), v) => ScalarValue::Int32(
+            v.map(|v| i32::try_from(integer(&v)?).map_err(|_| overflow()))
+                .transpose()?,
+        ),
+        (Some(DataType::Int16), v) => ScalarValue::Int16(
+            v.map(|v| i16::try_from(integer(&v)?).map_err(|_| overflow()))
+                .transpose()?,
+        ),
+        (Some(DataType::UInt64), v) => ScalarValue::UInt64(
+            v.map(|v| u64::try_from(integer(&v)?).map_err(|_| overflow()))
+                .transpose()?,
+        ),
+        (Some(DataType::UInt32), v) => ScalarValue::UInt32(
+            v.map(|v| u32::try_from(integer(&v)?).map_err(|_| overflow()))
+                .transpose()?,
+        ),
+        (Some(DataType::Float64), v) => ScalarValue::Float64(v.map(|v| v.to_f64())),
+        (Some(DataType::Float32), v) => ScalarValue::Float32(v.map(|v| v.to_f64() as f32)),
+        (Some(target), _) => {
+            return Err(invalid_parameter_error(format!(
+                "Cannot coerce NUMERIC to {:?}",
+                target
+            )));
+        }
+        (None, None) => ScalarValue::Decimal128(None, 38, 0),
+        (None, Some(v)) => {
+            let (precision, scale) = v.precision_and_scale();
+            if precision > 38 {
+                return Err(overflow());
+            }
+            let precision = precision.max(scale) as u8;
+            ScalarValue::Decimal128(
+                Some(v.to_i128(precision, scale as i8).ok_or_else(overflow)?),
+                precision,
+                scale as i8,
+            )
+        }
+    })
 }
 
 fn invalid_parameter_error(msg: impl Into<String>) -> PgWireError {
@@ -644,64 +711,11 @@ where
                     }
                 }
             }
+            // Weir: exact, through `PgNumeric` (see `numeric.rs`): a value
+            // either fits its target or fails with 22003.
             Type::NUMERIC => {
-                let value = portal.parameter::<Decimal>(i, &pg_type)?;
-                match inferenced_type {
-                    Some(DataType::Decimal128(p, s)) => {
-                        deserialized_params.push(ScalarValue::Decimal128(
-                            value.map(|mut n| {
-                                n.rescale(*s as u32);
-                                n.mantissa()
-                            }),
-                            *p,
-                            *s,
-                        ));
-                    }
-                    Some(DataType::UInt64) => {
-                        deserialized_params
-                            .push(ScalarValue::UInt64(value.and_then(|n| n.to_u64())));
-                    }
-                    Some(DataType::UInt32) => {
-                        deserialized_params
-                            .push(ScalarValue::UInt32(value.and_then(|n| n.to_u32())));
-                    }
-                    Some(DataType::Int64) => {
-                        deserialized_params
-                            .push(ScalarValue::Int64(value.and_then(|n| n.to_i64())));
-                    }
-                    Some(DataType::Int32) => {
-                        deserialized_params
-                            .push(ScalarValue::Int32(value.and_then(|n| n.to_i32())));
-                    }
-                    Some(DataType::Float64) => {
-                        deserialized_params
-                            .push(ScalarValue::Float64(value.and_then(|n| n.to_f64())));
-                    }
-                    Some(DataType::Float32) => {
-                        deserialized_params
-                            .push(ScalarValue::Float32(value.and_then(|n| n.to_f32())));
-                    }
-                    Some(target) => {
-                        return Err(invalid_parameter_error(format!(
-                            "Cannot coerce NUMERIC to {:?}",
-                            target
-                        )));
-                    }
-                    None => {
-                        let scalar = match value {
-                            None => ScalarValue::Decimal128(None, 0, 0),
-                            Some(v) => {
-                                let precision = match v.mantissa() {
-                                    0 => 1,
-                                    m => (m.abs() as f64).log10().floor() as u8 + 1,
-                                };
-                                let scale = v.scale() as i8;
-                                ScalarValue::Decimal128(Some(v.mantissa()), precision, scale)
-                            }
-                        };
-                        deserialized_params.push(scalar);
-                    }
-                }
+                let value = portal.parameter::<PgNumeric>(i, &pg_type)?;
+                deserialized_params.push(numeric_parameter(value, inferenced_type)?);
             }
             Type::TIMESTAMP => {
                 let value = portal.parameter::<NaiveDateTime>(i, &pg_type)?;

@@ -1,0 +1,83 @@
+//! Tests of the vendored `arrow_pg::numeric` (a vendored crate's own tests
+//! do not run in the workspace): exact `numeric` text and binary forms.
+
+use arrow_pg::numeric::PgNumeric;
+use bytes::BytesMut;
+use pgwire::api::Type;
+use tokio_postgres::types::{FromSql, ToSql};
+
+fn round_trip(text: &str) -> PgNumeric {
+    let value = PgNumeric::parse(text).unwrap();
+    let mut out = BytesMut::new();
+    value.to_sql(&Type::NUMERIC, &mut out).unwrap();
+    let back = PgNumeric::from_sql(&Type::NUMERIC, &out).unwrap();
+    assert_eq!(back, value, "{text}");
+    back
+}
+
+#[test]
+fn binary_form_keeps_every_digit() {
+    for text in [
+        "0",
+        "0.00",
+        "1",
+        "-1",
+        "123.45",
+        "10000",
+        "0.0001",
+        "-0.000123",
+        "12345678901234567890.123456789",
+        "99999999999999999999999999999999999999",
+        "1.5000",
+    ] {
+        assert_eq!(round_trip(text).to_text(), text);
+    }
+}
+
+#[test]
+fn binary_form_matches_postgres() {
+    // 12345.678 in PostgreSQL: ndigits 3, weight 1, +, dscale 3,
+    // groups 1, 2345, 6780.
+    let mut out = BytesMut::new();
+    PgNumeric::parse("12345.678")
+        .unwrap()
+        .to_sql(&Type::NUMERIC, &mut out)
+        .unwrap();
+    let expected: Vec<u8> = [3i16, 1, 0, 3, 1, 2345, 6780]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
+    assert_eq!(&out[..], &expected[..]);
+}
+
+#[test]
+fn text_input_takes_exponents() {
+    assert_eq!(
+        PgNumeric::parse("-1.234E-9").unwrap().to_text(),
+        "-0.000000001234"
+    );
+    assert_eq!(PgNumeric::parse("1.5e3").unwrap().to_text(), "1500");
+    assert_eq!(PgNumeric::parse(".5").unwrap().to_text(), "0.5");
+    assert!(PgNumeric::parse("1.2.3").is_err());
+    assert!(PgNumeric::parse("").is_err());
+    assert!(PgNumeric::parse("abc").is_err());
+}
+
+#[test]
+fn decimals_round_half_away_from_zero_or_refuse() {
+    let n = |t: &str| PgNumeric::parse(t).unwrap();
+    assert_eq!(n("1.005").to_i128(10, 2), Some(101));
+    assert_eq!(n("-1.005").to_i128(10, 2), Some(-101));
+    assert_eq!(n("1.004").to_i128(10, 2), Some(100));
+    assert_eq!(n("2.5").to_i128(10, 0), Some(3));
+    assert_eq!(n("999.995").to_i128(5, 2), None);
+    assert_eq!(
+        n("12345678901234567890.123456789").to_i128(38, 10),
+        Some(123456789012345678901234567890)
+    );
+    assert_eq!(n("1234567890123456789012345678901").to_i128(38, 10), None);
+    assert_eq!(PgNumeric::from_i128(-12345, 3).to_text(), "-12.345");
+    assert_eq!(PgNumeric::from_i128(5, 3).to_text(), "0.005");
+    assert_eq!(PgNumeric::from_i128(5, -2).to_text(), "500");
+    assert_eq!(PgNumeric::from_i128(0, 2).to_text(), "0.00");
+}
