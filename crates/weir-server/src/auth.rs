@@ -3,6 +3,7 @@
 //! connection needs.
 
 use std::fmt::Debug;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,8 +26,13 @@ use crate::session::PG_VERSION;
 /// How clients authenticate.
 #[derive(Debug, Clone)]
 pub enum Auth {
-    /// Anyone may connect as anyone.
-    Trust,
+    /// No password: clients connect as anyone, from loopback only unless
+    /// `remote` (like PostgreSQL's default access rules, which trust local
+    /// connections and refuse others).
+    Trust {
+        /// Trust clients on other hosts too (`--trust-remote-clients`).
+        remote: bool,
+    },
     /// SCRAM-SHA-256 with one user and password.
     Password {
         /// The user name.
@@ -39,8 +45,9 @@ pub enum Auth {
 /// The startup handler for `auth`.
 pub(crate) fn startup_handler(auth: &Auth, connections: &Arc<ConnectionManager>) -> Startup {
     match auth {
-        Auth::Trust => Startup::Trust(TrustStartup {
+        Auth::Trust { remote } => Startup::Trust(TrustStartup {
             connections: connections.clone(),
+            remote: *remote,
         }),
         Auth::Password { user, password } => {
             let source = Arc::new(PasswordSource {
@@ -67,6 +74,26 @@ fn server_parameters() -> DefaultServerParameterProvider {
 /// Startup without a password.
 pub(crate) struct TrustStartup {
     connections: Arc<ConnectionManager>,
+    remote: bool,
+}
+
+/// Whether a client at `peer` may connect without a password.
+pub fn trusted(peer: IpAddr, remote: bool) -> bool {
+    remote || peer.to_canonical().is_loopback()
+}
+
+/// The error of a client that may not connect without a password
+/// (PostgreSQL's 28000, which ends the connection).
+fn refused(peer: IpAddr) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".into(),
+        "28000".into(),
+        format!(
+            "connection from host \"{peer}\" refused: without a password Weir accepts \
+             only loopback clients; start the server with --password, or with \
+             --trust-remote-clients to trust every client"
+        ),
+    )))
 }
 
 /// The startup handler of a connection.
@@ -91,6 +118,11 @@ impl StartupHandler for Startup {
             Startup::Scram(handler) => handler.on_startup(client, message).await,
             Startup::Trust(trust) => {
                 if let PgWireFrontendMessage::Startup(ref startup) = message {
+                    let peer = client.socket_addr().ip();
+                    if !trusted(peer, trust.remote) {
+                        tracing::warn!(%peer, "refused a client from another host: no password is set");
+                        return Err(refused(peer));
+                    }
                     protocol_negotiation(client, startup).await?;
                     save_startup_parameters_to_metadata(client, startup);
                     let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
@@ -132,5 +164,23 @@ impl AuthSource for PasswordSource {
         let salt = random_nonce().into_bytes();
         let hash = gen_salted_password(&self.password, &salt, 4096);
         Ok(Password::new(Some(salt), hash))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_password_only_loopback_is_trusted() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(trusted(ip("127.0.0.1"), false));
+        assert!(trusted(ip("127.8.9.1"), false));
+        assert!(trusted(ip("::1"), false));
+        assert!(trusted(ip("::ffff:127.0.0.1"), false));
+        assert!(!trusted(ip("10.0.0.5"), false));
+        assert!(!trusted(ip("::ffff:192.168.1.2"), false));
+        assert!(!trusted(ip("2001:db8::1"), false));
+        assert!(trusted(ip("10.0.0.5"), true));
     }
 }

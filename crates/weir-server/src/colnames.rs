@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
-    DataType as SqlType, Expr, Query, SelectItem, SetExpr, Statement,
+    DataType as SqlType, Expr, Ident, Query, SelectItem, SetExpr, Statement,
 };
 
 /// `schema` with PostgreSQL's column names for `statement`'s output, where
@@ -64,6 +64,52 @@ fn query_names(query: &Query) -> Option<Vec<String>> {
                     .collect();
             }
             _ => return None,
+        }
+    }
+}
+
+/// `statement` with an alias on each computed select-list item whose
+/// PostgreSQL name another item of the same list shares (`SELECT 1, 1`,
+/// `SELECT f(a), f(b)`): PostgreSQL allows equal column names, DataFusion
+/// wants its own names unique. The clients still see PostgreSQL's names
+/// ([`wire_schema`] works from the statement as written).
+pub fn disambiguate(statement: &Statement) -> Statement {
+    let mut statement = statement.clone();
+    if let Statement::Query(query) = &mut statement {
+        disambiguate_query(query);
+    }
+    statement
+}
+
+fn disambiguate_query(query: &mut Query) {
+    let mut bodies = vec![query.body.as_mut()];
+    while let Some(body) = bodies.pop() {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => {
+                bodies.push(left.as_mut());
+                bodies.push(right.as_mut());
+            }
+            SetExpr::Query(inner) => disambiguate_query(inner),
+            SetExpr::Select(select) => {
+                let computed = |item: &SelectItem| match item {
+                    SelectItem::UnnamedExpr(expr) => {
+                        Some(figure(expr).unwrap_or_else(|| "?column?".to_owned()))
+                    }
+                    _ => None,
+                };
+                let names: Vec<Option<String>> = select.projection.iter().map(computed).collect();
+                for (i, item) in select.projection.iter_mut().enumerate() {
+                    let Some(name) = &names[i] else { continue };
+                    let shared = names.iter().filter(|n| n.as_ref() == Some(name)).count() > 1;
+                    if let (true, SelectItem::UnnamedExpr(expr)) = (shared, &*item) {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: expr.clone(),
+                            alias: Ident::with_quote('"', format!("{name}_{}", i + 1)),
+                        };
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -144,5 +190,22 @@ mod tests {
         );
         assert_eq!(names("SELECT (SELECT max(v) FROM t)").unwrap(), vec!["max"]);
         assert_eq!(names("SELECT \"Mixed\" FROM t").unwrap(), vec!["Mixed"]);
+    }
+
+    #[test]
+    fn equal_names_get_aliases_for_the_planner_only() {
+        let statements = weir_sql::parse("SELECT 1, 1, a, a, count(*), f(x), f(y) FROM t").unwrap();
+        let weir_sql::WeirStatement::Sql(statement) = &statements[0] else {
+            panic!()
+        };
+        assert_eq!(
+            disambiguate(statement).to_string(),
+            "SELECT 1 AS \"?column?_1\", 1 AS \"?column?_2\", a AS \"a_3\", a AS \"a_4\", count(*), \
+             f(x) AS \"f_6\", f(y) AS \"f_7\" FROM t"
+        );
+        assert_eq!(
+            output_names(statement).unwrap(),
+            vec!["?column?", "?column?", "a", "a", "count", "f", "f"]
+        );
     }
 }

@@ -124,9 +124,9 @@ async fn lock_session<'a, C: ClientInfo>(
             .get("user")
             .cloned()
             .unwrap_or_else(|| "weir".into());
-        let mut session = Session::new(shared.db.clone(), shared.runtime.clone(), user)?;
+        let session = Session::new(shared.db.clone(), shared.runtime.clone(), user)?;
         if let Some(name) = client.metadata().get("application_name") {
-            session.settings.set("application_name", name)?;
+            session.settings.lock().set("application_name", name)?;
         }
         *guard = Some(session);
     }
@@ -281,13 +281,51 @@ impl Connection {
         {
             return Err(control::in_failed_block());
         }
+        let timeout = session.settings.lock().timeout("statement_timeout");
         session.statement_running = true;
-        let result = guarded(self.run_unguarded(session, statement, params)).await;
+        let work = guarded(self.run_unguarded(session, statement, params));
+        let result = match timeout {
+            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                Err(WeirError::new(
+                    SqlState::QUERY_CANCELED,
+                    "canceling statement due to statement timeout",
+                ))
+            }),
+            None => work.await,
+        };
         session.statement_running = false;
         if result.is_err() {
             session.fail_transaction();
         }
+        session.statements_run += 1;
+        self.watch_idle_block(session);
         result
+    }
+
+    /// With `idle_in_transaction_session_timeout` set and a block open:
+    /// if the session runs nothing more within the timeout, its block is
+    /// rolled back (what it held is freed at once) and the connection is
+    /// ended at its next message.
+    fn watch_idle_block(&self, session: &Session) {
+        let limit = session
+            .settings
+            .lock()
+            .timeout("idle_in_transaction_session_timeout");
+        let (Some(limit), true) = (limit, session.transaction.is_some()) else {
+            return;
+        };
+        let slot = self.session.clone();
+        let seen = session.statements_run;
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            let mut guard = slot.lock().await;
+            if let Some(session) = guard.as_mut() {
+                if session.statements_run == seen && session.transaction.is_some() {
+                    session.close_block(false);
+                    session.timed_out_idle = true;
+                }
+            }
+        });
     }
 
     async fn run_unguarded(
@@ -396,6 +434,7 @@ impl SimpleQueryHandler for Connection {
     {
         let options = format_options(client);
         let mut session = self.session(client).await?;
+        check_alive(&session)?;
         let statements = match weir_sql::parse(query) {
             Ok(statements) => statements,
             Err(error) => {
@@ -412,7 +451,8 @@ impl SimpleQueryHandler for Connection {
             && session.transaction.is_none()
             && statements.iter().all(statement::fits_implicit_block);
         if implicit {
-            session.transaction = Some(Transaction::new(session.db.committed(), false, true));
+            let block = Transaction::new(session.db.committed(), false, true);
+            session.open_block(block);
         }
         let mut responses = Vec::with_capacity(statements.len());
         let mut failed = false;
@@ -442,13 +482,28 @@ impl SimpleQueryHandler for Connection {
         }
         if implicit && !failed {
             if let Some(block) = session.transaction.take() {
-                if let Err(e) = block.commit(&session.db).await {
+                let result = block.commit(&session.db).await;
+                session.settings.lock().end_block(result.is_ok());
+                if let Err(e) = result {
                     responses.push(error_response(e));
                 }
             }
         }
         Ok(responses)
     }
+}
+
+/// FATAL 25P03 (the connection closes) once the idle-in-transaction
+/// timeout ended the session.
+fn check_alive(session: &Session) -> PgWireResult<()> {
+    if session.timed_out_idle {
+        return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+            "FATAL".into(),
+            "25P03".into(),
+            "terminating connection due to idle-in-transaction timeout".into(),
+        ))));
+    }
+    Ok(())
 }
 
 fn error_response(error: WeirError) -> Response {
@@ -500,6 +555,7 @@ impl QueryParser for Parser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let mut session = lock_session(&self.session, &self.shared, client).await?;
+        check_alive(&session)?;
         let parsed = parse_one(sql);
         let described = match parsed {
             Ok(Some(statement)) => describe(&mut session, &statement)
@@ -618,9 +674,11 @@ async fn describe(
             let schema = Schema::new(vec![Field::new("QUERY PLAN", DataType::Utf8, false)]);
             return Ok((types, Some(Arc::new(schema))));
         }
-        Statement::Query(_) | Statement::Explain { .. } => {
-            Some(session.plan(sql.as_ref().clone(), &None).await?)
-        }
+        Statement::Query(_) | Statement::Explain { .. } => Some(
+            session
+                .plan(crate::colnames::disambiguate(sql), &None)
+                .await?,
+        ),
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let (hints, plan) = dml::describe(session, sql).await?;
             for (n, t) in hints {
@@ -716,6 +774,7 @@ impl ExtendedQueryHandler for Connection {
         };
         let options = format_options(client);
         let mut session = self.session(client).await?;
+        check_alive(&session)?;
         let result = self
             .run_reporting(client, &mut session, statement, &params)
             .await?;

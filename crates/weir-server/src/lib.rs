@@ -26,6 +26,7 @@ pub mod database;
 mod ddl;
 mod dml;
 pub mod error;
+mod functions;
 pub mod handler;
 pub mod metrics;
 mod mview;

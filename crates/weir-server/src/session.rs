@@ -23,7 +23,7 @@ use crate::catalog::{DATABASE, SCHEMA};
 use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::provider::{PinnedSnapshot, PublicSchema};
-use crate::settings::Settings;
+use crate::settings::{Settings, SharedSettings};
 use crate::transaction::Transaction;
 
 /// The PostgreSQL version Weir reports; clients pick features by it.
@@ -105,8 +105,10 @@ pub struct Session {
     pub ctx: SessionContext,
     /// The snapshot statements plan against.
     pub pinned: Arc<PinnedSnapshot>,
-    /// `SET` variables.
-    pub settings: Settings,
+    /// `SET` variables, shared with `current_setting` and `set_config`.
+    pub settings: SharedSettings,
+    /// Unique among the server's sessions (the owner of advisory locks).
+    pub id: u64,
     /// The open transaction block, if any.
     pub transaction: Option<Transaction>,
     /// The user name from the startup packet.
@@ -117,6 +119,11 @@ pub struct Session {
     /// A statement started and has not finished: if it stays set, the
     /// statement was canceled half-way (see [`Session::settle_canceled`]).
     pub statement_running: bool,
+    /// Statements run so far (the idle-in-transaction watchdog compares).
+    pub statements_run: u64,
+    /// The session was ended by `idle_in_transaction_session_timeout`:
+    /// the next message gets FATAL 25P03 and the connection closes.
+    pub timed_out_idle: bool,
     /// While a statement runs: NOTICEs sent to the client at once (progress).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -173,15 +180,22 @@ impl Session {
     pub fn new(db: Arc<Database>, runtime: Arc<RuntimeEnv>, user: String) -> WeirResult<Self> {
         let pinned = Arc::new(PinnedSnapshot::new(db.committed()));
         let ctx = session_context(runtime, pinned.clone(), Some(db.clone()), &user)?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let settings: SharedSettings = Arc::new(parking_lot::Mutex::new(Settings::new(&user)));
+        crate::functions::register(&ctx, settings.clone(), db.advisory_locks.clone(), id);
         Ok(Session {
             db,
             ctx,
             pinned,
-            settings: Settings::new(&user),
+            id,
+            settings,
             transaction: None,
             user,
             notices: Vec::new(),
             statement_running: false,
+            statements_run: 0,
+            timed_out_idle: false,
             progress: None,
         })
     }
@@ -223,11 +237,26 @@ impl Session {
         }
     }
 
+    /// Opens a transaction block.
+    pub fn open_block(&mut self, block: Transaction) {
+        self.settings.lock().begin_block();
+        self.transaction = Some(block);
+    }
+
+    /// Takes the open block out to end it; `committed` says how it ends,
+    /// for the settings it changed.
+    pub fn close_block(&mut self, committed: bool) -> Option<Transaction> {
+        self.settings.lock().end_block(committed);
+        self.transaction.take()
+    }
+
     /// Marks the open block failed after a statement error; a block the
     /// server opened around a multi-statement query is rolled back.
     pub fn fail_transaction(&mut self) {
         match &mut self.transaction {
-            Some(block) if block.is_implicit() => self.transaction = None,
+            Some(block) if block.is_implicit() => {
+                self.close_block(false);
+            }
             Some(block) => block.fail(),
             None => {}
         }
@@ -277,6 +306,12 @@ impl Session {
             batches.push(batch);
         }
         Ok((schema, batches))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.db.advisory_locks.unlock_all(self.id);
     }
 }
 

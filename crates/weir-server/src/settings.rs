@@ -4,7 +4,10 @@
 //! drivers work; the ones that change how values are written out (DateStyle,
 //! TimeZone) accept only the values Weir actually produces.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::PG_VERSION;
@@ -63,11 +66,53 @@ const READ_ONLY: &[&str] = &[
     "lc_messages",
 ];
 
+/// Parameters that hold a duration (milliseconds unless a unit is given;
+/// 0 turns them off).
+const DURATIONS: &[&str] = &[
+    "statement_timeout",
+    "idle_in_transaction_session_timeout",
+    "lock_timeout",
+];
+
+/// A duration as PostgreSQL reads these parameters: `250`, `250ms`,
+/// `5s`, `2min`, `1h`, `1d` (a bare number is milliseconds).
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let millis = match unit.trim() {
+        "" | "ms" => 1.0,
+        "s" => 1e3,
+        "min" => 60e3,
+        "h" => 3600e3,
+        "d" => 86400e3,
+        _ => return None,
+    };
+    let millis = number * millis;
+    (0.0..1e15).contains(&millis)
+        .then(|| std::time::Duration::from_secs_f64(millis / 1e3))
+}
+
 /// The values of one session's parameters.
+///
+/// As in PostgreSQL, settings are transactional: a transaction block that
+/// rolls back restores every parameter it changed, and one that commits
+/// restores those it changed with `SET LOCAL`.
 #[derive(Debug, Clone)]
 pub struct Settings {
     values: BTreeMap<String, String>,
+    /// Inside a block: the values at its start.
+    at_block_start: Option<BTreeMap<String, String>>,
+    /// Inside a block: the parameters it changed with `SET LOCAL`.
+    local: BTreeSet<String>,
 }
+
+/// One session's settings, shared with the functions that read and set
+/// them (`current_setting`, `set_config`).
+pub type SharedSettings = Arc<Mutex<Settings>>;
 
 impl Settings {
     /// Defaults for a session of `user`.
@@ -78,7 +123,49 @@ impl Settings {
             .collect();
         values.insert("server_version".into(), PG_VERSION.into());
         values.insert("session_authorization".into(), user.into());
-        Settings { values }
+        Settings {
+            values,
+            at_block_start: None,
+            local: BTreeSet::new(),
+        }
+    }
+
+    /// A transaction block starts.
+    pub fn begin_block(&mut self) {
+        self.at_block_start = Some(self.values.clone());
+        self.local.clear();
+    }
+
+    /// The block ends: a rollback restores every parameter, a commit the
+    /// ones set with `SET LOCAL`.
+    pub fn end_block(&mut self, committed: bool) {
+        let Some(start) = self.at_block_start.take() else {
+            return;
+        };
+        if committed {
+            for name in std::mem::take(&mut self.local) {
+                if let Some(value) = start.get(&name) {
+                    self.values.insert(name, value.clone());
+                }
+            }
+        } else {
+            self.values = start;
+            self.local.clear();
+        }
+    }
+
+    /// `SET LOCAL`: sets `name` until the block ends. Outside a block it
+    /// does nothing and returns false (PostgreSQL warns).
+    pub fn set_local(&mut self, name: &str, value: &str) -> WeirResult<bool> {
+        if self.at_block_start.is_none() {
+            // Still check the name and value.
+            let mut probe = self.clone();
+            probe.set(name, value)?;
+            return Ok(false);
+        }
+        self.set(name, value)?;
+        self.local.insert(name.to_ascii_lowercase());
+        Ok(true)
     }
 
     /// The value of `name`, or 42704 if there is no such parameter.
@@ -101,6 +188,12 @@ impl Settings {
         if !self.values.contains_key(&key) {
             return Err(unknown(name));
         }
+        if DURATIONS.contains(&key.as_str()) && parse_duration(value).is_none() {
+            return Err(WeirError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid value for parameter \"{name}\": \"{value}\""),
+            ));
+        }
         if let Some((_, allowed)) = FIXED.iter().find(|(k, _)| *k == key) {
             if !allowed.contains(&value.to_ascii_lowercase().as_str()) {
                 return Err(WeirError::new(
@@ -122,6 +215,12 @@ impl Settings {
             .ok_or_else(|| unknown(name))?;
         self.values.insert(key, default.1.to_owned());
         Ok(())
+    }
+
+    /// The duration parameter `name`, if it is set to more than zero.
+    pub fn timeout(&self, name: &str) -> Option<std::time::Duration> {
+        let value = self.values.get(name)?;
+        parse_duration(value).filter(|d| !d.is_zero())
     }
 
     /// Every parameter and its value, by name.
@@ -155,5 +254,42 @@ mod tests {
             "22023"
         );
         s.set("TimeZone", "UTC").unwrap();
+    }
+
+    #[test]
+    fn durations_read_as_postgres_reads_them() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2 min"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("5 parsecs"), None);
+        let mut s = Settings::new("weir");
+        assert_eq!(s.timeout("statement_timeout"), None);
+        s.set("statement_timeout", "100ms").unwrap();
+        assert_eq!(
+            s.timeout("statement_timeout"),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(s.set("statement_timeout", "x").unwrap_err().code.0, "22023");
+    }
+
+    #[test]
+    fn blocks_restore_what_they_changed() {
+        let mut s = Settings::new("weir");
+        s.begin_block();
+        s.set("application_name", "kept").unwrap();
+        assert!(s.set_local("search_path", "x").unwrap());
+        assert_eq!(s.get("search_path").unwrap(), "x");
+        s.end_block(true);
+        assert_eq!(s.get("application_name").unwrap(), "kept");
+        assert_eq!(s.get("search_path").unwrap(), "\"$user\", public");
+        s.begin_block();
+        s.set("application_name", "undone").unwrap();
+        s.end_block(false);
+        assert_eq!(s.get("application_name").unwrap(), "kept");
+        assert!(!s.set_local("application_name", "outside").unwrap());
+        assert_eq!(s.get("application_name").unwrap(), "kept");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Set, Statement, Value};
+use datafusion::sql::sqlparser::ast::{ContextModifier, Expr as SqlExpr, Set, Statement, Value};
 use weir_sql::WeirStatement;
 
 use crate::catalog::ObjectKind;
@@ -73,7 +73,9 @@ pub async fn execute(
         }
         Statement::Query(_) | Statement::Explain { .. } => {
             session.pin_for_read();
-            let plan = session.plan(statement.clone(), params).await?;
+            let plan = session
+                .plan(crate::colnames::disambiguate(statement), params)
+                .await?;
             let (schema, batches) = session.collect(plan).await?;
             let schema = crate::colnames::wire_schema(statement, schema);
             Ok(Output::Rows { schema, batches })
@@ -179,6 +181,7 @@ fn show(
         "all" => {
             let (names, values): (Vec<String>, Vec<String>) = session
                 .settings
+                .lock()
                 .all()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .unzip();
@@ -193,7 +196,8 @@ fn show(
             .to_string(),
         "objects_written" => counters.objects.load(Ordering::Relaxed).to_string(),
         "bytes_written" => counters.bytes.load(Ordering::Relaxed).to_string(),
-        other => session.settings.get(other)?.to_owned(),
+        "time zone" => session.settings.lock().get("timezone")?.to_owned(),
+        other => session.settings.lock().get(other)?.to_owned(),
     };
     Output::text_columns(&[&name.replace(' ', "_")], vec![vec![value]])
 }
@@ -215,34 +219,47 @@ fn setting_text(values: &[SqlExpr]) -> String {
 }
 
 fn set_variable(session: &mut Session, set: &Set) -> WeirResult<Output> {
-    match set {
+    let (name, value, local) = match set {
         Set::SingleAssignment {
-            variable, values, ..
-        } => {
-            let name = variable.to_string();
-            let value = setting_text(values);
-            if value.eq_ignore_ascii_case("default") {
-                session.settings.reset(&name)?;
-            } else {
-                session.settings.set(&name, &value)?;
-            }
-        }
-        Set::SetTimeZone { value, .. } => {
-            session
-                .settings
-                .set("timezone", &setting_text(std::slice::from_ref(value)))?;
-        }
-        Set::SetNames { charset_name, .. } => {
-            session
-                .settings
-                .set("client_encoding", &charset_name.to_string())?;
-        }
-        // Transaction characteristics and session authorization are
-        // accepted: Weir has one isolation level and one user model.
-        Set::SetTransaction { .. } | Set::SetSessionParam(_) | Set::SetRole { .. } => {}
+            variable,
+            values,
+            scope,
+            ..
+        } => (
+            variable.to_string(),
+            setting_text(values),
+            matches!(scope, Some(ContextModifier::Local)),
+        ),
+        Set::SetTimeZone { value, local } => (
+            "timezone".to_owned(),
+            setting_text(std::slice::from_ref(value)),
+            *local,
+        ),
+        Set::SetNames { charset_name, .. } => (
+            "client_encoding".to_owned(),
+            charset_name.to_string(),
+            false,
+        ),
+        // Session authorization and roles are accepted: Weir has one user
+        // model. (`SET TRANSACTION` is `transaction::control`'s.)
+        Set::SetSessionParam(_) | Set::SetRole { .. } => return Ok(Output::command("SET")),
         other => {
             return Err(WeirError::unsupported(format!("SET form: {other}")));
         }
+    };
+    let mut settings = session.settings.lock();
+    if value.eq_ignore_ascii_case("default") {
+        settings.reset(&name)?;
+    } else if local {
+        if !settings.set_local(&name, &value)? {
+            drop(settings);
+            session.warning(
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "SET LOCAL can only be used in transaction blocks",
+            );
+        }
+    } else {
+        settings.set(&name, &value)?;
     }
     Ok(Output::command("SET"))
 }

@@ -106,6 +106,10 @@ pub struct ServeArgs {
     /// PEM private key for TLS (with --tls-cert).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Without --password, accept clients from other hosts too (by
+    /// default only loopback clients may connect without a password).
+    #[arg(long)]
+    pub trust_remote_clients: bool,
     /// The user name clients log in as when a password is set.
     #[arg(long, default_value = "weir")]
     pub user: String,
@@ -146,11 +150,19 @@ impl Config {
             },
             _ => {
                 if !listen.ip().is_loopback() {
-                    tracing::warn!(
-                        "listening on {listen} without a password: anyone who can reach it may connect; set --password"
-                    );
+                    if args.trust_remote_clients {
+                        tracing::warn!(
+                            "listening on {listen} without a password and trusting remote clients: anyone who can reach it may connect"
+                        );
+                    } else {
+                        tracing::info!(
+                            "listening on {listen} without a password: clients from other hosts are refused (set --password, or --trust-remote-clients)"
+                        );
+                    }
                 }
-                Auth::Trust
+                Auth::Trust {
+                    remote: args.trust_remote_clients,
+                }
             }
         };
         let workers = match (args.workers, args.cluster.is_empty()) {

@@ -163,6 +163,8 @@ pub struct Database {
     config: DatabaseConfig,
     /// What the commit path has done.
     pub counters: CommitCounters,
+    /// Session-scoped advisory locks (`pg_advisory_lock`).
+    pub advisory_locks: Arc<crate::functions::AdvisoryLocks>,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,
     last_manifest: RwLock<Option<Arc<Manifest>>>,
     /// The working state's open epoch, readable without its lock.

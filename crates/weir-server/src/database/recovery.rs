@@ -85,6 +85,7 @@ impl Database {
             last_commit_error: std::sync::Mutex::new(None),
             config,
             counters: CommitCounters::default(),
+            advisory_locks: Default::default(),
             history: std::sync::Mutex::new(VecDeque::new()),
             last_manifest: RwLock::new(last_manifest),
             open_epoch: AtomicU64::new(epoch + 1),

@@ -92,13 +92,15 @@ fn begin(session: &mut Session, read_only: Option<bool>) -> Output {
     } else {
         let default_read_only = session
             .settings
+            .lock()
             .get("default_transaction_read_only")
             .is_ok_and(|v| v == "on");
-        session.transaction = Some(Transaction::new(
+        let block = Transaction::new(
             session.db.committed(),
             read_only.unwrap_or(default_read_only),
             false,
-        ));
+        );
+        session.open_block(block);
     }
     Output::TransactionStart
 }
@@ -112,12 +114,16 @@ async fn commit(session: &mut Session, chain: bool) -> WeirResult<Output> {
         return Ok(Output::TransactionEnd("COMMIT"));
     };
     let read_only = block.read_only;
-    let tag = if block.is_failed() {
-        "ROLLBACK"
+    let result = if block.is_failed() {
+        Ok("ROLLBACK")
     } else {
-        block.commit(&session.db).await?;
-        "COMMIT"
+        block.commit(&session.db).await.map(|()| "COMMIT")
     };
+    session
+        .settings
+        .lock()
+        .end_block(matches!(result, Ok("COMMIT")));
+    let tag = result?;
     if chain {
         begin(session, Some(read_only));
     }
@@ -125,7 +131,7 @@ async fn commit(session: &mut Session, chain: bool) -> WeirResult<Output> {
 }
 
 fn rollback(session: &mut Session, chain: bool) -> Output {
-    match session.transaction.take() {
+    match session.close_block(false) {
         Some(block) if chain => {
             begin(session, Some(block.read_only));
         }

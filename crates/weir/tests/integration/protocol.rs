@@ -732,3 +732,114 @@ async fn numeric_values_are_exact_in_both_formats() {
         vec![Some("-0.000000001234".into())]
     );
 }
+
+#[tokio::test]
+async fn advisory_locks_wait_and_go_with_their_session() {
+    let server = TestServer::start().await;
+    let (holder, holder_connection) = tokio_postgres::connect(&server.conn_string(), NoTls)
+        .await
+        .unwrap();
+    let holder_task = tokio::spawn(holder_connection);
+    holder
+        .batch_execute("SELECT pg_advisory_lock(5)")
+        .await
+        .unwrap();
+    let waiter = server.client().await;
+    let wait = tokio::spawn(async move {
+        waiter
+            .batch_execute("SELECT pg_advisory_lock(5)")
+            .await
+            .map(|_| waiter)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!wait.is_finished(), "the lock is held by another session");
+    // The holder's connection ends: its locks go with its session.
+    drop(holder);
+    holder_task.await.unwrap().unwrap();
+    let waiter = tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+        .await
+        .expect("the waiter gets the lock once the holder is gone")
+        .unwrap()
+        .unwrap();
+    let third = server.client().await;
+    assert_eq!(
+        crate::common::column(&third, "SELECT pg_try_advisory_lock(5)").await,
+        vec![Some("f".into())]
+    );
+    waiter
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::common::column(&third, "SELECT pg_try_advisory_lock(5)").await,
+        vec![Some("t".into())]
+    );
+    // pg_sleep holds no thread and stops when canceled.
+    let cancel = third.cancel_token();
+    let started = std::time::Instant::now();
+    let sleeper = tokio::spawn(async move { third.batch_execute("SELECT pg_sleep(600)").await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    cancel.cancel_query(NoTls).await.unwrap();
+    let error = sleeper.await.unwrap().unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("57014"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn timeouts_protect_the_server() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (x INT); SET statement_timeout = '200ms'")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(sqlstate(&client, "SELECT pg_sleep(30)").await, "57014");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    client
+        .batch_execute("SET statement_timeout = 0; SELECT pg_sleep(0.3)")
+        .await
+        .unwrap();
+    assert_eq!(
+        sqlstate(&client, "SET statement_timeout = 'soon'").await,
+        "22023"
+    );
+
+    // A block left idle past idle_in_transaction_session_timeout is rolled
+    // back and its connection ended.
+    client
+        .batch_execute("SET idle_in_transaction_session_timeout = '200ms'")
+        .await
+        .unwrap();
+    client
+        .batch_execute("BEGIN; INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let error = client.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("25P03"), "{error}");
+    assert!(client.is_closed() || client.batch_execute("SELECT 1").await.is_err());
+    let other = server.client().await;
+    assert_eq!(
+        crate::common::column(&other, "SELECT count(*) FROM t").await,
+        vec![Some("0".into())],
+        "the idle block's write is gone"
+    );
+    // A block that keeps working is not ended.
+    other
+        .batch_execute("SET idle_in_transaction_session_timeout = '300ms'; BEGIN")
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        other
+            .batch_execute("INSERT INTO t VALUES (2)")
+            .await
+            .unwrap();
+    }
+    other.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        crate::common::column(&other, "SELECT count(*) FROM t").await,
+        vec![Some("5".into())]
+    );
+}

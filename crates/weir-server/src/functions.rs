@@ -1,0 +1,487 @@
+//! Functions drivers and connection pools call that need a session:
+//! `current_setting`, `set_config`, `pg_typeof`, `pg_sleep` and the
+//! session-scoped advisory locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
+use datafusion::common::{exec_err, DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    TypeSignature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+use tokio::sync::Notify;
+
+use crate::error::{SqlState, WeirError};
+use crate::settings::SharedSettings;
+use crate::types::pg_type_name;
+
+/// Registers the session's functions in `ctx`; `session` is the session's
+/// id (the owner of its advisory locks).
+pub fn register(
+    ctx: &SessionContext,
+    settings: SharedSettings,
+    locks: Arc<AdvisoryLocks>,
+    session: u64,
+) {
+    ctx.register_udf(current_setting(settings.clone()));
+    ctx.register_udf(set_config(settings));
+    ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof::new()));
+    ctx.register_udf(AsyncScalarUDF::new(Arc::new(PgSleep::new())).into_scalar_udf());
+    ctx.register_udf(
+        AsyncScalarUDF::new(Arc::new(AdvisoryLock::new(locks.clone(), session))).into_scalar_udf(),
+    );
+    ctx.register_udf(try_advisory_lock(locks.clone(), session));
+    ctx.register_udf(advisory_unlock(locks.clone(), session));
+    ctx.register_udf(advisory_unlock_all(locks, session));
+}
+
+/// The first argument as a string array of `rows` values.
+fn strings(args: &[ColumnarValue], i: usize, rows: usize) -> Result<ArrayRef> {
+    let array = args[i].to_array(rows)?;
+    Ok(datafusion::arrow::compute::cast(&array, &DataType::Utf8)?)
+}
+
+/// `current_setting(name [, missing_ok])`.
+fn current_setting(settings: SharedSettings) -> ScalarUDF {
+    let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+        let rows = rows_of(args);
+        let names = strings(args, 0, rows)?;
+        let names = names.as_string::<i32>();
+        let missing_ok = match args.get(1) {
+            Some(flag) => Some(flag.to_array(rows)?),
+            None => None,
+        };
+        let settings = settings.lock();
+        let mut out = Vec::with_capacity(rows);
+        for row in 0..rows {
+            if names.is_null(row) {
+                out.push(None);
+                continue;
+            }
+            match settings.get(names.value(row)) {
+                Ok(value) => out.push(Some(value.to_owned())),
+                Err(_)
+                    if missing_ok
+                        .as_ref()
+                        .is_some_and(|m| m.as_boolean().value(row)) =>
+                {
+                    out.push(None)
+                }
+                Err(e) => return Err(DataFusionError::External(Box::new(e))),
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    };
+    let signature = Signature::one_of(
+        vec![
+            TypeSignature::Exact(vec![DataType::Utf8]),
+            TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+        ],
+        Volatility::Volatile,
+    );
+    udf("current_setting", signature, DataType::Utf8, function)
+}
+
+/// `set_config(name, value, is_local)`: sets a parameter and returns its
+/// new value.
+fn set_config(settings: SharedSettings) -> ScalarUDF {
+    let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+        let rows = rows_of(args);
+        let names = strings(args, 0, rows)?;
+        let values = strings(args, 1, rows)?;
+        let local = args[2].to_array(rows)?;
+        let (names, values, local) = (
+            names.as_string::<i32>(),
+            values.as_string::<i32>(),
+            local.as_boolean(),
+        );
+        let mut settings = settings.lock();
+        let mut out = Vec::with_capacity(rows);
+        for row in 0..rows {
+            if names.is_null(row) {
+                return exec_err!("SET requires parameter name");
+            }
+            let (name, value) = (names.value(row), values.value(row));
+            let result = if !local.is_null(row) && local.value(row) {
+                settings.set_local(name, value).map(|_| ())
+            } else {
+                settings.set(name, value)
+            };
+            if let Err(e) = result {
+                return Err(DataFusionError::External(Box::new(e)));
+            }
+            out.push(settings.get(name).ok().map(str::to_owned));
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    };
+    let signature = Signature::exact(
+        vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+        Volatility::Volatile,
+    );
+    udf("set_config", signature, DataType::Utf8, function)
+}
+
+fn rows_of(args: &[ColumnarValue]) -> usize {
+    args.iter()
+        .find_map(|a| match a {
+            ColumnarValue::Array(array) => Some(array.len()),
+            ColumnarValue::Scalar(_) => None,
+        })
+        .unwrap_or(1)
+}
+
+fn udf(
+    name: &str,
+    signature: Signature,
+    returns: DataType,
+    function: impl Fn(&[ColumnarValue]) -> Result<ColumnarValue> + Send + Sync + 'static,
+) -> ScalarUDF {
+    let inner = create_udf(
+        name,
+        vec![],
+        returns,
+        signature.volatility,
+        Arc::new(function),
+    );
+    ScalarUDF::new_from_impl(WithSignature { inner, signature })
+}
+
+/// A function with another signature than `create_udf` gives.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WithSignature {
+    inner: ScalarUDF,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for WithSignature {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        self.inner.inner().return_type(args)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        self.inner.inner().invoke_with_args(args)
+    }
+}
+
+/// `pg_typeof(any)`: the PostgreSQL name of its argument's type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl PgTypeof {
+    fn new() -> Self {
+        PgTypeof {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let name = pg_type_name(&args.arg_fields[0].data_type().clone());
+        // A type modifier is not part of the type's name.
+        let name = name.split('(').next().unwrap_or(&name).to_owned();
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
+/// `pg_sleep(seconds)`: waits without holding a thread, and stops when
+/// the statement is canceled.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgSleep {
+    signature: Signature,
+}
+
+impl PgSleep {
+    fn new() -> Self {
+        PgSleep {
+            signature: Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgSleep {
+    fn name(&self) -> &str {
+        "pg_sleep"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Null)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        exec_err!("pg_sleep runs asynchronously")
+    }
+}
+
+#[async_trait]
+impl AsyncScalarUDFImpl for PgSleep {
+    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = rows_of(&args.args);
+        let seconds = args.args[0].to_array(rows)?;
+        let seconds = seconds.as_primitive::<Float64Type>();
+        for row in 0..rows {
+            if seconds.is_null(row) {
+                continue;
+            }
+            let s = seconds.value(row);
+            if s.is_finite() && s > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(s.min(1e9))).await;
+            }
+        }
+        Ok(ColumnarValue::Scalar(ScalarValue::Null))
+    }
+}
+
+/// Session-scoped advisory locks: each key is held by at most one session,
+/// as often as it took it; a session's locks go when it ends.
+#[derive(Debug, Default)]
+pub struct AdvisoryLocks {
+    held: parking_lot::Mutex<HashMap<i64, (u64, u32)>>,
+    released: Notify,
+}
+
+impl AdvisoryLocks {
+    /// Takes `key` for `session` if it is free or already the session's.
+    pub fn try_lock(&self, key: i64, session: u64) -> bool {
+        let mut held = self.held.lock();
+        match held.get_mut(&key) {
+            Some((owner, count)) if *owner == session => {
+                *count += 1;
+                true
+            }
+            Some(_) => false,
+            None => {
+                held.insert(key, (session, 1));
+                true
+            }
+        }
+    }
+
+    /// Takes `key` for `session`, waiting while another session holds it.
+    pub async fn lock(&self, key: i64, session: u64) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if self.try_lock(key, session) {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    /// Releases one hold of `key` by `session`; false if it held none.
+    pub fn unlock(&self, key: i64, session: u64) -> bool {
+        let mut held = self.held.lock();
+        match held.get_mut(&key) {
+            Some((owner, count)) if *owner == session => {
+                *count -= 1;
+                if *count == 0 {
+                    held.remove(&key);
+                    self.released.notify_waiters();
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Releases every lock `session` holds.
+    pub fn unlock_all(&self, session: u64) {
+        let mut held = self.held.lock();
+        let before = held.len();
+        held.retain(|_, (owner, _)| *owner != session);
+        if held.len() != before {
+            self.released.notify_waiters();
+        }
+    }
+}
+
+/// The keys of an advisory lock call: one bigint, or two integers (the
+/// high and low halves of the key).
+fn lock_keys(args: &[ColumnarValue], rows: usize) -> Result<Vec<Option<i64>>> {
+    let column = |arg: &ColumnarValue| -> Result<ArrayRef> {
+        Ok(datafusion::arrow::compute::cast(
+            &arg.to_array(rows)?,
+            &DataType::Int64,
+        )?)
+    };
+    match args {
+        [key] => Ok(column(key)?.as_primitive::<Int64Type>().iter().collect()),
+        [high, low] => {
+            let (high, low) = (column(high)?, column(low)?);
+            let half = |v: i64| -> Result<i64> {
+                match i32::try_from(v) {
+                    Ok(v) => Ok(v as i64),
+                    Err(_) => Err(DataFusionError::External(Box::new(WeirError::new(
+                        SqlState::NUMERIC_OUT_OF_RANGE,
+                        "integer out of range",
+                    )))),
+                }
+            };
+            high.as_primitive::<Int64Type>()
+                .iter()
+                .zip(low.as_primitive::<Int64Type>().iter())
+                .map(|(h, l)| match (h, l) {
+                    (Some(h), Some(l)) => Ok(Some((half(h)? << 32) | (half(l)? as u32 as i64))),
+                    _ => Ok(None),
+                })
+                .collect()
+        }
+        _ => exec_err!("advisory lock functions take one bigint or two integers"),
+    }
+}
+
+fn lock_signature() -> Signature {
+    Signature::one_of(
+        vec![
+            TypeSignature::Uniform(1, vec![DataType::Int64]),
+            TypeSignature::Uniform(2, vec![DataType::Int64]),
+        ],
+        Volatility::Volatile,
+    )
+}
+
+/// `pg_advisory_lock(key)`: waits until the session holds `key`.
+#[derive(Debug)]
+struct AdvisoryLock {
+    locks: Arc<AdvisoryLocks>,
+    session: u64,
+    signature: Signature,
+}
+
+impl PartialEq for AdvisoryLock {
+    fn eq(&self, other: &Self) -> bool {
+        self.session == other.session
+    }
+}
+
+impl Eq for AdvisoryLock {}
+
+impl std::hash::Hash for AdvisoryLock {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.session.hash(state);
+    }
+}
+
+impl AdvisoryLock {
+    fn new(locks: Arc<AdvisoryLocks>, session: u64) -> Self {
+        AdvisoryLock {
+            locks,
+            session,
+            signature: lock_signature(),
+        }
+    }
+}
+
+impl ScalarUDFImpl for AdvisoryLock {
+    fn name(&self) -> &str {
+        "pg_advisory_lock"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Null)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        exec_err!("pg_advisory_lock runs asynchronously")
+    }
+}
+
+#[async_trait]
+impl AsyncScalarUDFImpl for AdvisoryLock {
+    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = rows_of(&args.args);
+        for key in lock_keys(&args.args, rows)?.into_iter().flatten() {
+            self.locks.lock(key, self.session).await;
+        }
+        Ok(ColumnarValue::Scalar(ScalarValue::Null))
+    }
+}
+
+/// `pg_try_advisory_lock(key)`: takes `key` if it is free.
+fn try_advisory_lock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
+    let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+        let keys = lock_keys(args, rows_of(args))?;
+        let taken: BooleanArray = keys
+            .into_iter()
+            .map(|k| k.map(|k| locks.try_lock(k, session)))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(taken)))
+    };
+    udf(
+        "pg_try_advisory_lock",
+        lock_signature(),
+        DataType::Boolean,
+        function,
+    )
+}
+
+/// `pg_advisory_unlock(key)`: releases one hold; false if there was none.
+fn advisory_unlock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
+    let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
+        let keys = lock_keys(args, rows_of(args))?;
+        let released: BooleanArray = keys
+            .into_iter()
+            .map(|k| k.map(|k| locks.unlock(k, session)))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(released)))
+    };
+    udf(
+        "pg_advisory_unlock",
+        lock_signature(),
+        DataType::Boolean,
+        function,
+    )
+}
+
+/// `pg_advisory_unlock_all()`.
+fn advisory_unlock_all(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
+    let function = move |_: &[ColumnarValue]| -> Result<ColumnarValue> {
+        locks.unlock_all(session);
+        Ok(ColumnarValue::Scalar(ScalarValue::Null))
+    };
+    udf(
+        "pg_advisory_unlock_all",
+        Signature::exact(vec![], Volatility::Volatile),
+        DataType::Null,
+        function,
+    )
+}
