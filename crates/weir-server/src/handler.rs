@@ -764,6 +764,18 @@ impl ExtendedQueryHandler for Connection {
         let Some(statement) = &prepared.statement else {
             return Ok(Response::EmptyQuery);
         };
+        if portal.parameter_len() != prepared.parameters.len() {
+            return Err(WeirError::new(
+                SqlState::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement \"{}\" requires {}",
+                    portal.parameter_len(),
+                    portal.statement.id.replace(DEFAULT_NAME, ""),
+                    prepared.parameters.len()
+                ),
+            )
+            .into());
+        }
         let params = if prepared.parameters.is_empty() {
             None
         } else {

@@ -92,7 +92,8 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
         _ => return None,
     };
     let millis = number * millis;
-    (0.0..1e15).contains(&millis)
+    (0.0..1e15)
+        .contains(&millis)
         .then(|| std::time::Duration::from_secs_f64(millis / 1e3))
 }
 

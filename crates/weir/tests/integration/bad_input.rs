@@ -233,3 +233,91 @@ async fn deep_expressions_are_answered_without_taking_the_server_down() {
     let other = server.client().await;
     assert_eq!(column(&other, "SELECT 1").await, vec![Some("1".into())]);
 }
+
+/// Sends a startup packet for user `weir` and reads up to ReadyForQuery.
+fn start_session(stream: &mut TcpStream) {
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"user\0weir\0database\0weir\0\0");
+    let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    packet.extend(body);
+    stream.write_all(&packet).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(6).any(|w| w == b"Z\0\0\0\x05I") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed during startup");
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Everything the server sends until it closes the connection (or stops
+/// answering for the read timeout).
+fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (seen, true),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(_) => return (seen, false),
+        }
+    }
+}
+
+fn has_sqlstate(bytes: &[u8], code: &str) -> bool {
+    let field = format!("C{code}\0");
+    bytes.windows(field.len()).any(|w| w == field.as_bytes())
+}
+
+#[tokio::test]
+async fn malformed_messages_get_08p01_and_a_close() {
+    let server = TestServer::start().await;
+    // A startup packet whose length is shorter than its own header.
+    let mut stream = raw(&server);
+    stream.write_all(&3u32.to_be_bytes()).unwrap();
+    let (answer, closed) = read_to_close(&mut stream);
+    assert!(has_sqlstate(&answer, "08P01") && closed, "startup length 3");
+    // A message whose length field is 0, and a Query without its NUL.
+    let query = b"SELECT 1";
+    let mut no_nul = vec![b'Q'];
+    no_nul.extend(((query.len() + 4) as u32).to_be_bytes());
+    no_nul.extend_from_slice(query);
+    for (what, bytes) in [("length 0", vec![b'Q', 0, 0, 0, 0]), ("no NUL", no_nul)] {
+        let mut stream = raw(&server);
+        start_session(&mut stream);
+        stream.write_all(&bytes).unwrap();
+        let (answer, closed) = read_to_close(&mut stream);
+        assert!(has_sqlstate(&answer, "08P01") && closed, "{what}");
+    }
+    // A Bind with more parameters than its statement has: 08P01, and the
+    // session goes on (PostgreSQL reports it as an ERROR).
+    let mut stream = raw(&server);
+    start_session(&mut stream);
+    let mut messages = Vec::new();
+    let mut push = |tag: u8, body: &[u8]| {
+        messages.push(tag);
+        messages.extend(((body.len() + 4) as u32).to_be_bytes());
+        messages.extend_from_slice(body);
+    };
+    push(b'P', b"\0SELECT 1\0\0\0");
+    let mut bind = vec![0u8, 0, 0, 0, 0, 2];
+    for value in [b"1", b"2"] {
+        bind.extend(1i32.to_be_bytes());
+        bind.extend_from_slice(value);
+    }
+    bind.extend([0, 0]);
+    push(b'B', &bind);
+    push(b'E', &[0, 0, 0, 0, 0]);
+    push(b'S', &[]);
+    push(b'Q', b"SELECT 41 + 1\0");
+    stream.write_all(&messages).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let (answer, _) = read_to_close(&mut stream);
+    assert!(has_sqlstate(&answer, "08P01"), "bind with extra parameters");
+    assert!(
+        answer.windows(2).any(|w| w == b"42"),
+        "the session answers the next query"
+    );
+}
