@@ -1,19 +1,26 @@
-//! Integer arithmetic that fails on overflow, as PostgreSQL's does.
+//! Arithmetic that fails on overflow and division by zero, as PostgreSQL's
+//! does.
 //!
-//! DataFusion's `+`, `-` and `*` on integers wrap around. The analyzer rule
-//! [`CheckedIntegerArithmetic`] runs after type coercion and replaces each
-//! such operation on integer operands with a function that calls Arrow's
-//! checked kernels (still vectorized), so `2147483647 + 1` on `integer`
-//! columns fails with 22003 instead of returning a negative number. Output
-//! column names are kept as written.
+//! DataFusion's `+`, `-` and `*` on integers wrap around, and float
+//! arithmetic gives `inf` for a division by zero or an overflow. The
+//! analyzer rule [`CheckedIntegerArithmetic`] runs after type coercion and
+//! replaces each such operation with a function that calls Arrow's kernels
+//! (checked ones for integers; still vectorized) and then checks the
+//! result: `2147483647 + 1` on `integer` columns fails with 22003 instead
+//! of returning a negative number, `1.0::float8 / 0` with 22012, and a
+//! float result that overflows to infinity from finite operands with
+//! 22003. Output column names are kept as written.
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::Float64Type;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, Result};
+use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
@@ -21,6 +28,8 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::error::{SqlState, WeirError};
 
 /// A checked integer operation on operands of type `data_type`.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -36,6 +45,7 @@ impl CheckedOp {
         let name = match op {
             Operator::Plus => "weir_checked_add",
             Operator::Minus => "weir_checked_sub",
+            Operator::Divide => "weir_checked_div",
             _ => "weir_checked_mul",
         };
         ScalarUDF::from(CheckedOp {
@@ -69,8 +79,12 @@ impl ScalarUDFImpl for CheckedOp {
         let result = match self.op {
             Operator::Plus => numeric::add(&arrays[0], &arrays[1]),
             Operator::Minus => numeric::sub(&arrays[0], &arrays[1]),
+            Operator::Divide => numeric::div(&arrays[0], &arrays[1]),
             _ => numeric::mul(&arrays[0], &arrays[1]),
         }?;
+        if is_float(&self.data_type) {
+            check_float(self.op, &arrays[0], &arrays[1], &result)?;
+        }
         let value = ColumnarValue::Array(result);
         if scalar {
             Ok(ColumnarValue::Scalar(
@@ -80,6 +94,42 @@ impl ScalarUDFImpl for CheckedOp {
             Ok(value)
         }
     }
+}
+
+/// PostgreSQL's float errors: a division by zero is 22012, an infinite
+/// result from finite operands 22003.
+fn check_float(op: Operator, left: &ArrayRef, right: &ArrayRef, result: &ArrayRef) -> Result<()> {
+    let as_f64 = |a: &ArrayRef| -> Result<Float64Array> {
+        Ok(cast(a, &DataType::Float64)?
+            .as_primitive::<Float64Type>()
+            .clone())
+    };
+    let (left, right, result) = (as_f64(left)?, as_f64(right)?, as_f64(result)?);
+    let error = |code: SqlState, message: &str| {
+        Err(DataFusionError::External(Box::new(WeirError::new(
+            code, message,
+        ))))
+    };
+    for i in 0..result.len() {
+        if result.is_null(i) {
+            continue;
+        }
+        let (l, r, v) = (left.value(i), right.value(i), result.value(i));
+        if op == Operator::Divide && r == 0.0 {
+            return error(SqlState::DIVISION_BY_ZERO, "division by zero");
+        }
+        if v.is_infinite() && l.is_finite() && r.is_finite() {
+            return error(
+                SqlState::NUMERIC_OUT_OF_RANGE,
+                "value out of range: overflow",
+            );
+        }
+    }
+    Ok(())
+}
+
+fn is_float(data_type: &DataType) -> bool {
+    matches!(data_type, DataType::Float32 | DataType::Float64)
 }
 
 fn is_integer(data_type: &DataType) -> bool {
@@ -125,7 +175,7 @@ impl CheckedIntegerArithmetic {
                 };
                 if !matches!(
                     binary.op,
-                    Operator::Plus | Operator::Minus | Operator::Multiply
+                    Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
                 ) {
                     return Ok(Transformed::no(Expr::BinaryExpr(binary)));
                 }
@@ -134,7 +184,11 @@ impl CheckedIntegerArithmetic {
                     operand_type(&binary.right, &schema),
                 );
                 match types {
-                    (Ok(l), Ok(r)) if l == r && is_integer(&l) => {
+                    (Ok(l), Ok(r))
+                        if l == r
+                            && (is_float(&l)
+                                || (is_integer(&l) && binary.op != Operator::Divide)) =>
+                    {
                         let BinaryExpr { left, op, right } = binary;
                         let udf = CheckedOp::udf(op, l);
                         Ok(Transformed::yes(udf.call(vec![*left, *right])))

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod casts;
 pub mod catalog;
 mod checked;
 pub mod cluster;

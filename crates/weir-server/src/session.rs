@@ -154,6 +154,7 @@ pub fn session_context(
         .with_default_features()
         .build();
     state.add_analyzer_rule(crate::checked::rule());
+    state.add_analyzer_rule(crate::casts::rule());
     let ctx = SessionContext::new_with_state(state);
     let catalog = MemoryCatalogProvider::new();
     catalog.register_schema(

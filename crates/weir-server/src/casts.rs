@@ -1,0 +1,230 @@
+//! Casts as PostgreSQL does them, where DataFusion's differ.
+//!
+//! The analyzer rule [`PostgresCasts`] runs after type coercion and
+//! rewrites three kinds of cast:
+//!
+//! - text to `real`/`double precision`: DataFusion reads `'1e400'` as
+//!   infinity; PostgreSQL fails with 22003 unless the text names infinity.
+//! - float to integer: DataFusion truncates (`2.7` → 2); PostgreSQL rounds
+//!   to the nearest, ties to even (`2.5` → 2, `3.5` → 4).
+//! - numeric to integer: PostgreSQL rounds half away from zero (`2.5` →
+//!   3); DataFusion truncates.
+//!
+//! Each is a cast of a rounded value or a checked function, vectorized.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::utils::merge_schema;
+use datafusion::logical_expr::{
+    Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+use crate::error::{SqlState, WeirError};
+use crate::types::pg_type_name;
+
+/// What a rewritten cast does before (or instead of) DataFusion's cast.
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
+enum Step {
+    /// Text to float, failing on out-of-range text.
+    TextToFloat,
+    /// Round a float to the nearest integer, ties to even.
+    RoundTiesEven,
+    /// Round a decimal to a whole number, half away from zero.
+    RoundDecimal,
+}
+
+/// A function doing one [`Step`] and producing `output`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CastStep {
+    step: Step,
+    output: DataType,
+    signature: Signature,
+}
+
+impl CastStep {
+    fn udf(step: Step, output: DataType) -> ScalarUDF {
+        ScalarUDF::from(CastStep {
+            step,
+            output,
+            signature: Signature::any(1, Volatility::Immutable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for CastStep {
+    fn name(&self) -> &str {
+        match self.step {
+            Step::TextToFloat => "weir_text_to_float",
+            Step::RoundTiesEven => "weir_round_ties_even",
+            Step::RoundDecimal => "weir_round_decimal",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(self.output.clone())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let input = args.args[0].to_array(args.number_rows.max(1))?;
+        let result = match self.step {
+            Step::TextToFloat => text_to_float(&input, &self.output)?,
+            Step::RoundTiesEven => {
+                let floats = cast(&input, &DataType::Float64)?;
+                let rounded: Float64Array = floats
+                    .as_primitive::<Float64Type>()
+                    .unary(f64::round_ties_even);
+                cast(&rounded, &self.output)?
+            }
+            Step::RoundDecimal => round_decimal(&input)?,
+        };
+        if scalar {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
+            ))
+        } else {
+            Ok(ColumnarValue::Array(result))
+        }
+    }
+}
+
+/// A decimal rounded to scale 0, half away from zero, as
+/// `Decimal128(38, 0)`.
+fn round_decimal(input: &ArrayRef) -> Result<ArrayRef> {
+    let DataType::Decimal128(_, scale) = input.data_type() else {
+        return Err(DataFusionError::Internal("not a decimal".into()));
+    };
+    if *scale <= 0 {
+        return Ok(cast(input, &DataType::Decimal128(38, 0))?);
+    }
+    let unit = 10i128.pow(*scale as u32);
+    let rounded: Decimal128Array = input.as_primitive::<Decimal128Type>().unary(|v| {
+        let (whole, rest) = (v / unit, v % unit);
+        if rest.abs() * 2 >= unit {
+            whole + v.signum()
+        } else {
+            whole
+        }
+    });
+    Ok(Arc::new(rounded.with_precision_and_scale(38, 0)?))
+}
+
+/// Text cast to a float type; 22003 where a finite text overflows.
+fn text_to_float(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let result = cast(input, output)?;
+    let as_f64 = cast(&result, &DataType::Float64)?;
+    let values = as_f64.as_primitive::<Float64Type>();
+    let text = cast(input, &DataType::Utf8)?;
+    let text = text.as_string::<i32>();
+    for i in 0..values.len() {
+        if values.is_null(i) || values.value(i).is_finite() {
+            continue;
+        }
+        let written = text.value(i).trim().trim_start_matches(['+', '-']);
+        let named = ["inf", "infinity", "nan"]
+            .iter()
+            .any(|n| written.eq_ignore_ascii_case(n));
+        if !named {
+            return Err(DataFusionError::External(Box::new(WeirError::new(
+                SqlState::NUMERIC_OUT_OF_RANGE,
+                format!(
+                    "\"{}\" is out of range for type {}",
+                    text.value(i),
+                    pg_type_name(output)
+                ),
+            ))));
+        }
+    }
+    Ok(result)
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float32 | DataType::Float64)
+}
+
+fn is_integer(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    )
+}
+
+fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+/// The rule (see the module documentation).
+#[derive(Debug)]
+pub struct PostgresCasts;
+
+impl PostgresCasts {
+    fn rewrite_plan(&self, plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+        let schema = merge_schema(&plan.inputs());
+        let preserver = NamePreserver::new(&plan);
+        plan.map_expressions(|expr| {
+            let name = preserver.save(&expr);
+            let rewritten = expr.transform_up(|e| {
+                let Expr::Cast(Cast { expr: inner, field }) = e else {
+                    return Ok(Transformed::no(e));
+                };
+                let to = field.data_type().clone();
+                let from = match inner.get_type(&schema) {
+                    Ok(from) => from,
+                    Err(_) => return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field }))),
+                };
+                let rewritten = if is_text(&from) && is_float(&to) {
+                    CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
+                } else if is_float(&from) && is_integer(&to) {
+                    let rounded =
+                        CastStep::udf(Step::RoundTiesEven, DataType::Float64).call(vec![*inner]);
+                    Expr::Cast(Cast {
+                        expr: Box::new(rounded),
+                        field,
+                    })
+                } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {
+                    let rounded = CastStep::udf(Step::RoundDecimal, DataType::Decimal128(38, 0))
+                        .call(vec![*inner]);
+                    Expr::Cast(Cast {
+                        expr: Box::new(rounded),
+                        field,
+                    })
+                } else {
+                    return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
+                };
+                Ok(Transformed::yes(rewritten))
+            })?;
+            Ok(rewritten.update_data(|e| name.restore(e)))
+        })?
+        .map_data(|plan| plan.recompute_schema())
+    }
+}
+
+impl AnalyzerRule for PostgresCasts {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        Ok(plan
+            .transform_up_with_subqueries(|plan| self.rewrite_plan(plan))?
+            .data)
+    }
+
+    fn name(&self) -> &str {
+        "weir_postgres_casts"
+    }
+}
+
+/// The rule, ready to add to a session.
+pub fn rule() -> Arc<dyn AnalyzerRule + Send + Sync> {
+    Arc::new(PostgresCasts)
+}
