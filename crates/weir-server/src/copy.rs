@@ -1,4 +1,5 @@
-//! `COPY table FROM STDIN` in PostgreSQL's text and CSV formats.
+//! `COPY table FROM STDIN` in PostgreSQL's text and CSV formats (`COPY
+//! ... TO STDOUT` is `copy_out.rs`).
 //!
 //! The client's data is buffered until `CopyDone`, split into fields (a
 //! per-byte scanner: the formats are defined byte by byte), gathered into
@@ -24,6 +25,8 @@ pub const MAX_COPY_BYTES: usize = 1 << 30;
 /// How the client's rows are written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CopyFormat {
+    /// PostgreSQL's binary format (`COPY ... TO STDOUT` only).
+    pub binary: bool,
     /// CSV (true) or PostgreSQL's text format (false).
     pub csv: bool,
     /// Field separator.
@@ -41,6 +44,7 @@ pub struct CopyFormat {
 impl CopyFormat {
     fn text() -> Self {
         CopyFormat {
+            binary: false,
             csv: false,
             delimiter: b'\t',
             null: "\\N".into(),
@@ -87,7 +91,7 @@ pub fn start(catalog: &crate::catalog::Catalog, statement: &Statement) -> WeirRe
     };
     if *to || !matches!(target, CopyTarget::Stdin) {
         return Err(WeirError::unsupported(
-            "only COPY ... FROM STDIN is supported; use psql's \\copy for files",
+            "only COPY ... FROM STDIN and COPY ... TO STDOUT are supported; use psql's \\copy for files",
         ));
     }
     let CopySource::Table {
@@ -117,12 +121,32 @@ pub fn start(catalog: &crate::catalog::Catalog, statement: &Statement) -> WeirRe
             })
             .collect::<WeirResult<_>>()?
     };
+    let format = parse_format(options, legacy_options)?;
+    if format.binary {
+        return Err(WeirError::unsupported(
+            "COPY FROM in binary format; use text or csv",
+        ));
+    }
+    Ok(CopyIn {
+        table,
+        columns,
+        format,
+        data: Vec::new(),
+    })
+}
+
+/// The format a COPY statement's options ask for.
+pub fn parse_format(
+    options: &[CopyOption],
+    legacy_options: &[CopyLegacyOption],
+) -> WeirResult<CopyFormat> {
     let mut format = CopyFormat::text();
     for option in options {
         match option {
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
                 "csv" => format.make_csv(),
                 "text" => {}
+                "binary" => format.binary = true,
                 other => return Err(WeirError::unsupported(format!("COPY format \"{other}\""))),
             },
             CopyOption::Delimiter(c) => format.delimiter = ascii(*c)?,
@@ -148,17 +172,13 @@ pub fn start(catalog: &crate::catalog::Catalog, statement: &Statement) -> WeirRe
                     }
                 }
             }
+            CopyLegacyOption::Binary => format.binary = true,
             CopyLegacyOption::Delimiter(c) => format.delimiter = ascii(*c)?,
             CopyLegacyOption::Null(s) => format.null = s.clone(),
             other => return Err(WeirError::unsupported(format!("COPY option {other}"))),
         }
     }
-    Ok(CopyIn {
-        table,
-        columns,
-        format,
-        data: Vec::new(),
-    })
+    Ok(format)
 }
 
 fn ascii(c: char) -> WeirResult<u8> {

@@ -13,7 +13,7 @@ use futures::future::{select, Either};
 use futures::{stream, Sink, SinkExt};
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
-use pgwire::api::copy::{send_copy_in_response, CopyHandler};
+use pgwire::api::copy::{send_copy_in_response, send_copy_out_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
     send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
@@ -207,6 +207,15 @@ fn into_response(
         Output::CopyIn { columns } => {
             Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
         }
+        Output::CopyOut {
+            binary,
+            columns,
+            data,
+        } => Response::CopyOut(CopyResponse::new(
+            i8::from(binary),
+            columns,
+            stream::iter(data.into_iter().map(Ok)),
+        )),
     })
 }
 
@@ -338,6 +347,9 @@ impl Connection {
             let WeirStatement::Sql(sql) = statement else {
                 unreachable!("is_copy checked")
             };
+            if crate::copy_out::is_copy_out(sql) {
+                return crate::copy_out::run(session, sql).await;
+            }
             let copy = copy::start(&session.db.committed().catalog, sql)?;
             let columns = copy.columns.len();
             *self.copy.lock().expect("copy lock") = Some(copy);
@@ -411,8 +423,9 @@ impl SimpleQueryHandler for Connection {
                     send_copy_in_response(client, copy).await?;
                     client.set_state(PgWireConnectionState::CopyInProgress(false));
                 }
-                Response::CopyOut(_) | Response::CopyBoth(_) => {
-                    return Err(WeirError::internal("COPY OUT is not answered here").into());
+                Response::CopyOut(copy) => send_copy_out_response(client, copy).await?,
+                Response::CopyBoth(_) => {
+                    return Err(WeirError::internal("COPY BOTH is not answered here").into());
                 }
             }
         }

@@ -23,6 +23,7 @@ mod checked;
 pub mod cluster;
 mod colnames;
 mod copy;
+mod copy_out;
 pub mod database;
 mod ddl;
 mod dml;

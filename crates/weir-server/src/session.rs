@@ -50,6 +50,15 @@ pub enum Output {
     TransactionStart,
     /// `COMMIT` or `ROLLBACK`.
     TransactionEnd(&'static str),
+    /// `COPY ... TO STDOUT`: the rows, one CopyData message each.
+    CopyOut {
+        /// Binary format (else text or CSV).
+        binary: bool,
+        /// Number of columns.
+        columns: usize,
+        /// The messages, header included.
+        data: Vec<pgwire::messages::copy::CopyData>,
+    },
     /// `COPY ... FROM STDIN` is waiting for data.
     CopyIn {
         /// Number of columns the client sends.

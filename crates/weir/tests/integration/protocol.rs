@@ -843,3 +843,73 @@ async fn timeouts_protect_the_server() {
         vec![Some("5".into())]
     );
 }
+
+async fn copy_out_bytes(client: &tokio_postgres::Client, sql: &str) -> Vec<u8> {
+    use futures::TryStreamExt;
+    let stream = client.copy_out(sql).await.unwrap();
+    let chunks: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
+    chunks.concat()
+}
+
+#[tokio::test]
+async fn copy_to_stdout_in_text_csv_and_binary() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE c (id INT PRIMARY KEY, name TEXT, v NUMERIC(10, 2));
+             INSERT INTO c VALUES (1, 'a\tb', 1.5), (2, NULL, NULL), (3, 'x,\"y\"', -2)",
+        )
+        .await
+        .unwrap();
+    let text = copy_out_bytes(&client, "COPY (SELECT * FROM c ORDER BY id) TO STDOUT").await;
+    assert_eq!(
+        String::from_utf8(text).unwrap(),
+        "1\ta\\tb\t1.50\n2\t\\N\t\\N\n3\tx,\"y\"\t-2.00\n"
+    );
+    let csv = copy_out_bytes(
+        &client,
+        "COPY (SELECT id, name FROM c ORDER BY id) TO STDOUT WITH (FORMAT csv, HEADER)",
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8(csv).unwrap(),
+        "id,name\n1,a\tb\n2,\n3,\"x,\"\"y\"\"\"\n"
+    );
+    let columns = copy_out_bytes(&client, "COPY c (name, id) TO STDOUT WITH (FORMAT csv)").await;
+    assert_eq!(String::from_utf8(columns).unwrap().lines().count(), 3);
+    // Binary: the file header, one tuple per row, the trailer.
+    let binary = copy_out_bytes(
+        &client,
+        "COPY (SELECT id FROM c WHERE id = 3) TO STDOUT (FORMAT binary)",
+    )
+    .await;
+    let mut expected = b"PGCOPY\n\xff\r\n\0".to_vec();
+    expected.extend([0u8; 8]);
+    expected.extend(1i16.to_be_bytes());
+    expected.extend(4i32.to_be_bytes());
+    expected.extend(3i32.to_be_bytes());
+    expected.extend((-1i16).to_be_bytes());
+    assert_eq!(binary, expected);
+    let empty = copy_out_bytes(
+        &client,
+        "COPY (SELECT id FROM c WHERE false) TO STDOUT (FORMAT binary)",
+    )
+    .await;
+    assert_eq!(
+        empty,
+        [&expected[..19], &(-1i16).to_be_bytes()[..]].concat()
+    );
+    // Inside a block COPY reads the block's own writes.
+    client
+        .batch_execute("BEGIN; INSERT INTO c VALUES (4, 'mine', 0)")
+        .await
+        .unwrap();
+    let inside = copy_out_bytes(&client, "COPY (SELECT count(*) FROM c) TO STDOUT").await;
+    assert_eq!(inside, b"4\n");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        sqlstate(&client, "COPY c TO '/tmp/weir-copy-out'").await,
+        "0A000"
+    );
+}
