@@ -202,6 +202,25 @@ fn into_response(
             }
             Response::Execution(t)
         }
+        Output::Fetched {
+            schema,
+            batch,
+            binary,
+        } => {
+            let format = if binary {
+                &Format::UnifiedBinary
+            } else {
+                format
+            };
+            let fields = Arc::new(fields(&schema, format, options)?);
+            let mut rows = Vec::new();
+            for row in encode_recordbatch(fields.clone(), batch) {
+                rows.push(Ok(row?));
+            }
+            let mut response = QueryResponse::new(fields, stream::iter(rows));
+            response.set_command_tag("FETCH");
+            Response::Query(response)
+        }
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::CopyIn { columns } => {
@@ -496,7 +515,7 @@ impl SimpleQueryHandler for Connection {
         if implicit && !failed {
             if let Some(block) = session.transaction.take() {
                 let result = block.commit(&session.db).await;
-                session.settings.lock().end_block(result.is_ok());
+                session.block_ended(result.is_ok());
                 if let Err(e) = result {
                     responses.push(error_response(e));
                 }

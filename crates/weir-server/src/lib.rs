@@ -24,6 +24,7 @@ pub mod cluster;
 mod colnames;
 mod copy;
 mod copy_out;
+mod cursor;
 pub mod database;
 mod ddl;
 mod dml;

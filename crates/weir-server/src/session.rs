@@ -50,6 +50,15 @@ pub enum Output {
     TransactionStart,
     /// `COMMIT` or `ROLLBACK`.
     TransactionEnd(&'static str),
+    /// Rows a `FETCH` returned (tag `FETCH n`).
+    Fetched {
+        /// Their schema.
+        schema: SchemaRef,
+        /// The rows.
+        batch: RecordBatch,
+        /// From a `BINARY` cursor: sent in binary format.
+        binary: bool,
+    },
     /// `COPY ... TO STDOUT`: the rows, one CopyData message each.
     CopyOut {
         /// Binary format (else text or CSV).
@@ -120,6 +129,8 @@ pub struct Session {
     pub id: u64,
     /// The open transaction block, if any.
     pub transaction: Option<Transaction>,
+    /// Open cursors by name.
+    pub cursors: crate::cursor::Cursors,
     /// The user name from the startup packet.
     pub user: String,
     /// NOTICEs and WARNINGs for the client, sent before the statement's
@@ -201,6 +212,7 @@ impl Session {
             id,
             settings,
             transaction: None,
+            cursors: Default::default(),
             user,
             notices: Vec::new(),
             statement_running: false,
@@ -254,10 +266,17 @@ impl Session {
     }
 
     /// Takes the open block out to end it; `committed` says how it ends,
-    /// for the settings it changed.
+    /// for the settings it changed and the cursors it leaves.
     pub fn close_block(&mut self, committed: bool) -> Option<Transaction> {
-        self.settings.lock().end_block(committed);
+        self.block_ended(committed);
         self.transaction.take()
+    }
+
+    /// What ends with a block besides its writes: its settings and its
+    /// cursors.
+    pub fn block_ended(&mut self, committed: bool) {
+        self.settings.lock().end_block(committed);
+        crate::cursor::block_ended(&mut self.cursors, committed);
     }
 
     /// Marks the open block failed after a statement error; a block the

@@ -64,6 +64,9 @@ pub async fn execute(
     }
     match statement {
         statement if control::is_control(statement) => control::execute(session, statement).await,
+        statement if crate::cursor::is_cursor_statement(statement) => {
+            crate::cursor::execute(session, statement).await
+        }
         Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
         {
             let Statement::CreateView(create) = statement.as_ref() else {

@@ -119,10 +119,7 @@ async fn commit(session: &mut Session, chain: bool) -> WeirResult<Output> {
     } else {
         block.commit(&session.db).await.map(|()| "COMMIT")
     };
-    session
-        .settings
-        .lock()
-        .end_block(matches!(result, Ok("COMMIT")));
+    session.block_ended(matches!(result, Ok("COMMIT")));
     let tag = result?;
     if chain {
         begin(session, Some(read_only));
