@@ -138,6 +138,13 @@ impl TestServer {
         self.try_connect().await.expect("connect to weir")
     }
 
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Kills the server with SIGKILL and waits for it to die.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
