@@ -9,13 +9,18 @@
 //!   to the nearest, ties to even (`2.5` → 2, `3.5` → 4).
 //! - numeric to integer: PostgreSQL rounds half away from zero (`2.5` →
 //!   3); DataFusion truncates.
+//! - text to timestamp: PostgreSQL reads `'2024-03-05 10:00'` (no
+//!   seconds); Arrow's parser wants them.
+//!
+//! Writes assign values with [`assign_cast`], which applies the same text
+//! casts (a write of literal rows is evaluated without the analyzer).
 //!
 //! Each is a cast of a rounded value or a checked function, vectorized.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -40,6 +45,8 @@ enum Step {
     RoundTiesEven,
     /// Round a decimal to a whole number, half away from zero.
     RoundDecimal,
+    /// Text to timestamp, also without seconds.
+    TextToTimestamp,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -66,6 +73,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToFloat => "weir_text_to_float",
             Step::RoundTiesEven => "weir_round_ties_even",
             Step::RoundDecimal => "weir_round_decimal",
+            Step::TextToTimestamp => "weir_text_to_timestamp",
         }
     }
 
@@ -90,6 +98,7 @@ impl ScalarUDFImpl for CastStep {
                 cast(&rounded, &self.output)?
             }
             Step::RoundDecimal => round_decimal(&input)?,
+            Step::TextToTimestamp => text_to_timestamp(&input, &self.output)?,
         };
         if scalar {
             Ok(ColumnarValue::Scalar(
@@ -108,7 +117,7 @@ fn round_decimal(input: &ArrayRef) -> Result<ArrayRef> {
         return Err(DataFusionError::Internal("not a decimal".into()));
     };
     if *scale <= 0 {
-        return Ok(cast(input, &DataType::Decimal128(38, 0))?);
+        return Ok(strict_cast(input, &DataType::Decimal128(38, 0))?);
     }
     let unit = 10i128.pow(*scale as u32);
     let rounded: Decimal128Array = input.as_primitive::<Decimal128Type>().unary(|v| {
@@ -122,9 +131,77 @@ fn round_decimal(input: &ArrayRef) -> Result<ArrayRef> {
     Ok(Arc::new(rounded.with_precision_and_scale(38, 0)?))
 }
 
+/// Text cast to a timestamp type. Where Arrow's parser refuses a value,
+/// a time without seconds (`10:00`) gets `:00` and the cast is tried
+/// again; other errors stand.
+fn text_to_timestamp(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let first = match strict_cast(input, output) {
+        Ok(result) => return Ok(result),
+        Err(e) => e,
+    };
+    let text = cast(input, &DataType::Utf8)?;
+    let completed: datafusion::arrow::array::StringArray = text
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.map(with_seconds))
+        .collect();
+    let completed: ArrayRef = Arc::new(completed);
+    strict_cast(&completed, output).map_err(|_| first.into())
+}
+
+/// A cast that fails on a value it cannot convert, as SQL's does (Arrow's
+/// default turns such values into NULL).
+fn strict_cast(
+    input: &ArrayRef,
+    output: &DataType,
+) -> std::result::Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    cast_with_options(input, output, &options)
+}
+
+/// `YYYY-MM-DD HH:MM[rest]` with `:00` after the minutes; anything else
+/// as it is.
+fn with_seconds(text: &str) -> String {
+    let bytes = text.trim().as_bytes();
+    let date = bytes.len() >= 10 && bytes[4] == b'-' && bytes[7] == b'-';
+    let separator = bytes.get(10).is_some_and(|&b| b == b' ' || b == b'T');
+    if !(date && separator) {
+        return text.to_owned();
+    }
+    let time = &bytes[11..];
+    let hours = time.iter().take_while(|b| b.is_ascii_digit()).count();
+    let minutes_end = 11 + hours + 3;
+    let has_minutes = (1..=2).contains(&hours)
+        && time.get(hours) == Some(&b':')
+        && time[hours + 1..].iter().take(2).all(u8::is_ascii_digit)
+        && time.len() >= hours + 3;
+    let has_seconds = bytes.get(minutes_end) == Some(&b':');
+    if !has_minutes || has_seconds {
+        return text.to_owned();
+    }
+    let trimmed = text.trim();
+    format!("{}:00{}", &trimmed[..minutes_end], &trimmed[minutes_end..])
+}
+
+/// The expression that casts `value` (of type `from`) to `to` as
+/// PostgreSQL does for the casts this module fixes; a plain cast
+/// otherwise.
+pub fn assign_cast(value: Expr, from: &DataType, to: &DataType) -> Expr {
+    if is_text(from) && is_float(to) {
+        CastStep::udf(Step::TextToFloat, to.clone()).call(vec![value])
+    } else if is_text(from) && matches!(to, DataType::Timestamp(..)) {
+        CastStep::udf(Step::TextToTimestamp, to.clone()).call(vec![value])
+    } else {
+        datafusion::logical_expr::cast(value, to.clone())
+    }
+}
+
 /// Text cast to a float type; 22003 where a finite text overflows.
 fn text_to_float(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
-    let result = cast(input, output)?;
+    let result = strict_cast(input, output)?;
     let as_f64 = cast(&result, &DataType::Float64)?;
     let values = as_f64.as_primitive::<Float64Type>();
     let text = cast(input, &DataType::Utf8)?;
@@ -187,6 +264,8 @@ impl PostgresCasts {
                 };
                 let rewritten = if is_text(&from) && is_float(&to) {
                     CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
+                } else if is_text(&from) && matches!(to, DataType::Timestamp(..)) {
+                    CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
                 } else if is_float(&from) && is_integer(&to) {
                     let rounded =
                         CastStep::udf(Step::RoundTiesEven, DataType::Float64).call(vec![*inner]);
@@ -227,4 +306,19 @@ impl AnalyzerRule for PostgresCasts {
 /// The rule, ready to add to a session.
 pub fn rule() -> Arc<dyn AnalyzerRule + Send + Sync> {
     Arc::new(PostgresCasts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_without_seconds_get_them() {
+        assert_eq!(with_seconds("2024-03-05 10:00"), "2024-03-05 10:00:00");
+        assert_eq!(with_seconds("2024-03-05T9:30+02"), "2024-03-05T9:30:00+02");
+        assert_eq!(with_seconds("2024-03-05 10:00:07"), "2024-03-05 10:00:07");
+        assert_eq!(with_seconds("2024-03-05"), "2024-03-05");
+        assert_eq!(with_seconds("soon"), "soon");
+        assert_eq!(with_seconds("2024-03-05 1"), "2024-03-05 1");
+    }
 }

@@ -227,7 +227,8 @@ pub(super) fn multiple_assignments(column: &str) -> WeirError {
 
 /// The expression that stores `value`, of type `from`, in `column`, by
 /// PostgreSQL's assignment rules: 42804 across type categories, text read
-/// as bytea's hex format, a cast otherwise. Every write path (INSERT,
+/// as bytea's hex format, a cast otherwise (PostgreSQL's text casts:
+/// `casts::assign_cast`). Every write path (INSERT,
 /// COPY, UPDATE, ON CONFLICT DO UPDATE) goes through here.
 pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirResult<Expr> {
     if !assignable(from, &column.data_type) {
@@ -237,7 +238,7 @@ pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirRe
         (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
             bytea_from_text(value)
         }
-        _ => cast(value, column.data_type.clone()),
+        _ => crate::casts::assign_cast(value, from, &column.data_type),
     };
     Ok(stored.alias(&column.name))
 }
