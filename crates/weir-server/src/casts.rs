@@ -23,10 +23,8 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float6
 use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DataFusionError, Result};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::utils::merge_schema;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
@@ -248,54 +246,43 @@ fn is_text(t: &DataType) -> bool {
 pub struct PostgresCasts;
 
 impl PostgresCasts {
-    fn rewrite_plan(&self, plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
-        let schema = merge_schema(&plan.inputs());
-        let preserver = NamePreserver::new(&plan);
-        plan.map_expressions(|expr| {
-            let name = preserver.save(&expr);
-            let rewritten = expr.transform_up(|e| {
-                let Expr::Cast(Cast { expr: inner, field }) = e else {
-                    return Ok(Transformed::no(e));
-                };
-                let to = field.data_type().clone();
-                let from = match inner.get_type(&schema) {
-                    Ok(from) => from,
-                    Err(_) => return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field }))),
-                };
-                let rewritten = if is_text(&from) && is_float(&to) {
-                    CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
-                } else if is_text(&from) && matches!(to, DataType::Timestamp(..)) {
-                    CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
-                } else if is_float(&from) && is_integer(&to) {
-                    let rounded =
-                        CastStep::udf(Step::RoundTiesEven, DataType::Float64).call(vec![*inner]);
-                    Expr::Cast(Cast {
-                        expr: Box::new(rounded),
-                        field,
-                    })
-                } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {
-                    let rounded = CastStep::udf(Step::RoundDecimal, DataType::Decimal128(38, 0))
-                        .call(vec![*inner]);
-                    Expr::Cast(Cast {
-                        expr: Box::new(rounded),
-                        field,
-                    })
-                } else {
-                    return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
-                };
-                Ok(Transformed::yes(rewritten))
-            })?;
-            Ok(rewritten.update_data(|e| name.restore(e)))
-        })?
-        .map_data(|plan| plan.recompute_schema())
+    /// Rewrites one expression node (see the module documentation).
+    fn rewrite_expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        let Expr::Cast(Cast { expr: inner, field }) = e else {
+            return Ok(Transformed::no(e));
+        };
+        let to = field.data_type().clone();
+        let from = match inner.get_type(schema) {
+            Ok(from) => from,
+            Err(_) => return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field }))),
+        };
+        let rewritten = if is_text(&from) && is_float(&to) {
+            CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
+        } else if is_text(&from) && matches!(to, DataType::Timestamp(..)) {
+            CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
+        } else if is_float(&from) && is_integer(&to) {
+            let rounded = CastStep::udf(Step::RoundTiesEven, DataType::Float64).call(vec![*inner]);
+            Expr::Cast(Cast {
+                expr: Box::new(rounded),
+                field,
+            })
+        } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {
+            let rounded =
+                CastStep::udf(Step::RoundDecimal, DataType::Decimal128(38, 0)).call(vec![*inner]);
+            Expr::Cast(Cast {
+                expr: Box::new(rounded),
+                field,
+            })
+        } else {
+            return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
+        };
+        Ok(Transformed::yes(rewritten))
     }
 }
 
 impl AnalyzerRule for PostgresCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        Ok(plan
-            .transform_up_with_subqueries(|plan| self.rewrite_plan(plan))?
-            .data)
+        crate::checked::rewrite_expressions(plan, &Self::rewrite_expr)
     }
 
     fn name(&self) -> &str {

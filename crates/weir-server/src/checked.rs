@@ -164,49 +164,59 @@ fn operand_type(expr: &Expr, schema: &DFSchema) -> Result<DataType> {
 }
 
 impl CheckedIntegerArithmetic {
-    fn rewrite_plan(&self, plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    /// Rewrites one expression node (see the module documentation).
+    fn rewrite_expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        let Expr::BinaryExpr(binary) = e else {
+            return Ok(Transformed::no(e));
+        };
+        if !matches!(
+            binary.op,
+            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
+        ) {
+            return Ok(Transformed::no(Expr::BinaryExpr(binary)));
+        }
+        let types = (
+            operand_type(&binary.left, schema),
+            operand_type(&binary.right, schema),
+        );
+        match types {
+            (Ok(l), Ok(r))
+                if l == r
+                    && (is_float(&l) || (is_integer(&l) && binary.op != Operator::Divide)) =>
+            {
+                let BinaryExpr { left, op, right } = binary;
+                let udf = CheckedOp::udf(op, l);
+                Ok(Transformed::yes(udf.call(vec![*left, *right])))
+            }
+            _ => Ok(Transformed::no(Expr::BinaryExpr(binary))),
+        }
+    }
+}
+
+/// Rewrites every expression of every plan node, subqueries included,
+/// bottom up with `rewrite`, which is given the node's input schema; output
+/// names are kept and schemas recomputed. The skeleton of Weir's analyzer
+/// rules.
+pub(crate) fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
+    let rewritten = plan.transform_up_with_subqueries(|plan| {
         let schema = merge_schema(&plan.inputs());
         let preserver = NamePreserver::new(&plan);
         plan.map_expressions(|expr| {
             let name = preserver.save(&expr);
-            let rewritten = expr.transform_up(|e| {
-                let Expr::BinaryExpr(binary) = e else {
-                    return Ok(Transformed::no(e));
-                };
-                if !matches!(
-                    binary.op,
-                    Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
-                ) {
-                    return Ok(Transformed::no(Expr::BinaryExpr(binary)));
-                }
-                let types = (
-                    operand_type(&binary.left, &schema),
-                    operand_type(&binary.right, &schema),
-                );
-                match types {
-                    (Ok(l), Ok(r))
-                        if l == r
-                            && (is_float(&l)
-                                || (is_integer(&l) && binary.op != Operator::Divide)) =>
-                    {
-                        let BinaryExpr { left, op, right } = binary;
-                        let udf = CheckedOp::udf(op, l);
-                        Ok(Transformed::yes(udf.call(vec![*left, *right])))
-                    }
-                    _ => Ok(Transformed::no(Expr::BinaryExpr(binary))),
-                }
-            })?;
+            let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
             Ok(rewritten.update_data(|e| name.restore(e)))
         })?
         .map_data(|plan| plan.recompute_schema())
-    }
+    })?;
+    Ok(rewritten.data)
 }
 
 impl AnalyzerRule for CheckedIntegerArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        Ok(plan
-            .transform_up_with_subqueries(|plan| self.rewrite_plan(plan))?
-            .data)
+        rewrite_expressions(plan, &Self::rewrite_expr)
     }
 
     fn name(&self) -> &str {

@@ -236,11 +236,7 @@ async fn deep_expressions_are_answered_without_taking_the_server_down() {
 
 /// Sends a startup packet for user `weir` and reads up to ReadyForQuery.
 fn start_session(stream: &mut TcpStream) {
-    let mut body = 196_608u32.to_be_bytes().to_vec();
-    body.extend_from_slice(b"user\0weir\0database\0weir\0\0");
-    let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-    packet.extend(body);
-    stream.write_all(&packet).unwrap();
+    stream.write_all(&crate::common::startup_packet()).unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while !seen.windows(6).any(|w| w == b"Z\0\0\0\x05I") {

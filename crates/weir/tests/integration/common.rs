@@ -203,6 +203,15 @@ impl Drop for TestServer {
     }
 }
 
+/// A protocol 3.0 startup packet for user and database `weir`.
+pub fn startup_packet() -> Vec<u8> {
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"user\0weir\0database\0weir\0\0");
+    let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    packet.extend(body);
+    packet
+}
+
 /// The first column of every row of a simple query, as text.
 pub async fn column(client: &Client, sql: &str) -> Vec<Option<String>> {
     client

@@ -263,11 +263,7 @@ async fn random_sql_and_protocol_bytes_never_take_the_server_down() {
             .set_read_timeout(Some(Duration::from_millis(20)))
             .unwrap();
         if rng.random_range(0..4) > 0 {
-            let mut body = 196_608u32.to_be_bytes().to_vec();
-            body.extend_from_slice(b"user\0weir\0database\0weir\0\0");
-            let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-            packet.extend(body);
-            let _ = stream.write_all(&packet);
+            let _ = stream.write_all(&crate::common::startup_packet());
         }
         for _ in 0..rng.random_range(1..20) {
             let _ = stream.write_all(&random_message(&mut rng));

@@ -472,14 +472,7 @@ impl Frontend {
         stream
             .set_read_timeout(Some(std::time::Duration::from_secs(10)))
             .unwrap();
-        let mut body = 196_608u32.to_be_bytes().to_vec();
-        for part in ["user", "weir", "database", "weir", ""] {
-            body.extend_from_slice(part.as_bytes());
-            body.push(0);
-        }
-        let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
-        packet.extend(body);
-        stream.write_all(&packet).unwrap();
+        stream.write_all(&crate::common::startup_packet()).unwrap();
         let mut frontend = Frontend { stream };
         frontend.until_ready();
         frontend
