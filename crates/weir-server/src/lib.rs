@@ -44,6 +44,7 @@ mod source;
 mod statement;
 mod system;
 pub mod tls;
+mod to_char;
 pub mod transaction;
 mod types;
 mod views;

@@ -191,6 +191,13 @@ pub fn session_context(
         }
     }
     ctx.register_udf(version_udf());
+    ctx.register_udf(crate::to_char::PgToChar::udf());
+    ctx.register_udf(
+        datafusion::functions::string::uuid()
+            .as_ref()
+            .clone()
+            .with_aliases(["gen_random_uuid"]),
+    );
     ctx.register_udf(constant_text_udf("session_user", user));
     ctx.register_udf(constant_text_udf("current_user", user));
     Ok(ctx)
