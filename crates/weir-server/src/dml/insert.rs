@@ -81,7 +81,8 @@ pub(super) async fn insert_rows(
         }
         (Some(query), None) => {
             let query = replace_default_keyword(query, &def, &columns)?;
-            let source = session.plan(Statement::Query(query), params).await?;
+            let source = crate::colnames::disambiguate(&Statement::Query(query));
+            let source = session.plan(source, params).await?;
             let columns = fit_columns(columns, source.schema().fields().len(), insert)?;
             plan_rows(session, &def, source, &columns).await?
         }
