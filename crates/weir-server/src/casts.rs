@@ -185,16 +185,36 @@ fn with_seconds(text: &str) -> String {
 }
 
 /// The expression that casts `value` (of type `from`) to `to` as
-/// PostgreSQL does for the casts this module fixes; a plain cast
-/// otherwise.
+/// PostgreSQL does: the rule's rewrite of the cast (writes of literal rows
+/// are evaluated without the analyzer, so they build it here).
 pub fn assign_cast(value: Expr, from: &DataType, to: &DataType) -> Expr {
-    if is_text(from) && is_float(to) {
-        CastStep::udf(Step::TextToFloat, to.clone()).call(vec![value])
+    postgres_cast(datafusion::logical_expr::cast(value, to.clone()), from).data
+}
+
+/// `cast` (an `Expr::Cast` of an operand of type `from`) as PostgreSQL
+/// casts, where DataFusion's cast differs (see the module documentation).
+fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
+    let Expr::Cast(Cast { expr: inner, field }) = cast else {
+        return Transformed::no(cast);
+    };
+    let to = field.data_type().clone();
+    let rounded = |step: Step, output: DataType, inner: Expr| {
+        Expr::Cast(Cast {
+            expr: Box::new(CastStep::udf(step, output).call(vec![inner])),
+            field: field.clone(),
+        })
+    };
+    Transformed::yes(if is_text(from) && is_float(&to) {
+        CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
     } else if is_text(from) && matches!(to, DataType::Timestamp(..)) {
-        CastStep::udf(Step::TextToTimestamp, to.clone()).call(vec![value])
+        CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
+    } else if is_float(from) && is_integer(&to) {
+        rounded(Step::RoundTiesEven, DataType::Float64, *inner)
+    } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {
+        rounded(Step::RoundDecimal, DataType::Decimal128(38, 0), *inner)
     } else {
-        datafusion::logical_expr::cast(value, to.clone())
-    }
+        return Transformed::no(Expr::Cast(Cast { expr: inner, field }));
+    })
 }
 
 /// Text cast to a float type; 22003 where a finite text overflows.
@@ -248,35 +268,13 @@ pub struct PostgresCasts;
 impl PostgresCasts {
     /// Rewrites one expression node (see the module documentation).
     fn rewrite_expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-        let Expr::Cast(Cast { expr: inner, field }) = e else {
+        let Expr::Cast(cast) = &e else {
             return Ok(Transformed::no(e));
         };
-        let to = field.data_type().clone();
-        let from = match inner.get_type(schema) {
-            Ok(from) => from,
-            Err(_) => return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field }))),
-        };
-        let rewritten = if is_text(&from) && is_float(&to) {
-            CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
-        } else if is_text(&from) && matches!(to, DataType::Timestamp(..)) {
-            CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
-        } else if is_float(&from) && is_integer(&to) {
-            let rounded = CastStep::udf(Step::RoundTiesEven, DataType::Float64).call(vec![*inner]);
-            Expr::Cast(Cast {
-                expr: Box::new(rounded),
-                field,
-            })
-        } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {
-            let rounded =
-                CastStep::udf(Step::RoundDecimal, DataType::Decimal128(38, 0)).call(vec![*inner]);
-            Expr::Cast(Cast {
-                expr: Box::new(rounded),
-                field,
-            })
-        } else {
-            return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
-        };
-        Ok(Transformed::yes(rewritten))
+        Ok(match cast.expr.get_type(schema) {
+            Ok(from) => postgres_cast(e, &from),
+            Err(_) => Transformed::no(e),
+        })
     }
 }
 

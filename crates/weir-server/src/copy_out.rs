@@ -45,6 +45,7 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     }
     let format = parse_format(options, legacy_options)?;
     let query = match source {
+        CopySource::Query(query) => Statement::Query(query.clone()),
         CopySource::Table {
             table_name,
             columns,
@@ -58,17 +59,20 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            format!("SELECT {list} FROM {table_name}")
+            let mut statements = weir_sql::parse(&format!("SELECT {list} FROM {table_name}"))?;
+            let Some(weir_sql::WeirStatement::Sql(query)) = statements.pop() else {
+                return Err(WeirError::internal("COPY's table did not parse as a query"));
+            };
+            *query
         }
-        CopySource::Query(query) => query.to_string(),
-    };
-    let mut statements = weir_sql::parse(&query)?;
-    let Some(weir_sql::WeirStatement::Sql(query)) = statements.pop() else {
-        return Err(WeirError::internal("COPY's query did not parse as a query"));
     };
     session.pin_for_read();
-    let plan = session.plan(*query, &None).await?;
+    let plan = session
+        .plan(crate::colnames::disambiguate(&query), &None)
+        .await?;
     let (schema, batches) = session.collect(plan).await?;
+    // Column names as a SELECT sends them (the CSV header shows them).
+    let schema = crate::colnames::wire_schema(&query, schema);
     let wire_format = if format.binary {
         Format::UnifiedBinary
     } else {
@@ -89,6 +93,8 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
         messages.push(CopyData::new(line.into_bytes().into()));
     }
     let mut rows = 0;
+    // One CopyData message per row is the protocol's unit; the values are
+    // encoded as a SELECT's DataRows are.
     for batch in &batches {
         for row in 0..batch.num_rows() {
             for (column, field) in fields.iter().enumerate() {

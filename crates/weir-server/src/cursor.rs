@@ -104,7 +104,6 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
         let (schema, batches): (SchemaRef, Vec<RecordBatch>) = session.collect(plan).await?;
         let schema = crate::colnames::wire_schema(&Statement::Query(query.clone()), schema);
         let rows = concat_batches(&schema, &batches)?;
-        let rows = RecordBatch::try_new(schema, rows.columns().to_vec())?;
         let cursor = Cursor {
             rows,
             position: 0,

@@ -11,11 +11,13 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArr
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
 use datafusion::common::{exec_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
+use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
 use datafusion::logical_expr::{
-    create_udf, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-    TypeSignature, Volatility,
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
 };
 use datafusion::prelude::SessionContext;
+use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
 use crate::error::{SqlState, WeirError};
@@ -33,16 +35,14 @@ pub fn register(
     ctx.register_udf(current_setting(settings.clone()));
     ctx.register_udf(set_config(settings));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof::new()));
-    ctx.register_udf(AsyncScalarUDF::new(Arc::new(PgSleep::new())).into_scalar_udf());
-    ctx.register_udf(
-        AsyncScalarUDF::new(Arc::new(AdvisoryLock::new(locks.clone(), session))).into_scalar_udf(),
-    );
+    ctx.register_udf(pg_sleep());
+    ctx.register_udf(advisory_lock(locks.clone(), session));
     ctx.register_udf(try_advisory_lock(locks.clone(), session));
     ctx.register_udf(advisory_unlock(locks.clone(), session));
     ctx.register_udf(advisory_unlock_all(locks, session));
 }
 
-/// The first argument as a string array of `rows` values.
+/// Argument `i` as a string array of `rows` values.
 fn strings(args: &[ColumnarValue], i: usize, rows: usize) -> Result<ArrayRef> {
     let array = args[i].to_array(rows)?;
     Ok(datafusion::arrow::compute::cast(&array, &DataType::Utf8)?)
@@ -137,45 +137,19 @@ fn rows_of(args: &[ColumnarValue]) -> usize {
         .unwrap_or(1)
 }
 
+/// A synchronous function with any signature.
 fn udf(
     name: &str,
     signature: Signature,
     returns: DataType,
     function: impl Fn(&[ColumnarValue]) -> Result<ColumnarValue> + Send + Sync + 'static,
 ) -> ScalarUDF {
-    let inner = create_udf(
+    ScalarUDF::from(SimpleScalarUDF::new_with_signature(
         name,
-        vec![],
+        signature,
         returns,
-        signature.volatility,
         Arc::new(function),
-    );
-    ScalarUDF::new_from_impl(WithSignature { inner, signature })
-}
-
-/// A function with another signature than `create_udf` gives.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct WithSignature {
-    inner: ScalarUDF,
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for WithSignature {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        self.inner.inner().return_type(args)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        self.inner.inner().invoke_with_args(args)
-    }
+    ))
 }
 
 /// `pg_typeof(any)`: the PostgreSQL name of its argument's type.
@@ -213,24 +187,67 @@ impl ScalarUDFImpl for PgTypeof {
     }
 }
 
-/// `pg_sleep(seconds)`: waits without holding a thread, and stops when
-/// the statement is canceled.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct PgSleep {
+/// The body of an [`AsyncFunction`]: the arguments and the row count to
+/// a future of the result.
+type AsyncBody = Arc<
+    dyn Fn(Vec<ColumnarValue>, usize) -> BoxFuture<'static, Result<ColumnarValue>> + Send + Sync,
+>;
+
+/// A function that waits (`pg_sleep`, `pg_advisory_lock`): DataFusion runs
+/// it as an async function, so waiting holds no thread and a canceled
+/// statement stops it.
+struct AsyncFunction {
+    name: &'static str,
     signature: Signature,
+    returns: DataType,
+    body: AsyncBody,
 }
 
-impl PgSleep {
-    fn new() -> Self {
-        PgSleep {
-            signature: Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile),
-        }
+impl AsyncFunction {
+    fn udf(
+        name: &'static str,
+        signature: Signature,
+        returns: DataType,
+        body: impl Fn(Vec<ColumnarValue>, usize) -> BoxFuture<'static, Result<ColumnarValue>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> ScalarUDF {
+        let function = AsyncFunction {
+            name,
+            signature,
+            returns,
+            body: Arc::new(body),
+        };
+        AsyncScalarUDF::new(Arc::new(function)).into_scalar_udf()
     }
 }
 
-impl ScalarUDFImpl for PgSleep {
+impl std::fmt::Debug for AsyncFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncFunction")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl PartialEq for AsyncFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.body, &other.body)
+    }
+}
+
+impl Eq for AsyncFunction {}
+
+impl std::hash::Hash for AsyncFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for AsyncFunction {
     fn name(&self) -> &str {
-        "pg_sleep"
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -238,31 +255,37 @@ impl ScalarUDFImpl for PgSleep {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Null)
+        Ok(self.returns.clone())
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        exec_err!("pg_sleep runs asynchronously")
+        exec_err!("{} runs asynchronously", self.name)
     }
 }
 
 #[async_trait]
-impl AsyncScalarUDFImpl for PgSleep {
+impl AsyncScalarUDFImpl for AsyncFunction {
     async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = rows_of(&args.args);
-        let seconds = args.args[0].to_array(rows)?;
-        let seconds = seconds.as_primitive::<Float64Type>();
-        for row in 0..rows {
-            if seconds.is_null(row) {
-                continue;
-            }
-            let s = seconds.value(row);
-            if s.is_finite() && s > 0.0 {
-                tokio::time::sleep(Duration::from_secs_f64(s.min(1e9))).await;
-            }
-        }
-        Ok(ColumnarValue::Scalar(ScalarValue::Null))
+        (self.body)(args.args, args.number_rows).await
     }
+}
+
+/// `pg_sleep(seconds)`: waits without holding a thread, and stops when
+/// the statement is canceled.
+fn pg_sleep() -> ScalarUDF {
+    let signature = Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile);
+    AsyncFunction::udf("pg_sleep", signature, DataType::Null, |args, rows| {
+        Box::pin(async move {
+            let seconds = args[0].to_array(rows)?;
+            let seconds = seconds.as_primitive::<Float64Type>();
+            for s in seconds.iter().flatten() {
+                if s.is_finite() && s > 0.0 {
+                    tokio::time::sleep(Duration::from_secs_f64(s.min(1e9))).await;
+                }
+            }
+            Ok(ColumnarValue::Scalar(ScalarValue::Null))
+        })
+    })
 }
 
 /// Session-scoped advisory locks: each key is held by at most one session,
@@ -376,64 +399,21 @@ fn lock_signature() -> Signature {
 }
 
 /// `pg_advisory_lock(key)`: waits until the session holds `key`.
-#[derive(Debug)]
-struct AdvisoryLock {
-    locks: Arc<AdvisoryLocks>,
-    session: u64,
-    signature: Signature,
-}
-
-impl PartialEq for AdvisoryLock {
-    fn eq(&self, other: &Self) -> bool {
-        self.session == other.session
-    }
-}
-
-impl Eq for AdvisoryLock {}
-
-impl std::hash::Hash for AdvisoryLock {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.session.hash(state);
-    }
-}
-
-impl AdvisoryLock {
-    fn new(locks: Arc<AdvisoryLocks>, session: u64) -> Self {
-        AdvisoryLock {
-            locks,
-            session,
-            signature: lock_signature(),
-        }
-    }
-}
-
-impl ScalarUDFImpl for AdvisoryLock {
-    fn name(&self) -> &str {
-        "pg_advisory_lock"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Null)
-    }
-
-    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        exec_err!("pg_advisory_lock runs asynchronously")
-    }
-}
-
-#[async_trait]
-impl AsyncScalarUDFImpl for AdvisoryLock {
-    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = rows_of(&args.args);
-        for key in lock_keys(&args.args, rows)?.into_iter().flatten() {
-            self.locks.lock(key, self.session).await;
-        }
-        Ok(ColumnarValue::Scalar(ScalarValue::Null))
-    }
+fn advisory_lock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
+    AsyncFunction::udf(
+        "pg_advisory_lock",
+        lock_signature(),
+        DataType::Null,
+        move |args, rows| {
+            let locks = locks.clone();
+            Box::pin(async move {
+                for key in lock_keys(&args, rows)?.into_iter().flatten() {
+                    locks.lock(key, session).await;
+                }
+                Ok(ColumnarValue::Scalar(ScalarValue::Null))
+            })
+        },
+    )
 }
 
 /// `pg_try_advisory_lock(key)`: takes `key` if it is free.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::future::{select, Either};
@@ -173,6 +174,24 @@ fn fields(
     arrow_schema_to_pg_fields(schema, format, Some(options))
 }
 
+/// Rows as a query response. Every row is encoded before answering, so an
+/// encoding error is the statement's error rather than a cut-off result.
+fn rows_response(
+    schema: &SchemaRef,
+    batches: impl IntoIterator<Item = RecordBatch>,
+    format: &Format,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<QueryResponse> {
+    let fields = Arc::new(fields(schema, format, options)?);
+    let mut rows = Vec::new();
+    for batch in batches {
+        for row in encode_recordbatch(fields.clone(), batch) {
+            rows.push(Ok(row?));
+        }
+    }
+    Ok(QueryResponse::new(fields, stream::iter(rows)))
+}
+
 fn into_response(
     output: Output,
     format: &Format,
@@ -180,17 +199,7 @@ fn into_response(
 ) -> PgWireResult<Response> {
     Ok(match output {
         Output::Rows { schema, batches } => {
-            let fields = Arc::new(fields(&schema, format, options)?);
-            // Encode every row before answering, so an encoding error (a
-            // numeric beyond what the wire format carries, say) is the
-            // statement's error rather than a cut-off result.
-            let mut rows = Vec::new();
-            for batch in batches {
-                for row in encode_recordbatch(fields.clone(), batch) {
-                    rows.push(Ok(row?));
-                }
-            }
-            Response::Query(QueryResponse::new(fields, stream::iter(rows)))
+            Response::Query(rows_response(&schema, batches, format, options)?)
         }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(tag);
@@ -212,12 +221,7 @@ fn into_response(
             } else {
                 format
             };
-            let fields = Arc::new(fields(&schema, format, options)?);
-            let mut rows = Vec::new();
-            for row in encode_recordbatch(fields.clone(), batch) {
-                rows.push(Ok(row?));
-            }
-            let mut response = QueryResponse::new(fields, stream::iter(rows));
+            let mut response = rows_response(&schema, [batch], format, options)?;
             response.set_command_tag("FETCH");
             Response::Query(response)
         }
@@ -588,16 +592,16 @@ impl QueryParser for Parser {
     {
         let mut session = lock_session(&self.session, &self.shared, client).await?;
         check_alive(&session)?;
-        let parsed = parse_one(sql);
-        let described = match parsed {
+        let prepared = match parse_one(sql) {
             Ok(Some(statement)) => describe(&mut session, &statement)
                 .await
-                .map(|described| (statement, described)),
-            Ok(None) => return Ok(None),
+                .map(|described| Some((statement, described))),
+            Ok(None) => Ok(None),
             Err(e) => Err(e),
         };
-        let (statement, (inferred, schema)) = match described {
-            Ok(described) => described,
+        let (statement, (inferred, schema)) = match prepared {
+            Ok(Some(prepared)) => prepared,
+            Ok(None) => return Ok(None),
             Err(e) => {
                 // As in PostgreSQL, a statement that cannot be prepared
                 // fails the transaction block it is in.
@@ -858,13 +862,11 @@ impl CopyHandler for Connection {
             return Err(WeirError::new(SqlState::PROTOCOL_VIOLATION, "no COPY in progress").into());
         };
         let mut session = self.session(client).await?;
-        let result = match copy.parse() {
-            Ok(rows) => {
-                let insert = dml::insert_batch(&mut session, &copy.table.name, &copy.columns, rows);
-                guarded(insert).await
-            }
-            Err(e) => Err(e),
+        let insert = async {
+            let rows = copy.parse()?;
+            dml::insert_batch(&mut session, &copy.table.name, &copy.columns, rows).await
         };
+        let result = guarded(insert).await;
         let count = match result {
             Ok(count) => count,
             Err(e) => {

@@ -160,8 +160,7 @@ impl Settings {
     pub fn set_local(&mut self, name: &str, value: &str) -> WeirResult<bool> {
         if self.at_block_start.is_none() {
             // Still check the name and value.
-            let mut probe = self.clone();
-            probe.set(name, value)?;
+            self.checked_key(name, value)?;
             return Ok(false);
         }
         self.set(name, value)?;
@@ -179,6 +178,14 @@ impl Settings {
 
     /// Sets `name` to `value`.
     pub fn set(&mut self, name: &str, value: &str) -> WeirResult<()> {
+        let key = self.checked_key(name, value)?;
+        self.values.insert(key, value.to_owned());
+        Ok(())
+    }
+
+    /// The key of parameter `name`, once `value` is known to be one it may
+    /// take.
+    fn checked_key(&self, name: &str, value: &str) -> WeirResult<String> {
         let key = name.to_ascii_lowercase();
         if READ_ONLY.contains(&key.as_str()) {
             return Err(WeirError::new(
@@ -203,8 +210,7 @@ impl Settings {
                 ));
             }
         }
-        self.values.insert(key, value.to_owned());
-        Ok(())
+        Ok(key)
     }
 
     /// Restores the default of `name`.

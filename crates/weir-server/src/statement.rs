@@ -18,6 +18,16 @@ pub async fn execute(
     statement: &WeirStatement,
     params: &Params,
 ) -> WeirResult<Output> {
+    if let (Some(_), Some(ddl)) = (&session.transaction, ddl_name(statement)) {
+        return Err(WeirError::new(
+            SqlState::ACTIVE_SQL_TRANSACTION,
+            format!("{ddl} cannot run inside a transaction block"),
+        )
+        .with_hint(
+            "Weir runs statements that change the catalog outside transaction blocks: \
+             COMMIT or ROLLBACK first (drivers: use autocommit for DDL).",
+        ));
+    }
     let statement = match statement {
         WeirStatement::Flush => {
             session.db.flush().await?;
@@ -26,12 +36,6 @@ pub async fn execute(
         WeirStatement::Checkpoint => {
             session.db.checkpoint().await?;
             return Ok(Output::command("CHECKPOINT"));
-        }
-        WeirStatement::CreateSource(..) if session.transaction.is_some() => {
-            return Err(ddl_in_block_named("CREATE SOURCE".into()));
-        }
-        WeirStatement::DropSource(_) if session.transaction.is_some() => {
-            return Err(ddl_in_block_named("DROP SOURCE".into()));
         }
         WeirStatement::CreateSource(create, options) => {
             let Statement::CreateTable(create) = create.as_ref() else {
@@ -59,9 +63,6 @@ pub async fn execute(
         WeirStatement::ShowSources => return crate::source::show(session),
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
-    if session.transaction.is_some() && is_ddl(statement) {
-        return Err(ddl_in_block(statement));
-    }
     match statement {
         statement if control::is_control(statement) => control::execute(session, statement).await,
         statement if crate::cursor::is_cursor_statement(statement) => {
@@ -133,37 +134,23 @@ pub async fn execute(
     }
 }
 
-/// Whether a statement changes the catalog (DDL). Weir runs DDL outside
-/// transaction blocks only.
-fn is_ddl(statement: &Statement) -> bool {
-    matches!(
-        statement,
-        Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. }
-    )
-}
-
-fn ddl_in_block(statement: &Statement) -> WeirError {
-    let words = match statement {
-        Statement::CreateTable(_) => "CREATE TABLE".to_owned(),
-        Statement::CreateView(create) if create.materialized => {
-            "CREATE MATERIALIZED VIEW".to_owned()
-        }
-        Statement::CreateView(_) => "CREATE VIEW".to_owned(),
-        Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
-        other => first_words(&other.to_string()),
+/// The name of a statement that changes the catalog (DDL), as
+/// PostgreSQL's errors name it; `None` for any other. Weir runs DDL
+/// outside transaction blocks only.
+fn ddl_name(statement: &WeirStatement) -> Option<String> {
+    let statement = match statement {
+        WeirStatement::CreateSource(..) => return Some("CREATE SOURCE".into()),
+        WeirStatement::DropSource(_) => return Some("DROP SOURCE".into()),
+        WeirStatement::Sql(statement) => statement.as_ref(),
+        _ => return None,
     };
-    ddl_in_block_named(words)
-}
-
-fn ddl_in_block_named(words: String) -> WeirError {
-    WeirError::new(
-        SqlState::ACTIVE_SQL_TRANSACTION,
-        format!("{words} cannot run inside a transaction block"),
-    )
-    .with_hint(
-        "Weir runs statements that change the catalog outside transaction blocks: \
-         COMMIT or ROLLBACK first (drivers: use autocommit for DDL).",
-    )
+    Some(match statement {
+        Statement::CreateTable(_) => "CREATE TABLE".into(),
+        Statement::CreateView(create) if create.materialized => "CREATE MATERIALIZED VIEW".into(),
+        Statement::CreateView(_) => "CREATE VIEW".into(),
+        Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
+        _ => return None,
+    })
 }
 
 fn first_words(sql: &str) -> String {

@@ -57,11 +57,14 @@ pub fn chrono_format(pattern: &str) -> String {
             continue;
         }
         if c == '"' {
-            let end = rest[1..].find('"').map_or(rest.len(), |i| i + 2);
-            for ch in rest[1..end.saturating_sub(1).max(1)].chars() {
-                push_literal(&mut out, ch);
-            }
-            rest = &rest[end.min(rest.len())..];
+            // Quoted text stands as it is, up to the closing quote.
+            let quoted = &rest[1..];
+            let (text, after) = match quoted.find('"') {
+                Some(end) => (&quoted[..end], &quoted[end + 1..]),
+                None => (quoted, ""),
+            };
+            text.chars().for_each(|ch| push_literal(&mut out, ch));
+            rest = after;
             continue;
         }
         match PATTERNS.iter().find(|(pg, _)| rest.starts_with(pg)) {

@@ -15,7 +15,6 @@ use crate::catalog::{normalize_ident, relation_name, Catalog, TableDef};
 use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Params, Session};
-use crate::transaction::Transaction;
 
 use super::upsert::{check_conflict_target, evaluate_upsert};
 use super::*;
@@ -300,32 +299,11 @@ pub async fn insert_batch(
     columns: &[usize],
     batch: RecordBatch,
 ) -> WeirResult<usize> {
-    if let Some(mut block) = session.transaction.take() {
-        let result = insert_batch_in_block(session, &mut block, table, columns, batch).await;
-        session.transaction = Some(block);
-        return result;
-    }
-    let db = session.db.clone();
-    let mut working = db.working().await;
-    let count = write_batch(session, &mut working, table, columns, batch).await?;
-    let epoch = working.epoch;
-    drop(working);
-    if count > 0 {
-        db.wait_committed(epoch).await?;
-    }
-    Ok(count)
-}
-
-async fn insert_batch_in_block(
-    session: &Session,
-    block: &mut Transaction,
-    table: &str,
-    columns: &[usize],
-    batch: RecordBatch,
-) -> WeirResult<usize> {
-    let def = block.catalog().table(table)?.clone();
-    block.prepare_write(&def, "COPY FROM")?;
-    write_batch(session, block.private_state(), table, columns, batch).await
+    let target = |catalog: &Catalog| catalog.table(table).cloned();
+    write(session, "COPY FROM", target, async |session, working| {
+        write_batch(session, working, table, columns, batch).await
+    })
+    .await
 }
 
 /// Inserts a batch into `working`'s table `table`.

@@ -28,7 +28,6 @@ use crate::catalog::{normalize_ident, Catalog, ColumnDef, TableDef};
 use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
-use crate::transaction::Transaction;
 use crate::types::{assignable, pg_type_name};
 
 pub use constraints::{check_write, conform};
@@ -45,72 +44,78 @@ pub async fn execute(
     statement: &Statement,
     params: &Params,
 ) -> WeirResult<Output> {
-    let (tag, rows) = match session.transaction.take() {
-        Some(mut block) => {
-            let result = execute_in_block(session, &mut block, statement, params).await;
-            session.transaction = Some(block);
-            result?
-        }
-        None => {
-            let db = session.db.clone();
-            let mut working = db.working().await;
-            session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-            let result = apply(session, &mut working, statement, params).await?;
-            let epoch = working.epoch;
-            drop(working);
-            if result.1 > 0 {
-                db.wait_committed(epoch).await?;
-            }
-            result
-        }
+    let tag = match statement {
+        Statement::Insert(_) => "INSERT",
+        Statement::Update(_) => "UPDATE",
+        Statement::Delete(_) => "DELETE",
+        other => return Err(WeirError::internal(format!("not DML: {other}"))),
     };
+    let target = |catalog: &Catalog| -> WeirResult<TableDef> {
+        Ok(match statement {
+            Statement::Insert(insert) => insert_target(catalog, insert)?.clone(),
+            Statement::Update(update) => update_target(catalog, &update.table)?.0.clone(),
+            Statement::Delete(delete) => delete_query(catalog, delete)?.0,
+            other => return Err(WeirError::internal(format!("not DML: {other}"))),
+        })
+    };
+    let rows = write(session, tag, target, async |session, working| {
+        apply(session, working, statement, params).await
+    })
+    .await?;
     Ok(Output::Command {
         tag,
         rows: Some(rows),
     })
 }
 
-/// Runs a DML statement inside `block`, against its private tables.
-async fn execute_in_block(
-    session: &Session,
-    block: &mut Transaction,
-    statement: &Statement,
-    params: &Params,
-) -> WeirResult<(&'static str, usize)> {
-    let catalog = block.catalog();
-    let (verb, def) = match statement {
-        Statement::Insert(insert) => ("INSERT", insert_target(catalog, insert)?.clone()),
-        Statement::Update(update) => ("UPDATE", update_target(catalog, &update.table)?.0.clone()),
-        Statement::Delete(delete) => ("DELETE", delete_query(catalog, delete)?.0),
-        other => return Err(WeirError::internal(format!("not DML: {other}"))),
-    };
-    block.prepare_write(&def, verb)?;
-    session.pinned.pin(Arc::new(block.read_snapshot()));
-    apply(session, block.private_state(), statement, params).await
+/// Runs `change` (which returns the rows it changed) where a write of
+/// `session` goes: inside a transaction block, against the block's
+/// private tables, after copying in the table `target` names (`verb`
+/// names the statement for a read-only block's error); outside one,
+/// against the working state under its lock, then waiting until the epoch
+/// is committed. Reads of the change's planning see the same state.
+async fn write(
+    session: &mut Session,
+    verb: &str,
+    target: impl FnOnce(&Catalog) -> WeirResult<TableDef>,
+    change: impl AsyncFnOnce(&Session, &mut WorkingState) -> WeirResult<usize>,
+) -> WeirResult<usize> {
+    if let Some(mut block) = session.transaction.take() {
+        let result = match target(block.catalog()).and_then(|def| block.prepare_write(&def, verb)) {
+            Ok(()) => {
+                session.pinned.pin(Arc::new(block.read_snapshot()));
+                change(session, block.private_state()).await
+            }
+            Err(e) => Err(e),
+        };
+        session.transaction = Some(block);
+        return result;
+    }
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
+    let rows = change(session, &mut working).await?;
+    let epoch = working.epoch;
+    drop(working);
+    if rows > 0 {
+        db.wait_committed(epoch).await?;
+    }
+    Ok(rows)
 }
 
-/// Applies a DML statement to `working`; returns its tag and row count.
+/// Applies a DML statement to `working`; returns the rows it changed.
 async fn apply(
     session: &Session,
     working: &mut WorkingState,
     statement: &Statement,
     params: &Params,
-) -> WeirResult<(&'static str, usize)> {
-    Ok(match statement {
-        Statement::Insert(insert) => (
-            "INSERT",
-            insert_rows(session, working, insert, params).await?,
-        ),
-        Statement::Update(update) => (
-            "UPDATE",
-            update_rows(session, working, update, params).await?,
-        ),
-        Statement::Delete(delete) => (
-            "DELETE",
-            delete_rows(session, working, delete, params).await?,
-        ),
-        other => return Err(WeirError::internal(format!("not DML: {other}"))),
-    })
+) -> WeirResult<usize> {
+    match statement {
+        Statement::Insert(insert) => insert_rows(session, working, insert, params).await,
+        Statement::Update(update) => update_rows(session, working, update, params).await,
+        Statement::Delete(delete) => delete_rows(session, working, delete, params).await,
+        other => Err(WeirError::internal(format!("not DML: {other}"))),
+    }
 }
 
 pub(super) fn column_index(def: &TableDef, column: &str) -> WeirResult<usize> {

@@ -183,13 +183,12 @@ impl Transaction {
         let mut writes = Vec::with_capacity(changes.len());
         for (id, delta) in &changes {
             let name = self.table_name(*id);
-            if !working.catalog.tables.values().any(|t| t.id == *id) {
+            let Some(current) = working.tables.get(id) else {
                 return Err(WeirError::new(
                     SqlState::SERIALIZATION_FAILURE,
                     format!("could not serialize access: table \"{name}\" was dropped"),
                 ));
-            }
-            let current = working.table_mut(*id)?;
+            };
             let base = &self.bases[id];
             writes.push((*id, commit::plan_write(&name, base, current, delta)?));
         }

@@ -84,12 +84,7 @@ async fn views_created_under_writes_follow_every_change_once() {
             }
         }
     });
-    for (name, query) in VIEWS {
-        creator
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
-    }
+    crate::common::create_views(&creator, VIEWS).await;
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     assert!(done.load(Ordering::Relaxed) > 0, "the writer made progress");

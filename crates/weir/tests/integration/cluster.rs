@@ -97,12 +97,7 @@ async fn create(server: &TestServer) {
     for sql in TABLE.iter().chain(SOURCES) {
         client.batch_execute(sql).await.unwrap();
     }
-    for (name, query) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
-    }
+    crate::common::create_views(&client, VIEWS).await;
     client.batch_execute(TABLE_CHANGE).await.unwrap();
 }
 

@@ -212,6 +212,25 @@ pub fn startup_packet() -> Vec<u8> {
     packet
 }
 
+/// Creates a materialized view for each (name, query).
+pub async fn create_views(client: &Client, views: &[(&str, &str)]) {
+    for (name, query) in views {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("view {name}: {e}"));
+    }
+}
+
+/// Waits until `done` holds, or `limit` passes (a slow machine then goes
+/// on with less done; callers assert what they need).
+pub async fn wait_until(limit: Duration, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() && started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The first column of every row of a simple query, as text.
 pub async fn column(client: &Client, sql: &str) -> Vec<Option<String>> {
     client

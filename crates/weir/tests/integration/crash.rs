@@ -106,12 +106,7 @@ pub async fn kill_cycles(mut server: TestServer) {
         ))
         .await
         .unwrap();
-    for (name, query) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
-    }
+    crate::common::create_views(&client, VIEWS).await;
     let checks: Vec<(&str, &str)> = VIEWS.iter().map(|&(n, q)| (n, batch_query(n, q))).collect();
     drop(client);
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
@@ -130,12 +125,10 @@ pub async fn kill_cycles(mut server: TestServer) {
         // Let the writers make some progress whatever the machine's speed,
         // then kill at a random moment.
         let before = acked.lock().unwrap().len();
-        let started = std::time::Instant::now();
-        while acked.lock().unwrap().len() < before + 10
-            && started.elapsed() < Duration::from_secs(20)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::common::wait_until(Duration::from_secs(20), || {
+            acked.lock().unwrap().len() >= before + 10
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
         server.restart_after_kill().await;
         for w in writers {

@@ -313,12 +313,7 @@ pub async fn kill_cycles(mut server: TestServer) {
             .await
             .unwrap();
     }
-    for (name, query) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
-    }
+    crate::common::create_views(&client, VIEWS).await;
     drop(client);
     let state = Arc::new(Mutex::new(DimsState::default()));
     let mut last_positions: HashMap<(String, String), Vec<u64>> = HashMap::new();

@@ -113,12 +113,7 @@ async fn transaction_blocks_survive_sigkill_whole_or_not_at_all() {
         .batch_execute(&format!("INSERT INTO accounts VALUES {}", rows.join(", ")))
         .await
         .unwrap();
-    for (name, query) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
-    }
+    crate::common::create_views(&client, VIEWS).await;
     drop(client);
     let seen = Arc::new(Outcomes::default());
     for cycle in 0..CYCLES {
@@ -135,12 +130,10 @@ async fn transaction_blocks_survive_sigkill_whole_or_not_at_all() {
             })
             .collect();
         let before = seen.committed.lock().unwrap().len();
-        let started = std::time::Instant::now();
-        while seen.committed.lock().unwrap().len() < before + 5
-            && started.elapsed() < Duration::from_secs(20)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::common::wait_until(Duration::from_secs(20), || {
+            seen.committed.lock().unwrap().len() >= before + 5
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
         server.restart_after_kill().await;
         for w in writers {
