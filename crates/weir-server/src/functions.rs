@@ -418,38 +418,24 @@ fn advisory_lock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
 
 /// `pg_try_advisory_lock(key)`: takes `key` if it is free.
 fn try_advisory_lock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
-    let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
-        let keys = lock_keys(args, rows_of(args))?;
-        let taken: BooleanArray = keys
-            .into_iter()
-            .map(|k| k.map(|k| locks.try_lock(k, session)))
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(taken)))
-    };
-    udf(
-        "pg_try_advisory_lock",
-        lock_signature(),
-        DataType::Boolean,
-        function,
-    )
+    per_key("pg_try_advisory_lock", move |key| {
+        locks.try_lock(key, session)
+    })
 }
 
 /// `pg_advisory_unlock(key)`: releases one hold; false if there was none.
 fn advisory_unlock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
+    per_key("pg_advisory_unlock", move |key| locks.unlock(key, session))
+}
+
+/// A lock function that answers each key at once with `answer(key)`.
+fn per_key(name: &str, answer: impl Fn(i64) -> bool + Send + Sync + 'static) -> ScalarUDF {
     let function = move |args: &[ColumnarValue]| -> Result<ColumnarValue> {
         let keys = lock_keys(args, rows_of(args))?;
-        let released: BooleanArray = keys
-            .into_iter()
-            .map(|k| k.map(|k| locks.unlock(k, session)))
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(released)))
+        let answers: BooleanArray = keys.into_iter().map(|k| k.map(&answer)).collect();
+        Ok(ColumnarValue::Array(Arc::new(answers)))
     };
-    udf(
-        "pg_advisory_unlock",
-        lock_signature(),
-        DataType::Boolean,
-        function,
-    )
+    udf(name, lock_signature(), DataType::Boolean, function)
 }
 
 /// `pg_advisory_unlock_all()`.
