@@ -222,6 +222,14 @@ fn missing(name: &str) -> WeirError {
     )
 }
 
+/// The row schema of cursor `name` and whether it is `BINARY`: what a
+/// Describe of the portal `name` answers (psycopg's named cursors
+/// describe the cursor they declared).
+pub fn describe(cursors: &Cursors, name: &str) -> Option<(SchemaRef, bool)> {
+    let cursor = cursors.get(name)?;
+    Some((cursor.rows.schema(), cursor.binary))
+}
+
 /// Closes the cursors a block's end closes: every cursor without `WITH
 /// HOLD`, and on rollback those the block declared.
 pub fn block_ended(cursors: &mut Cursors, committed: bool) {

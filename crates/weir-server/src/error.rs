@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 use weir_stream::runtime::MemoryBudgetExceeded;
@@ -17,6 +18,7 @@ pub struct SqlState(pub &'static str);
 #[allow(missing_docs)]
 impl SqlState {
     pub const SYNTAX_ERROR: SqlState = SqlState("42601");
+    pub const CHARACTER_NOT_IN_REPERTOIRE: SqlState = SqlState("22021");
     pub const UNDEFINED_TABLE: SqlState = SqlState("42P01");
     pub const UNDEFINED_COLUMN: SqlState = SqlState("42703");
     pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
@@ -263,7 +265,28 @@ fn root_message(root: &DataFusionError) -> String {
             text = rest.to_owned();
         }
     }
-    text
+    undefined_function(&text).unwrap_or(text)
+}
+
+/// PostgreSQL's sentence for DataFusion's report of a function that no
+/// signature matches ("function sum(text) does not exist"), without the
+/// internal errors and candidate list DataFusion wraps it in.
+fn undefined_function(message: &str) -> Option<String> {
+    const MARKER: &str = "No function matches the given name and argument types '";
+    let call = message.split(MARKER).nth(1)?.split('\'').next()?;
+    let (name, args) = call.strip_suffix(')')?.split_once('(')?;
+    let args: Vec<String> = args
+        .split(", ")
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| match arg.parse::<DataType>() {
+            Ok(data_type) => crate::types::pg_type_name(&data_type),
+            Err(_) => arg.to_owned(),
+        })
+        .collect();
+    Some(format!(
+        "function {name}({}) does not exist",
+        args.join(", ")
+    ))
 }
 
 fn schema_error_code(message: &str) -> SqlState {
@@ -311,7 +334,10 @@ fn message_code(message: &str) -> SqlState {
         SqlState::UNDEFINED_TABLE
     } else if lower.contains("no field named") {
         SqlState::UNDEFINED_COLUMN
-    } else if lower.contains("invalid function") || lower.contains("no function matches") {
+    } else if lower.contains("invalid function")
+        || lower.contains("no function matches")
+        || lower.starts_with("function ") && lower.ends_with(") does not exist")
+    {
         SqlState::UNDEFINED_FUNCTION
     } else if lower.contains("cannot infer common")
         || lower.contains("cannot coerce")
@@ -366,7 +392,12 @@ impl From<datafusion::arrow::error::ArrowError> for WeirError {
 
 impl From<weir_sql::ParseError> for WeirError {
     fn from(e: weir_sql::ParseError) -> Self {
-        WeirError::new(SqlState::SYNTAX_ERROR, e.0)
+        match e {
+            weir_sql::ParseError::Syntax(m) => WeirError::new(SqlState::SYNTAX_ERROR, m),
+            weir_sql::ParseError::InvalidEncoding(m) => {
+                WeirError::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, m)
+            }
+        }
     }
 }
 
@@ -441,6 +472,15 @@ mod tests {
         assert_eq!(code_of("SELECT 1 / 0").await, "22012");
         assert_eq!(code_of("SELECT CAST('abc' AS INT)").await, "22P02");
         assert_eq!(code_of("SELECT no_such_fn(1)").await, "42883");
+    }
+
+    #[tokio::test]
+    async fn functions_refusing_their_arguments_are_named_as_postgres_names_them() {
+        let ctx = SessionContext::new();
+        let result = async { ctx.sql("SELECT sum('x')").await?.collect().await }.await;
+        let error = WeirError::from(result.expect_err("sum(text) should fail"));
+        assert_eq!(error.code.0, "42883");
+        assert_eq!(error.message, "function sum(text) does not exist");
     }
 
     #[test]

@@ -8,7 +8,10 @@ use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::future::{select, Either};
 use futures::{stream, Sink, SinkExt};
@@ -17,10 +20,12 @@ use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::{send_copy_in_response, send_copy_out_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
-    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
-    SimpleQueryHandler,
+    send_describe_response, send_execution_response, send_query_response, send_ready_for_query,
+    ExtendedQueryHandler, SimpleQueryHandler,
 };
-use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{
+    CopyResponse, DescribePortalResponse, FieldInfo, QueryResponse, Response, Tag,
+};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
@@ -29,7 +34,7 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::extendedquery::Sync as SyncMessage;
+use pgwire::messages::extendedquery::{Describe, Sync as SyncMessage, TARGET_TYPE_BYTE_PORTAL};
 use pgwire::messages::response::{
     EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus,
 };
@@ -592,8 +597,12 @@ impl QueryParser for Parser {
     {
         let mut session = lock_session(&self.session, &self.shared, client).await?;
         check_alive(&session)?;
+        let declared: Vec<Option<DataType>> = types
+            .iter()
+            .map(|t| t.as_ref().and_then(arrow_type_of))
+            .collect();
         let prepared = match parse_one(sql) {
-            Ok(Some(statement)) => describe(&mut session, &statement)
+            Ok(Some(statement)) => describe(&mut session, &statement, &declared)
                 .await
                 .map(|described| Some((statement, described))),
             Ok(None) => Ok(None),
@@ -686,10 +695,14 @@ fn arrow_type_of(t: &Type) -> Option<DataType> {
     })
 }
 
-/// Parameter types (by `$n`, where known) and result schema of a statement.
+/// Parameter types (by `$n`, where known) and result schema of a
+/// statement. A parameter whose type the client `declared` and the
+/// statement leaves open (`SELECT $1`) has the declared type, as in
+/// PostgreSQL; one the statement types (`WHERE int_col = $1`) keeps it.
 async fn describe(
     session: &mut Session,
     statement: &WeirStatement,
+    declared: &[Option<DataType>],
 ) -> WeirResult<(Vec<Option<DataType>>, Option<SchemaRef>)> {
     let WeirStatement::Sql(sql) = statement else {
         return Ok((Vec::new(), None));
@@ -710,11 +723,12 @@ async fn describe(
             let schema = Schema::new(vec![Field::new("QUERY PLAN", DataType::Utf8, false)]);
             return Ok((types, Some(Arc::new(schema))));
         }
-        Statement::Query(_) | Statement::Explain { .. } => Some(
-            session
+        Statement::Query(_) | Statement::Explain { .. } => {
+            let plan = session
                 .plan(crate::colnames::disambiguate(sql), &None)
-                .await?,
-        ),
+                .await?;
+            Some(type_open_parameters(plan, declared)?)
+        }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let (hints, plan) = dml::describe(session, sql).await?;
             for (n, t) in hints {
@@ -751,10 +765,74 @@ async fn describe(
     Ok((types, schema))
 }
 
+/// `plan` with each untyped parameter `$n` given the type in
+/// `declared[n - 1]`, if there is one, and its schemas recomputed.
+fn type_open_parameters(
+    plan: LogicalPlan,
+    declared: &[Option<DataType>],
+) -> WeirResult<LogicalPlan> {
+    if declared.iter().all(Option::is_none) {
+        return Ok(plan);
+    }
+    let declared_type = |id: &str| {
+        let n: usize = id.strip_prefix('$')?.parse().ok()?;
+        declared.get(n.checked_sub(1)?)?.clone()
+    };
+    let typed = plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|expr| {
+            expr.transform_up(|e| match e {
+                Expr::Placeholder(Placeholder { id, field: None }) => {
+                    let field =
+                        declared_type(&id).map(|t| Arc::new(Field::new(id.clone(), t, true)));
+                    let typed = field.is_some();
+                    let placeholder = Expr::Placeholder(Placeholder { id, field });
+                    Ok(if typed {
+                        Transformed::yes(placeholder)
+                    } else {
+                        Transformed::no(placeholder)
+                    })
+                }
+                other => Ok(Transformed::no(other)),
+            })
+        })?
+        .map_data(|node| node.recompute_schema())
+    })?;
+    Ok(typed.data)
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for Connection {
     type Statement = Prepared;
     type QueryParser = Parser;
+
+    /// A Describe of a portal that the protocol did not bind may name a
+    /// cursor declared with `DECLARE`: in PostgreSQL both are portals, so
+    /// it is answered with the cursor's row description.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let portal = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && client.portal_store().get_portal(portal).is_none()
+        {
+            let session = self.session(client).await?;
+            if let Some((schema, binary)) = crate::cursor::describe(&session.cursors, portal) {
+                let format = if binary {
+                    Format::UnifiedBinary
+                } else {
+                    Format::UnifiedText
+                };
+                let fields = fields(&schema, &format, format_options(client))?;
+                drop(session);
+                return send_describe_response(client, &DescribePortalResponse::new(fields)).await;
+            }
+        }
+        self._on_describe(client, message).await
+    }
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::new(Parser {

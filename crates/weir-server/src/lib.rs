@@ -16,6 +16,7 @@
 //! and the coordinator that commits epochs to the state store.
 #![warn(missing_docs)]
 
+mod aggregates;
 mod auth;
 mod casts;
 pub mod catalog;
@@ -31,6 +32,7 @@ mod dml;
 pub mod error;
 mod functions;
 pub mod handler;
+mod literals;
 pub mod metrics;
 mod mview;
 #[cfg(test)]

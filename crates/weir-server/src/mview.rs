@@ -25,7 +25,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{CreateView, Query, Statement, ViewColumnDef};
 use tracing::{info, warn};
 use weir_state::TableId;
@@ -83,9 +82,7 @@ pub(crate) async fn plan_view_in(
     names: &[ViewColumnDef],
 ) -> WeirResult<PlannedView> {
     let statement = Statement::Query(Box::new(query.clone()));
-    let plan = state
-        .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
-        .await?;
+    let plan = crate::session::plan_statement(state, statement.clone()).await?;
     weir_sql::check_deterministic(&plan)?;
     let optimized = state.optimize(&plan)?;
     let mut sources = BTreeSet::new();
@@ -691,6 +688,12 @@ async fn rebuild(
         };
         entry.id = id;
         entry.state_ids = state_ids.clone();
+        // The query's result types may be what changed with the format
+        // (format 3: PostgreSQL's); the column names stay the view's own.
+        for (column, planned) in entry.columns.iter_mut().zip(&planned.columns) {
+            column.data_type = planned.data_type.clone();
+            column.nullable = planned.nullable;
+        }
         entry.append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
         entry.key = planned.key.clone();
         working.catalog_changed();

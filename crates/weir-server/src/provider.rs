@@ -13,7 +13,6 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{col, Expr, LogicalPlanBuilder};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::sql::parser::Statement as DfStatement;
 use weir_state::TableSnapshot;
 
 use crate::catalog::ViewDef;
@@ -98,9 +97,7 @@ impl PublicSchema {
                 view.name
             )));
         };
-        let mut plan = state
-            .statement_to_plan(DfStatement::Statement(statement))
-            .await?;
+        let mut plan = crate::session::plan_statement(&state, *statement).await?;
         if !view.columns.is_empty() {
             let renamed: Vec<Expr> = plan
                 .schema()

@@ -10,7 +10,7 @@ use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{create_udf, ColumnarValue, LogicalPlan, Volatility};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -203,6 +203,19 @@ pub fn session_context(
     Ok(ctx)
 }
 
+/// DataFusion's plan of `statement`, with PostgreSQL's types for integer
+/// literals and for `sum` and `avg`. Parameters are still placeholders:
+/// bound later, they keep the types they were described with.
+pub async fn plan_statement(
+    state: &SessionState,
+    statement: Statement,
+) -> datafusion::common::Result<LogicalPlan> {
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+        .await?;
+    crate::aggregates::cast_arguments(crate::literals::narrow(plan)?)
+}
+
 impl Session {
     /// A new session for `user`; its queries draw memory from `runtime`.
     pub fn new(db: Arc<Database>, runtime: Arc<RuntimeEnv>, user: String) -> WeirResult<Self> {
@@ -309,11 +322,7 @@ impl Session {
 
     /// Plans a statement against the pinned snapshot and binds `params`.
     pub async fn plan(&self, statement: Statement, params: &Params) -> WeirResult<LogicalPlan> {
-        let plan = self
-            .ctx
-            .state()
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?;
+        let plan = plan_statement(&self.ctx.state(), statement).await?;
         bind(plan, params)
     }
 

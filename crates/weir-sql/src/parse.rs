@@ -8,10 +8,17 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
-/// A statement that does not parse (SQLSTATE 42601).
+/// A statement that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(pub String);
+pub enum ParseError {
+    /// Not SQL Weir reads (SQLSTATE 42601).
+    #[error("{0}")]
+    Syntax(String),
+    /// A string literal whose escapes spell bytes that are not UTF-8
+    /// (SQLSTATE 22021).
+    #[error("{0}")]
+    InvalidEncoding(String),
+}
 
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +46,8 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 
 /// Parses SQL text into statements with PostgreSQL's dialect.
 ///
+/// Escape strings (`E'...'`) are decoded first ([`crate::escapes`]).
+///
 /// A bulk `INSERT ... VALUES` of plain literals is scanned without
 /// sqlparser's expression parser ([`crate::values`]), into the same
 /// statement.
@@ -52,12 +61,14 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 /// some of those rewrites (subqueries in the select list) change what
 /// ordinary queries mean.
 pub fn parse(sql: &str) -> Result<Vec<WeirStatement>, ParseError> {
+    let sql = crate::escapes::decode_escape_strings(sql)?;
+    let sql = sql.as_ref();
     if let Some(insert) = crate::values::parse_insert_values(sql) {
         return Ok(vec![WeirStatement::Sql(Box::new(insert))]);
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
-        .map_err(|e| ParseError(e.to_string()))?;
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
     let offsets = LineOffsets::new(sql);
     let mut statements = Vec::new();
     let mut start = 0;
@@ -129,7 +140,7 @@ fn parse_segment(
                     .strip_prefix("sql parser error: ")
                     .unwrap_or(&message)
                     .to_owned();
-                ParseError(message)
+                ParseError::Syntax(message)
             })?;
             out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
             Ok(())
@@ -171,16 +182,18 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
             Box::new(statement),
             parse_options(&tokens[i + 1..])?,
         )),
-        Some(_) => Err(ParseError("syntax error at or near \"WITH\"".into())),
+        Some(_) => Err(ParseError::Syntax(
+            "syntax error at or near \"WITH\"".into(),
+        )),
     }
 }
 
 fn parse_one(text: &str) -> Result<Statement, ParseError> {
-    let mut parsed =
-        Parser::parse_sql(&PostgreSqlDialect {}, text).map_err(|e| ParseError(e.to_string()))?;
+    let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, text)
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
     match (parsed.pop(), parsed.is_empty()) {
         (Some(statement), true) => Ok(statement),
-        _ => Err(ParseError("expected one statement".into())),
+        _ => Err(ParseError::Syntax("expected one statement".into())),
     }
 }
 
@@ -192,7 +205,7 @@ fn parse_options(tokens: &[&TokenWithSpan]) -> Result<Vec<(String, String)>, Par
         .map(|t| &t.token)
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .peekable();
-    let syntax = |what: &str| ParseError(format!("syntax error in WITH options: {what}"));
+    let syntax = |what: &str| ParseError::Syntax(format!("syntax error in WITH options: {what}"));
     if words.next() != Some(&Token::LParen) {
         return Err(syntax("expected ("));
     }
@@ -369,7 +382,7 @@ mod tests {
     #[test]
     fn syntax_errors_are_reported() {
         let err = parse("SELEC 1").unwrap_err();
-        assert!(err.0.contains("SELEC"), "{err}");
+        assert!(err.to_string().contains("SELEC"), "{err}");
     }
 
     #[test]

@@ -103,10 +103,13 @@ impl Manifest {
     /// 1. every operator state a bag of rows keyed by the whole row;
     /// 2. columnar operator state: aggregates' group tables, rows with
     ///    durable ids for join sides.
+    /// 3. PostgreSQL's result types: integer literals are `integer`,
+    ///    `sum(bigint)` and `avg` of integers are `numeric`, so aggregate
+    ///    state and view columns of those types changed.
     ///
     /// A server refuses state of a newer format; views of an older one are
     /// rebuilt from their inputs at recovery.
-    pub const STATE_FORMAT: u32 = 2;
+    pub const STATE_FORMAT: u32 = 3;
 
     /// The manifest of an empty database before its first commit.
     pub fn empty(catalog: serde_json::Value) -> Self {

@@ -137,11 +137,7 @@ pub(super) async fn plan_target_query(
             "generated query did not parse: {sql}"
         )));
     };
-    let plan = session
-        .ctx
-        .state()
-        .statement_to_plan(datafusion::sql::parser::Statement::Statement(statement))
-        .await?;
+    let plan = crate::session::plan_statement(&session.ctx.state(), *statement).await?;
     bind(plan, params)
 }
 

@@ -274,7 +274,7 @@ async fn tick_view(client: &tokio_postgres::Client) -> (i64, i64, i64) {
         .unwrap()
         .get(0);
     let row = client
-        .query_one("SELECT n, coalesce(s, 0) FROM tick_total", &[])
+        .query_one("SELECT n, coalesce(s, 0)::bigint FROM tick_total", &[])
         .await
         .unwrap();
     client.batch_execute("COMMIT").await.unwrap();

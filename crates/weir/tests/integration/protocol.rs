@@ -358,7 +358,7 @@ async fn password_authentication_with_scram() {
             .query_one("SELECT 1", &[])
             .await
             .unwrap()
-            .get::<_, i64>(0),
+            .get::<_, i32>(0),
         1
     );
     let bad = format!(
@@ -486,19 +486,31 @@ impl Frontend {
         self.stream.write_all(&message).unwrap();
     }
 
-    /// Reads messages up to ReadyForQuery: the SQLSTATEs of the errors
-    /// among them and the status byte.
-    fn until_ready(&mut self) -> (Vec<String>, char) {
+    /// Reads messages up to and with ReadyForQuery, as (tag, body).
+    fn messages_until_ready(&mut self) -> Vec<(u8, Vec<u8>)> {
         use std::io::Read;
-        let mut errors = Vec::new();
+        let mut messages = Vec::new();
         loop {
             let mut head = [0u8; 5];
             self.stream.read_exact(&mut head).unwrap();
             let len = u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4;
             let mut body = vec![0u8; len];
             self.stream.read_exact(&mut body).unwrap();
-            match head[0] {
-                b'Z' => return (errors, body[0] as char),
+            messages.push((head[0], body));
+            if head[0] == b'Z' {
+                return messages;
+            }
+        }
+    }
+
+    /// Reads messages up to ReadyForQuery: the SQLSTATEs of the errors
+    /// among them and the status byte.
+    fn until_ready(&mut self) -> (Vec<String>, char) {
+        let mut errors = Vec::new();
+        let mut status = ' ';
+        for (tag, body) in self.messages_until_ready() {
+            match tag {
+                b'Z' => status = body[0] as char,
                 b'E' => {
                     let fields = body.split(|&b| b == 0);
                     let code = fields
@@ -511,6 +523,32 @@ impl Frontend {
                 _ => {}
             }
         }
+        (errors, status)
+    }
+
+    /// Describe of portal `name` and Sync: the (name, type oid, format)
+    /// of each column of the RowDescription, if one came.
+    fn describe_portal(&mut self, name: &str) -> Option<Vec<(String, u32, i16)>> {
+        let mut body = vec![b'P'];
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        self.send(b'D', &body);
+        self.send(b'S', &[]);
+        let messages = self.messages_until_ready();
+        let (_, body) = messages.into_iter().find(|(tag, _)| *tag == b'T')?;
+        let count = i16::from_be_bytes([body[0], body[1]]) as usize;
+        let mut at = 2;
+        let mut columns = Vec::new();
+        for _ in 0..count {
+            let end = at + body[at..].iter().position(|&b| b == 0).unwrap();
+            let name = String::from_utf8_lossy(&body[at..end]).into_owned();
+            let field = &body[end + 1..end + 19];
+            let oid = u32::from_be_bytes(field[6..10].try_into().unwrap());
+            let format = i16::from_be_bytes(field[16..18].try_into().unwrap());
+            columns.push((name, oid, format));
+            at = end + 19;
+        }
+        Some(columns)
     }
 
     /// A simple Query: its errors' SQLSTATEs and the status after it.
@@ -604,6 +642,80 @@ async fn ready_for_query_reports_the_transaction_status() {
         crate::common::column(&other, "SELECT count(*) FROM t").await,
         vec![Some("1".into())]
     );
+}
+
+#[tokio::test]
+async fn declared_cursors_are_portals_to_describe() {
+    let server = TestServer::start().await;
+    let mut raw = Frontend::connect(&server);
+    let ok = (Vec::<String>::new(), 'T');
+    assert_eq!(raw.query("BEGIN"), ok);
+    assert_eq!(
+        raw.query("DECLARE c1 CURSOR FOR SELECT 1 AS a, 'x' AS b"),
+        ok
+    );
+    assert_eq!(
+        raw.query("DECLARE c2 BINARY CURSOR FOR SELECT 2::bigint AS n"),
+        ok
+    );
+    assert_eq!(
+        raw.describe_portal("c1"),
+        Some(vec![("a".into(), 23, 0), ("b".into(), 25, 0)])
+    );
+    assert_eq!(raw.describe_portal("c2"), Some(vec![("n".into(), 20, 1)]));
+    // A name that is neither a portal nor a cursor is still an error.
+    assert_eq!(raw.describe_portal("nope"), None);
+    assert_eq!(raw.query("CLOSE c1"), ok);
+    assert_eq!(raw.describe_portal("c1"), None);
+    assert_eq!(raw.query("COMMIT"), (Vec::new(), 'I'));
+}
+
+#[tokio::test]
+async fn declared_parameter_types_type_what_the_statement_leaves_open() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id INT PRIMARY KEY, at DATE)")
+        .await
+        .unwrap();
+    // psycopg declares each parameter's type; PostgreSQL describes an
+    // open parameter (`SELECT $1`) with the declared type.
+    let select = client
+        .prepare_typed(
+            "SELECT $1, $2, $3::int + 1",
+            &[Type::INT8, Type::DATE, Type::INT2],
+        )
+        .await
+        .unwrap();
+    let types: Vec<Type> = select.columns().iter().map(|c| c.type_().clone()).collect();
+    assert_eq!(types, vec![Type::INT8, Type::DATE, Type::INT4]);
+    assert_eq!(select.params(), &[Type::INT8, Type::DATE, Type::INT2]);
+    let day = NaiveDate::from_ymd_opt(2024, 1, 2).unwrap();
+    let row = client
+        .query_one(&select, &[&5i64, &day, &41i16])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 5);
+    assert_eq!(row.get::<_, NaiveDate>(1), day);
+    assert_eq!(row.get::<_, i32>(2), 42);
+    // A declared type wins over the one the statement would infer, and
+    // the value is compared as PostgreSQL compares int4 with int8.
+    client
+        .execute("INSERT INTO t VALUES (7, '2024-01-02')", &[])
+        .await
+        .unwrap();
+    let lookup = client
+        .prepare_typed("SELECT at FROM t WHERE id = $1", &[Type::INT8])
+        .await
+        .unwrap();
+    assert_eq!(lookup.params(), &[Type::INT8]);
+    let rows = client.query(&lookup, &[&7i64]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(client
+        .query(&lookup, &[&(1i64 << 40)])
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// A `numeric` in PostgreSQL's binary form, built by hand.

@@ -1,0 +1,104 @@
+//! `sum` and `avg` with PostgreSQL's result types.
+//!
+//! DataFusion sums `bigint` into `bigint` (wrapping on overflow) and
+//! averages integers into `double precision`. PostgreSQL sums `bigint`
+//! into `numeric`, which cannot overflow, and averages integers into
+//! `numeric`. [`cast_arguments`] rewrites a plan as the planner made it,
+//! before type coercion, and casts the argument where the types differ: `sum(bigint)` sums a `numeric(38,0)`,
+//! `avg` of an integer averages a `numeric(38,6)`. `sum` of `smallint`
+//! and `integer` stays DataFusion's `bigint`, as in PostgreSQL. The stream
+//! engine's running sums follow the same types, so a view and a query
+//! agree.
+//!
+//! A plan rewrite rather than replacement functions: a function's coercion must
+//! be idempotent (DataFusion coerces arguments that were coerced before),
+//! and `sum(integer)` and `sum(bigint)` both sum an `Int64`, into
+//! different types. Before coercion the argument still has its own type.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, WindowFunctionDefinition};
+
+use crate::checked::rewrite_expressions;
+
+/// The `numeric` that `bigint`s are summed in: 38 digits hold the sum of
+/// any number of `bigint`s a table can hold.
+const SUMMED_BIGINT: DataType = DataType::Decimal128(38, 0);
+
+/// The `numeric` integers are averaged in: DataFusion's `avg` adds four
+/// fraction digits, so averages have the ten of Weir's unconstrained
+/// `numeric` (PostgreSQL prints about 16 significant digits), and the
+/// running sum still holds 10^31.
+const AVERAGED_INTEGER: DataType = DataType::Decimal128(38, 6);
+
+/// The type `function`'s argument of type `arg` is cast to, if any.
+fn argument_type(function: &str, arg: &DataType) -> Option<DataType> {
+    match function {
+        "sum" if matches!(arg, DataType::Int64 | DataType::UInt64) => Some(SUMMED_BIGINT),
+        "avg" | "mean" if arg.is_integer() => Some(AVERAGED_INTEGER),
+        _ => None,
+    }
+}
+
+/// `args` with its only argument cast for `function`, or `None`.
+fn cast_argument(function: &str, args: &[Expr], schema: &DFSchema) -> Option<Vec<Expr>> {
+    let [arg] = args else {
+        return None;
+    };
+    let target = argument_type(function, &arg.get_type(schema).ok()?)?;
+    Some(vec![arg.clone().cast_to(&target, schema).ok()?])
+}
+
+/// `plan` with the arguments of `sum` and `avg` cast to the types
+/// PostgreSQL computes them in (see the module doc).
+pub fn cast_arguments(plan: LogicalPlan) -> Result<LogicalPlan> {
+    rewrite_expressions(plan, &cast_aggregate_argument)
+}
+
+/// One expression node of [`cast_arguments`].
+fn cast_aggregate_argument(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let cast = match &e {
+        Expr::AggregateFunction(call) => cast_argument(call.func.name(), &call.params.args, schema),
+        Expr::WindowFunction(window) => match &window.fun {
+            WindowFunctionDefinition::AggregateUDF(func) => {
+                cast_argument(func.name(), &window.params.args, schema)
+            }
+            WindowFunctionDefinition::WindowUDF(_) => None,
+        },
+        _ => None,
+    };
+    let Some(args) = cast else {
+        return Ok(Transformed::no(e));
+    };
+    Ok(Transformed::yes(match e {
+        Expr::AggregateFunction(mut call) => {
+            call.params.args = args;
+            Expr::AggregateFunction(call)
+        }
+        Expr::WindowFunction(mut window) => {
+            window.params.args = args;
+            Expr::WindowFunction(window)
+        }
+        other => other,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bigint_sums_and_integer_averages_are_cast() {
+        assert_eq!(argument_type("sum", &DataType::Int64), Some(SUMMED_BIGINT));
+        assert_eq!(argument_type("sum", &DataType::Int32), None);
+        assert_eq!(argument_type("sum", &DataType::Float64), None);
+        assert_eq!(argument_type("sum", &DataType::Decimal128(10, 2)), None);
+        assert_eq!(
+            argument_type("avg", &DataType::Int16),
+            Some(AVERAGED_INTEGER)
+        );
+        assert_eq!(argument_type("avg", &DataType::Float32), None);
+        assert_eq!(argument_type("max", &DataType::Int64), None);
+    }
+}
