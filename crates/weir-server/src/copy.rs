@@ -25,7 +25,7 @@ pub const MAX_COPY_BYTES: usize = 1 << 30;
 /// How the client's rows are written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CopyFormat {
-    /// PostgreSQL's binary format (`COPY ... TO STDOUT` only).
+    /// PostgreSQL's binary format.
     pub binary: bool,
     /// CSV (true) or PostgreSQL's text format (false).
     pub csv: bool,
@@ -122,11 +122,6 @@ pub fn start(catalog: &crate::catalog::Catalog, statement: &Statement) -> WeirRe
             .collect::<WeirResult<_>>()?
     };
     let format = parse_format(options, legacy_options)?;
-    if format.binary {
-        return Err(WeirError::unsupported(
-            "COPY FROM in binary format; use text or csv",
-        ));
-    }
     Ok(CopyIn {
         table,
         columns,
@@ -201,8 +196,12 @@ impl CopyIn {
         Ok(())
     }
 
-    /// The received rows as text columns named after the target columns.
+    /// The received rows as columns named after the target columns: text
+    /// for text and CSV (cast on insert), the columns' own types for binary.
     pub fn parse(&self) -> WeirResult<RecordBatch> {
+        if self.format.binary {
+            return crate::copy_binary::parse(&self.data, &self.table, &self.columns);
+        }
         let mut builders: Vec<StringBuilder> =
             self.columns.iter().map(|_| StringBuilder::new()).collect();
         let text = std::str::from_utf8(&self.data).map_err(|e| {

@@ -8,10 +8,7 @@ use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::logical_expr::expr::Placeholder;
-use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::future::{select, Either};
 use futures::{stream, Sink, SinkExt};
@@ -232,9 +229,11 @@ fn into_response(
         }
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
-        Output::CopyIn { columns } => {
-            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
-        }
+        Output::CopyIn { binary, columns } => Response::CopyIn(CopyResponse::new(
+            i8::from(binary),
+            columns,
+            stream::empty(),
+        )),
         Output::CopyOut {
             binary,
             columns,
@@ -380,8 +379,9 @@ impl Connection {
             }
             let copy = copy::start(&session.db.committed().catalog, sql)?;
             let columns = copy.columns.len();
+            let binary = copy.format.binary;
             *self.copy.lock().expect("copy lock") = Some(copy);
-            return Ok(Output::CopyIn { columns });
+            return Ok(Output::CopyIn { binary, columns });
         }
         statement::execute(session, statement, params).await
     }
@@ -727,7 +727,7 @@ async fn describe(
             let plan = session
                 .plan(crate::colnames::disambiguate(sql), &None)
                 .await?;
-            Some(type_open_parameters(plan, declared)?)
+            Some(crate::parameters::type_open_parameters(plan, declared)?)
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let (hints, plan) = dml::describe(session, sql).await?;
@@ -763,41 +763,6 @@ async fn describe(
     )
     .then(|| crate::colnames::wire_schema(sql, Arc::new(plan.schema().as_arrow().clone())));
     Ok((types, schema))
-}
-
-/// `plan` with each untyped parameter `$n` given the type in
-/// `declared[n - 1]`, if there is one, and its schemas recomputed.
-fn type_open_parameters(
-    plan: LogicalPlan,
-    declared: &[Option<DataType>],
-) -> WeirResult<LogicalPlan> {
-    if declared.iter().all(Option::is_none) {
-        return Ok(plan);
-    }
-    let declared_type = |id: &str| {
-        let n: usize = id.strip_prefix('$')?.parse().ok()?;
-        declared.get(n.checked_sub(1)?)?.clone()
-    };
-    let typed = plan.transform_up_with_subqueries(|node| {
-        node.map_expressions(|expr| {
-            expr.transform_up(|e| match e {
-                Expr::Placeholder(Placeholder { id, field: None }) => {
-                    let field =
-                        declared_type(&id).map(|t| Arc::new(Field::new(id.clone(), t, true)));
-                    let typed = field.is_some();
-                    let placeholder = Expr::Placeholder(Placeholder { id, field });
-                    Ok(if typed {
-                        Transformed::yes(placeholder)
-                    } else {
-                        Transformed::no(placeholder)
-                    })
-                }
-                other => Ok(Transformed::no(other)),
-            })
-        })?
-        .map_data(|node| node.recompute_schema())
-    })?;
-    Ok(typed.data)
 }
 
 #[async_trait]

@@ -24,6 +24,7 @@ mod checked;
 pub mod cluster;
 mod colnames;
 mod copy;
+mod copy_binary;
 mod copy_out;
 mod cursor;
 pub mod database;
@@ -37,6 +38,7 @@ pub mod metrics;
 mod mview;
 #[cfg(test)]
 mod numeric_wire;
+mod parameters;
 pub mod provider;
 mod relkind;
 pub mod server;

@@ -70,6 +70,8 @@ pub enum Output {
     },
     /// `COPY ... FROM STDIN` is waiting for data.
     CopyIn {
+        /// In PostgreSQL's binary format (else text or CSV).
+        binary: bool,
         /// Number of columns the client sends.
         columns: usize,
     },

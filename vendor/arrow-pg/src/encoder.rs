@@ -593,6 +593,10 @@ pub fn encode_value<T: Encoder>(
                 }
             }
         },
+        // Weir: a NULL interval is NULL (it was encoded as zero).
+        DataType::Interval(_) if arr.is_null(idx) => {
+            encoder.encode_field(&None::<PgInterval>, pg_field)?;
+        }
         DataType::Interval(interval_unit) => match interval_unit {
             IntervalUnit::YearMonth => {
                 let interval_array = arr

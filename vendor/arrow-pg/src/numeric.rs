@@ -201,7 +201,9 @@ impl PgNumeric {
         }
     }
 
-    fn from_binary(raw: &[u8]) -> Result<Self, BoxError> {
+    /// The value of PostgreSQL's binary `numeric` form (parameters and
+    /// binary COPY).
+    pub fn from_binary(raw: &[u8]) -> Result<Self, BoxError> {
         let read = |at: usize| -> Result<u16, BoxError> {
             raw.get(at..at + 2)
                 .map(|b| u16::from_be_bytes([b[0], b[1]]))

@@ -644,6 +644,78 @@ async fn ready_for_query_reports_the_transaction_status() {
     );
 }
 
+/// One binary COPY tuple of (int4, text) fields; `None` is NULL.
+fn binary_tuple(id: i32, name: Option<&[u8]>) -> Vec<u8> {
+    let mut tuple = 2i16.to_be_bytes().to_vec();
+    tuple.extend(4i32.to_be_bytes());
+    tuple.extend(id.to_be_bytes());
+    match name {
+        Some(name) => {
+            tuple.extend((name.len() as i32).to_be_bytes());
+            tuple.extend_from_slice(name);
+        }
+        None => tuple.extend((-1i32).to_be_bytes()),
+    }
+    tuple
+}
+
+#[tokio::test]
+async fn binary_copy_in_reads_rows_and_refuses_bad_data() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE b (id INT PRIMARY KEY, name TEXT)")
+        .await
+        .unwrap();
+    let header: Vec<u8> = [&b"PGCOPY\n\xff\r\n\0"[..], &[0; 8]].concat();
+    let trailer = (-1i16).to_be_bytes().to_vec();
+    let copy = async |data: Vec<u8>| {
+        let sink = client
+            .copy_in("COPY b FROM STDIN (FORMAT binary)")
+            .await
+            .unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        sink.finish().await
+    };
+    let good = [
+        header.clone(),
+        binary_tuple(1, Some("été".as_bytes())),
+        binary_tuple(2, None),
+        trailer.clone(),
+    ]
+    .concat();
+    assert_eq!(copy(good).await.unwrap(), 2);
+    let bad = [
+        (b"PGCOPY-not".to_vec(), "22P04"),
+        ([header.clone(), binary_tuple(3, None)].concat(), "22P04"),
+        (
+            [header.clone(), 1i16.to_be_bytes().to_vec(), trailer.clone()].concat(),
+            "22P04",
+        ),
+        (
+            [
+                header.clone(),
+                binary_tuple(3, Some(b"\xc3(")),
+                trailer.clone(),
+            ]
+            .concat(),
+            "22021",
+        ),
+    ];
+    for (data, code) in bad {
+        let error = copy(data).await.expect_err("bad binary COPY data");
+        let got = error.code().map(|c| c.code().to_owned());
+        assert_eq!(got.as_deref(), Some(code), "{error}");
+    }
+    let rows = client
+        .query("SELECT id, name FROM b ORDER BY id", &[])
+        .await
+        .unwrap();
+    let rows: Vec<(i32, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(rows, vec![(1, Some("été".into())), (2, None)]);
+}
+
 #[tokio::test]
 async fn declared_cursors_are_portals_to_describe() {
     let server = TestServer::start().await;

@@ -1,0 +1,132 @@
+"""A psycopg 3 session against Weir: python3 psycopg_session.py DSN.
+
+Every common type round-trips in text and binary, parameters are typed
+as psycopg declares them, transactions commit and roll back (savepoints
+included), COPY works both ways in text and binary, a named
+(server-side) cursor reads in pieces, the catalog describes the table's
+columns, and a materialized view is read after FLUSH. Any difference raises; the last
+line printed is "ok".
+"""
+
+import datetime
+import decimal
+import sys
+
+import psycopg
+
+ROW = (
+    1,
+    7,
+    9007199254740993,
+    1.5,
+    2.25,
+    decimal.Decimal("12345678901234.123456"),
+    "héllo 'quoted' \\ back",
+    "v",
+    True,
+    datetime.date(2024, 3, 5),
+    datetime.datetime(2024, 3, 5, 10, 0, 1, 123456),
+    datetime.datetime(2024, 3, 5, 10, 0, 1, tzinfo=datetime.timezone.utc),
+    datetime.time(10, 1, 2, 500),
+    datetime.timedelta(days=1, seconds=5, microseconds=7),
+    b"\x00\xff\x10",
+)
+NULLS = (2,) + (None,) * (len(ROW) - 1)
+
+
+def check(what, got, expected):
+    if got != expected:
+        raise AssertionError(f"{what}: got {got!r}, expected {expected!r}")
+
+
+def main(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("DROP MATERIALIZED VIEW IF EXISTS kinds_n")
+        cur.execute("DROP TABLE IF EXISTS kinds")
+        cur.execute(
+            "CREATE TABLE kinds (id INT PRIMARY KEY, s SMALLINT, b BIGINT, r REAL,"
+            " d DOUBLE PRECISION, n NUMERIC(20,6), t TEXT, v VARCHAR(20), bo BOOLEAN,"
+            " dt DATE, ts TIMESTAMP, tz TIMESTAMPTZ, tm TIME, iv INTERVAL, by BYTEA)"
+        )
+        marks = ", ".join(["%s"] * len(ROW))
+        for binary in (False, True):
+            cur.execute("DELETE FROM kinds")
+            cur.executemany(f"INSERT INTO kinds VALUES ({marks})", [ROW, NULLS])
+            cur.execute("SELECT * FROM kinds ORDER BY id", binary=binary)
+            check(f"round trip (binary={binary})", cur.fetchall(), [ROW, NULLS])
+
+        # Parameters are typed as psycopg declares them.
+        cur.execute("SELECT %s::int + 1, %s, %s", (41, 5, datetime.date(2024, 1, 2)))
+        check("declared parameters", cur.fetchone(), (42, 5, datetime.date(2024, 1, 2)))
+        cur.execute("SELECT 1, 2147483648, sum(b), avg(s) FROM kinds")
+        check("result types", cur.fetchone(), (1, 2147483648, 9007199254740993, decimal.Decimal("7.0000000000")))
+
+        # Transactions: commit, rollback, a savepoint that fails.
+        cur.execute("DELETE FROM kinds WHERE id > 1")
+        with conn.transaction():
+            cur.execute("INSERT INTO kinds (id) VALUES (2)")
+            try:
+                with conn.transaction():
+                    cur.execute("INSERT INTO kinds (id) VALUES (2)")
+                raise AssertionError("duplicate key accepted")
+            except psycopg.errors.UniqueViolation:
+                pass
+        try:
+            with conn.transaction():
+                cur.execute("INSERT INTO kinds (id) VALUES (3)")
+                raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+        cur.execute("SELECT id FROM kinds ORDER BY id")
+        check("after transactions", cur.fetchall(), [(1,), (2,)])
+
+        # COPY both ways, text and binary.
+        with cur.copy("COPY kinds (id, t, n) FROM STDIN") as copy:
+            copy.write_row((10, "a\tb", decimal.Decimal("1.5")))
+            copy.write_row((11, None, None))
+        with cur.copy("COPY kinds (id, t, n) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "text", "numeric"])
+            copy.write_row((12, "bin", decimal.Decimal("-2.25")))
+        with cur.copy("COPY (SELECT id, t, n FROM kinds WHERE id >= 10 ORDER BY id) TO STDOUT") as copy:
+            copy.set_types(["int4", "text", "numeric"])
+            check(
+                "COPY TO",
+                list(copy.rows()),
+                [
+                    (10, "a\tb", decimal.Decimal("1.500000")),
+                    (11, None, None),
+                    (12, "bin", decimal.Decimal("-2.250000")),
+                ],
+            )
+
+        # A named cursor reads in pieces inside a transaction.
+        with conn.transaction():
+            with conn.cursor(name="pieces") as named:
+                named.itersize = 2
+                named.execute("SELECT id FROM kinds ORDER BY id")
+                check("named cursor", [r[0] for r in named], [1, 2, 10, 11, 12])
+
+        # The catalog as psycopg reads it for a table's columns.
+        cur.execute(
+            "SELECT a.attname, t.typname FROM pg_catalog.pg_attribute a"
+            " JOIN pg_catalog.pg_class c ON a.attrelid = c.oid"
+            " JOIN pg_catalog.pg_type t ON a.atttypid = t.oid"
+            " WHERE c.relname = %s AND a.attnum > 0 ORDER BY a.attnum",
+            ("kinds",),
+        )
+        check("catalog", cur.fetchall()[:3], [("id", "int4"), ("s", "int2"), ("b", "int8")])
+
+        # A materialized view, read after FLUSH.
+        cur.execute("CREATE MATERIALIZED VIEW kinds_n AS SELECT count(*) AS n, sum(b) AS sb FROM kinds")
+        cur.execute("INSERT INTO kinds (id, b) VALUES (20, 5)")
+        cur.execute("FLUSH")
+        cur.execute("SELECT n, sb FROM kinds_n")
+        check("view", cur.fetchone(), (6, decimal.Decimal(9007199254740998)))
+        cur.execute("DROP MATERIALIZED VIEW kinds_n")
+        cur.execute("DROP TABLE kinds")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
