@@ -40,6 +40,7 @@ mod mview;
 mod numeric_wire;
 mod parameters;
 pub mod provider;
+mod regtype;
 mod relkind;
 pub mod server;
 pub mod session;

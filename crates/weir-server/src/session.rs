@@ -193,6 +193,7 @@ pub fn session_context(
         }
     }
     ctx.register_udf(version_udf());
+    ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
     ctx.register_udf(
         datafusion::functions::string::uuid()

@@ -4,7 +4,8 @@ Every common type round-trips in text and binary, parameters are typed
 as psycopg declares them, transactions commit and roll back (savepoints
 included), COPY works both ways in text and binary, a named
 (server-side) cursor reads in pieces, the catalog describes the table's
-columns, and a materialized view is read after FLUSH. Any difference raises; the last
+columns and resolves type names (TypeInfo), and a materialized view is
+read after FLUSH. Any difference raises; the last
 line printed is "ok".
 """
 
@@ -13,6 +14,7 @@ import decimal
 import sys
 
 import psycopg
+from psycopg.types import TypeInfo
 
 ROW = (
     1,
@@ -116,6 +118,11 @@ def main(dsn):
             ("kinds",),
         )
         check("catalog", cur.fetchall()[:3], [("id", "int4"), ("s", "int2"), ("b", "int8")])
+
+        # The lookup behind psycopg's adapters for named types.
+        info = TypeInfo.fetch(conn, "numeric")
+        check("TypeInfo", (info.oid, info.array_oid), (1700, 1231))
+        check("TypeInfo of an SQL spelling", TypeInfo.fetch(conn, "double precision").oid, 701)
 
         # A materialized view, read after FLUSH.
         cur.execute("CREATE MATERIALIZED VIEW kinds_n AS SELECT count(*) AS n, sum(b) AS sb FROM kinds")
