@@ -397,6 +397,7 @@ impl From<weir_sql::ParseError> for WeirError {
             weir_sql::ParseError::InvalidEncoding(m) => {
                 WeirError::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, m)
             }
+            weir_sql::ParseError::TooComplex(m) => WeirError::new(SqlState("54001"), m),
         }
     }
 }

@@ -54,7 +54,11 @@ fn oid_of(name: &str) -> Option<i32> {
         .iter()
         .find(|(sql, _)| *sql == base)
         .map_or(base, |(_, pg)| pg);
-    let key = if array { format!("_{base}") } else { base.to_owned() };
+    let key = if array {
+        format!("_{base}")
+    } else {
+        base.to_owned()
+    };
     OIDS.get(&key).copied()
 }
 
@@ -67,9 +71,9 @@ pub fn to_regtype() -> ScalarUDF {
             .map(|i| names.is_valid(i).then(|| oid_of(names.value(i))).flatten())
             .collect();
         Ok(match &args[0] {
-            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&oids, 0)?,
-            ),
+            ColumnarValue::Scalar(_) => {
+                ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&oids, 0)?)
+            }
             ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(oids)),
         })
     };

@@ -20,6 +20,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod depth;
 mod escapes;
 mod parse;
 mod stream_plan;

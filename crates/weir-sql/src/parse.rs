@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
@@ -18,6 +18,9 @@ pub enum ParseError {
     /// (SQLSTATE 22021).
     #[error("{0}")]
     InvalidEncoding(String),
+    /// Expressions nested too deeply to plan (SQLSTATE 54001).
+    #[error("{0}")]
+    TooComplex(String),
 }
 
 /// One parsed statement.
@@ -135,6 +138,11 @@ fn parse_segment(
                 Parser::parse_sql(&PostgreSqlDialect {}, text)
             }
             .map_err(|e| {
+                if matches!(e, ParserError::RecursionLimitExceeded) {
+                    return ParseError::TooComplex(
+                        "statement too complex: it nests too deeply to parse".into(),
+                    );
+                }
                 let message = e.to_string();
                 let message = message
                     .strip_prefix("sql parser error: ")
@@ -142,6 +150,9 @@ fn parse_segment(
                     .to_owned();
                 ParseError::Syntax(message)
             })?;
+            for statement in &parsed {
+                crate::depth::check_depth(statement)?;
+            }
             out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
             Ok(())
         }
