@@ -18,13 +18,17 @@ use crate::s3::s3_server_with;
 
 const ROWS: u64 = 300_000;
 
+// The sources take 24 s to read, so that the kill lands mid-stream even
+// on a loaded machine (at 25,000 rows/s, creating the views sometimes took
+// longer than reading everything).
+
 const SOURCES: &[&str] = &[
     "CREATE SOURCE bids (id BIGINT, auction INT, price INT) WITH (connector = 'datagen', \
-     rows_per_second = '25000', total_rows = '300000', seed = '5', fields.id.kind = 'sequence', \
+     rows_per_second = '12500', total_rows = '300000', seed = '5', fields.id.kind = 'sequence', \
      fields.auction.min = '1', fields.auction.max = '500', fields.price.min = '1', \
      fields.price.max = '100000')",
     "CREATE SOURCE auctions (id BIGINT, category INT) WITH (connector = 'datagen', \
-     rows_per_second = '25000', total_rows = '300000', seed = '9', fields.id.kind = 'sequence', \
+     rows_per_second = '12500', total_rows = '300000', seed = '9', fields.id.kind = 'sequence', \
      fields.category.min = '1', fields.category.max = '20')",
 ];
 
