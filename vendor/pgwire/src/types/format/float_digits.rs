@@ -36,11 +36,12 @@ impl ExtraFloatDigits {
         if value.is_nan() {
             return "NaN".to_smolstr();
         }
+        // Weir: PostgreSQL's spelling (clients such as JDBC parse it).
         if value.is_infinite() {
             return if value.is_sign_positive() {
-                "inf".to_smolstr()
+                "Infinity".to_smolstr()
             } else {
-                "-inf".to_smolstr()
+                "-Infinity".to_smolstr()
             };
         }
 
@@ -70,11 +71,12 @@ impl ExtraFloatDigits {
         if value.is_nan() {
             return "NaN".to_smolstr();
         }
+        // Weir: PostgreSQL's spelling (clients such as JDBC parse it).
         if value.is_infinite() {
             return if value.is_sign_positive() {
-                "inf".to_smolstr()
+                "Infinity".to_smolstr()
             } else {
-                "-inf".to_smolstr()
+                "-Infinity".to_smolstr()
             };
         }
 
@@ -182,8 +184,8 @@ mod tests {
         }
 
         assert_eq!(ExtraFloatDigits(0).format_f64(f64::NAN), "NaN");
-        assert_eq!(ExtraFloatDigits(0).format_f64(f64::INFINITY), "inf");
-        assert_eq!(ExtraFloatDigits(0).format_f64(-f64::INFINITY), "-inf");
+        assert_eq!(ExtraFloatDigits(0).format_f64(f64::INFINITY), "Infinity");
+        assert_eq!(ExtraFloatDigits(0).format_f64(-f64::INFINITY), "-Infinity");
 
         let v = std::f32::consts::PI; //3.1415926535897931
 
