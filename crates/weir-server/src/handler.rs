@@ -266,6 +266,20 @@ async fn guarded<T>(work: impl std::future::Future<Output = WeirResult<T>>) -> W
     }
 }
 
+/// Runs `work`, if `blocking`, with its runtime thread handed over to the
+/// runtime's other tasks (`block_in_place`): DataFusion plans a deep
+/// statement for seconds without yielding, and meanwhile the sessions
+/// queued on that thread, new connections among them, would wait.
+async fn off_the_runtime_if<T>(blocking: bool, work: impl std::future::Future<Output = T>) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let handle = Handle::current();
+    if blocking && handle.runtime_flavor() == RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| handle.block_on(work))
+    } else {
+        work.await
+    }
+}
+
 impl Connection {
     /// Runs one statement like [`Connection::run`], sending the progress
     /// NOTICEs it reports (a long backfill's) to the client as they come.
@@ -319,16 +333,20 @@ impl Connection {
         }
         let timeout = session.settings.lock().timeout("statement_timeout");
         session.statement_running = true;
+        let deep = matches!(statement, WeirStatement::Sql(s) if weir_sql::is_deep(s));
         let work = guarded(self.run_unguarded(session, statement, params));
-        let result = match timeout {
-            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
-                Err(WeirError::new(
-                    SqlState::QUERY_CANCELED,
-                    "canceling statement due to statement timeout",
-                ))
-            }),
-            None => work.await,
-        };
+        let result = off_the_runtime_if(deep, async {
+            match timeout {
+                Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                    Err(WeirError::new(
+                        SqlState::QUERY_CANCELED,
+                        "canceling statement due to statement timeout",
+                    ))
+                }),
+                None => work.await,
+            }
+        })
+        .await;
         session.statement_running = false;
         if result.is_err() {
             session.fail_transaction();

@@ -19,11 +19,16 @@ use crate::ParseError;
 /// build); arithmetic chains near the limit still take seconds.
 pub const MAX_EXPRESSION_DEPTH: usize = 3_000;
 
+/// Nesting from which planning a statement takes long enough (tens of
+/// milliseconds and more) that it should not hold a runtime thread.
+const DEEP: usize = 256;
+
 /// Counts the nesting of expressions while visiting, stopping past the
 /// limit.
 #[derive(Default)]
 struct Depth {
     current: usize,
+    deepest: usize,
 }
 
 impl Visitor for Depth {
@@ -31,6 +36,7 @@ impl Visitor for Depth {
 
     fn pre_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
         self.current += 1;
+        self.deepest = self.deepest.max(self.current);
         if self.current > MAX_EXPRESSION_DEPTH {
             ControlFlow::Break(())
         } else {
@@ -42,6 +48,14 @@ impl Visitor for Depth {
         self.current -= 1;
         ControlFlow::Continue(())
     }
+}
+
+/// Whether `statement`'s expressions nest deeply enough that planning it
+/// takes long: the server then plans it off its runtime threads.
+pub fn is_deep(statement: &Statement) -> bool {
+    let mut depth = Depth::default();
+    let _ = statement.visit(&mut depth);
+    depth.deepest >= DEEP
 }
 
 /// Refuses `statement` (54001) if its expressions nest deeper than
@@ -78,5 +92,8 @@ mod tests {
         let list: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
         let wide = format!("SELECT 1 IN ({})", list.join(", "));
         assert!(check_depth(&parsed(&wide)).is_ok());
+        assert!(!is_deep(&parsed(&wide)));
+        assert!(!is_deep(&parsed(&chain(DEEP - 10))));
+        assert!(is_deep(&parsed(&chain(DEEP + 10))));
     }
 }

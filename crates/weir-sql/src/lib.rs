@@ -26,5 +26,6 @@ mod parse;
 mod stream_plan;
 mod values;
 
+pub use depth::is_deep;
 pub use parse::{parse, ParseError, WeirStatement};
 pub use stream_plan::{check_deterministic, stream_plan};

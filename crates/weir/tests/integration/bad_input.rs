@@ -248,6 +248,28 @@ async fn deep_expressions_are_answered_without_taking_the_server_down() {
     assert_eq!(column(&other, "SELECT 1").await, vec![Some("1".into())]);
 }
 
+/// A statement that takes seconds to plan does not hold up the others:
+/// a new connection and another session are served while it plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_plan_does_not_hold_up_other_sessions() {
+    let server = TestServer::start().await;
+    let heavy = server.client().await;
+    let open = server.client().await;
+    // About 5 s of planning in a debug build (DataFusion's coercion costs
+    // more than the square of the terms).
+    let sum = format!("SELECT {}", vec!["1"; 700].join(" + "));
+    let planning = tokio::spawn(async move { column(&heavy, &sum).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let fresh = server.client().await;
+    assert_eq!(column(&fresh, "SELECT 1").await, vec![Some("1".into())]);
+    assert_eq!(column(&open, "SELECT 2").await, vec![Some("2".into())]);
+    assert!(
+        !planning.is_finished(),
+        "the other sessions were served only once the deep statement was planned"
+    );
+    assert_eq!(planning.await.unwrap(), vec![Some("700".into())]);
+}
+
 /// Sends a startup packet for user `weir` and reads up to ReadyForQuery.
 fn start_session(stream: &mut TcpStream) {
     stream.write_all(&crate::common::startup_packet()).unwrap();
