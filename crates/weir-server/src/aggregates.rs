@@ -4,14 +4,15 @@
 //! averages integers into `double precision`. PostgreSQL sums `bigint`
 //! into `numeric`, which cannot overflow, and averages integers into
 //! `numeric`. [`cast_arguments`] rewrites a plan as the planner made it,
-//! before type coercion, and casts the argument where the types differ: `sum(bigint)` sums a `numeric(38,0)`,
-//! `avg` of an integer averages a `numeric(38,6)`. `sum` of `smallint`
+//! before type coercion, and casts the argument where the types differ:
+//! `sum(bigint)` sums a `numeric(38,0)`, `avg` of an integer averages a
+//! `numeric(38,6)`. `sum` of `smallint`
 //! and `integer` stays DataFusion's `bigint`, as in PostgreSQL. The stream
 //! engine's running sums follow the same types, so a view and a query
 //! agree.
 //!
-//! A plan rewrite rather than replacement functions: a function's coercion must
-//! be idempotent (DataFusion coerces arguments that were coerced before),
+//! A plan rewrite rather than replacement functions: a function's
+//! coercion must be idempotent (DataFusion coerces arguments that were coerced before),
 //! and `sum(integer)` and `sum(bigint)` both sum an `Int64`, into
 //! different types. Before coercion the argument still has its own type.
 
@@ -20,7 +21,7 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, WindowFunctionDefinition};
 
-use crate::checked::rewrite_expressions;
+use crate::plan_rewrite::rewrite_expressions;
 
 /// The `numeric` that `bigint`s are summed in: 38 digits hold the sum of
 /// any number of `bigint`s a table can hold.
@@ -41,13 +42,23 @@ fn argument_type(function: &str, arg: &DataType) -> Option<DataType> {
     }
 }
 
-/// `args` with its only argument cast for `function`, or `None`.
-fn cast_argument(function: &str, args: &[Expr], schema: &DFSchema) -> Option<Vec<Expr>> {
+/// Casts the only argument in `args` for `function`, if it needs a cast;
+/// whether it did.
+fn cast_argument(function: &str, args: &mut [Expr], schema: &DFSchema) -> bool {
     let [arg] = args else {
-        return None;
+        return false;
     };
-    let target = argument_type(function, &arg.get_type(schema).ok()?)?;
-    Some(vec![arg.clone().cast_to(&target, schema).ok()?])
+    let target = arg
+        .get_type(schema)
+        .ok()
+        .and_then(|t| argument_type(function, &t));
+    match target.and_then(|t| arg.clone().cast_to(&t, schema).ok()) {
+        Some(cast) => {
+            *arg = cast;
+            true
+        }
+        None => false,
+    }
 }
 
 /// `plan` with the arguments of `sum` and `avg` cast to the types
@@ -57,31 +68,20 @@ pub fn cast_arguments(plan: LogicalPlan) -> Result<LogicalPlan> {
 }
 
 /// One expression node of [`cast_arguments`].
-fn cast_aggregate_argument(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let cast = match &e {
-        Expr::AggregateFunction(call) => cast_argument(call.func.name(), &call.params.args, schema),
+fn cast_aggregate_argument(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let cast = match &mut e {
+        Expr::AggregateFunction(call) => {
+            cast_argument(call.func.name(), &mut call.params.args, schema)
+        }
         Expr::WindowFunction(window) => match &window.fun {
             WindowFunctionDefinition::AggregateUDF(func) => {
-                cast_argument(func.name(), &window.params.args, schema)
+                cast_argument(func.name(), &mut window.params.args, schema)
             }
-            WindowFunctionDefinition::WindowUDF(_) => None,
+            WindowFunctionDefinition::WindowUDF(_) => false,
         },
-        _ => None,
+        _ => false,
     };
-    let Some(args) = cast else {
-        return Ok(Transformed::no(e));
-    };
-    Ok(Transformed::yes(match e {
-        Expr::AggregateFunction(mut call) => {
-            call.params.args = args;
-            Expr::AggregateFunction(call)
-        }
-        Expr::WindowFunction(mut window) => {
-            window.params.args = args;
-            Expr::WindowFunction(window)
-        }
-        other => other,
-    }))
+    Ok(Transformed::new_transformed(e, cast))
 }
 
 #[cfg(test)]

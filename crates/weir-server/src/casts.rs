@@ -280,7 +280,7 @@ impl PostgresCasts {
 
 impl AnalyzerRule for PostgresCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        crate::checked::rewrite_expressions(plan, &Self::rewrite_expr)
+        crate::plan_rewrite::rewrite_expressions(plan, &Self::rewrite_expr)
     }
 
     fn name(&self) -> &str {

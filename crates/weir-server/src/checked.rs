@@ -19,10 +19,8 @@ use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::Float64Type;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -193,30 +191,9 @@ impl CheckedIntegerArithmetic {
     }
 }
 
-/// Rewrites every expression of every plan node, subqueries included,
-/// bottom up with `rewrite`, which is given the node's input schema; output
-/// names are kept and schemas recomputed. The skeleton of Weir's analyzer
-/// rules.
-pub(crate) fn rewrite_expressions(
-    plan: LogicalPlan,
-    rewrite: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
-) -> Result<LogicalPlan> {
-    let rewritten = plan.transform_up_with_subqueries(|plan| {
-        let schema = merge_schema(&plan.inputs());
-        let preserver = NamePreserver::new(&plan);
-        plan.map_expressions(|expr| {
-            let name = preserver.save(&expr);
-            let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
-            Ok(rewritten.update_data(|e| name.restore(e)))
-        })?
-        .map_data(|plan| plan.recompute_schema())
-    })?;
-    Ok(rewritten.data)
-}
-
 impl AnalyzerRule for CheckedIntegerArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, &Self::rewrite_expr)
+        crate::plan_rewrite::rewrite_expressions(plan, &Self::rewrite_expr)
     }
 
     fn name(&self) -> &str {

@@ -164,6 +164,7 @@ fn postgres_wording(code: SqlState, message: &str) -> Option<String> {
             let name = rest[..end].trim_end_matches('.').replace('"', "");
             Some(format!("column \"{name}\" does not exist"))
         }
+        SqlState::UNDEFINED_FUNCTION => undefined_function(message),
         SqlState::DIVISION_BY_ZERO => Some("division by zero".to_owned()),
         SqlState::INVALID_TEXT_REPRESENTATION => {
             let value = quoted('\'', '\'')?;
@@ -265,7 +266,7 @@ fn root_message(root: &DataFusionError) -> String {
             text = rest.to_owned();
         }
     }
-    undefined_function(&text).unwrap_or(text)
+    text
 }
 
 /// PostgreSQL's sentence for DataFusion's report of a function that no
@@ -334,10 +335,7 @@ fn message_code(message: &str) -> SqlState {
         SqlState::UNDEFINED_TABLE
     } else if lower.contains("no field named") {
         SqlState::UNDEFINED_COLUMN
-    } else if lower.contains("invalid function")
-        || lower.contains("no function matches")
-        || lower.starts_with("function ") && lower.ends_with(") does not exist")
-    {
+    } else if lower.contains("invalid function") || lower.contains("no function matches") {
         SqlState::UNDEFINED_FUNCTION
     } else if lower.contains("cannot infer common")
         || lower.contains("cannot coerce")

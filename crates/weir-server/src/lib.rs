@@ -39,6 +39,7 @@ mod mview;
 #[cfg(test)]
 mod numeric_wire;
 mod parameters;
+mod plan_rewrite;
 pub mod provider;
 mod regtype;
 mod relkind;

@@ -15,8 +15,9 @@
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, LogicalPlan};
+
+use crate::plan_rewrite::rewrite_expressions_except;
 
 /// `expr` as an `integer` literal if it is a `bigint` one that fits.
 fn narrow_literal(expr: Expr) -> Result<Transformed<Expr>> {
@@ -37,20 +38,11 @@ pub fn narrow(plan: LogicalPlan) -> Result<LogicalPlan> {
     if plan.exists(|p| Ok(matches!(p, LogicalPlan::RecursiveQuery(_))))? {
         return Ok(plan);
     }
-    let rewritten = plan.transform_up_with_subqueries(|plan| {
-        if matches!(
+    let fixed_when_planned = |plan: &LogicalPlan| {
+        matches!(
             plan,
             LogicalPlan::Values(_) | LogicalPlan::Limit(_) | LogicalPlan::Dml(_)
-        ) {
-            return Ok(Transformed::no(plan));
-        }
-        let preserver = NamePreserver::new(&plan);
-        plan.map_expressions(|expr| {
-            let name = preserver.save(&expr);
-            let narrowed = expr.transform_up(narrow_literal)?;
-            Ok(narrowed.update_data(|e| name.restore(e)))
-        })?
-        .map_data(|plan| plan.recompute_schema())
-    })?;
-    Ok(rewritten.data)
+        )
+    };
+    rewrite_expressions_except(plan, &fixed_when_planned, &|e, _| narrow_literal(e))
 }

@@ -11,10 +11,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::DFSchema;
 use datafusion::logical_expr::expr::{Cast, Placeholder, TryCast};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
 use crate::error::WeirResult;
+use crate::plan_rewrite::rewrite_expressions;
 
 /// `plan` with each untyped parameter `$n` given the type in
 /// `declared[n - 1]` if there is one, else the type of a cast applied
@@ -27,47 +29,23 @@ pub fn type_open_parameters(
         let n: usize = id.strip_prefix('$')?.parse().ok()?;
         declared.get(n.checked_sub(1)?)?.clone()
     };
-    let typed = plan.transform_up_with_subqueries(|node| {
-        node.map_expressions(|expr| {
-            expr.transform_up(|e| {
-                Ok(match e {
-                    Expr::Placeholder(placeholder) => {
-                        let t = declared_type(&placeholder.id);
-                        typed(placeholder, t).update_data(Expr::Placeholder)
-                    }
-                    Expr::Cast(Cast { expr, field }) => match *expr {
-                        Expr::Placeholder(p) => {
-                            let t = Some(field.data_type().clone());
-                            typed(p, t).update_data(|p| {
-                                let expr = Box::new(Expr::Placeholder(p));
-                                Expr::Cast(Cast { expr, field })
-                            })
-                        }
-                        expr => Transformed::no(Expr::Cast(Cast {
-                            expr: Box::new(expr),
-                            field,
-                        })),
-                    },
-                    Expr::TryCast(TryCast { expr, field }) => match *expr {
-                        Expr::Placeholder(p) => {
-                            let t = Some(field.data_type().clone());
-                            typed(p, t).update_data(|p| {
-                                let expr = Box::new(Expr::Placeholder(p));
-                                Expr::TryCast(TryCast { expr, field })
-                            })
-                        }
-                        expr => Transformed::no(Expr::TryCast(TryCast {
-                            expr: Box::new(expr),
-                            field,
-                        })),
-                    },
-                    other => Transformed::no(other),
-                })
+    let type_node = |e: Expr, _: &DFSchema| match e {
+        Expr::Placeholder(p) => {
+            let t = declared_type(&p.id);
+            Ok(typed(p, t).update_data(Expr::Placeholder))
+        }
+        Expr::Cast(Cast { ref field, .. }) | Expr::TryCast(TryCast { ref field, .. }) => {
+            let target = field.data_type().clone();
+            e.map_children(|child| match child {
+                Expr::Placeholder(p) => {
+                    Ok(typed(p, Some(target.clone())).update_data(Expr::Placeholder))
+                }
+                other => Ok(Transformed::no(other)),
             })
-        })?
-        .map_data(|node| node.recompute_schema())
-    })?;
-    Ok(typed.data)
+        }
+        other => Ok(Transformed::no(other)),
+    };
+    Ok(rewrite_expressions(plan, &type_node)?)
 }
 
 /// `placeholder` with type `t` if it has none yet.

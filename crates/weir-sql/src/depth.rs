@@ -23,12 +23,11 @@ pub const MAX_EXPRESSION_DEPTH: usize = 3_000;
 /// milliseconds and more) that it should not hold a runtime thread.
 const DEEP: usize = 256;
 
-/// Counts the nesting of expressions while visiting, stopping past the
-/// limit.
-#[derive(Default)]
+/// Counts the nesting of expressions while visiting, stopping once it
+/// passes `limit`.
 struct Depth {
+    limit: usize,
     current: usize,
-    deepest: usize,
 }
 
 impl Visitor for Depth {
@@ -36,8 +35,7 @@ impl Visitor for Depth {
 
     fn pre_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
         self.current += 1;
-        self.deepest = self.deepest.max(self.current);
-        if self.current > MAX_EXPRESSION_DEPTH {
+        if self.current > self.limit {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -50,23 +48,26 @@ impl Visitor for Depth {
     }
 }
 
+/// Whether `statement`'s expressions nest deeper than `limit` levels.
+fn nests_deeper_than(statement: &Statement, limit: usize) -> bool {
+    statement.visit(&mut Depth { limit, current: 0 }).is_break()
+}
+
 /// Whether `statement`'s expressions nest deeply enough that planning it
 /// takes long: the server then plans it off its runtime threads.
 pub fn is_deep(statement: &Statement) -> bool {
-    let mut depth = Depth::default();
-    let _ = statement.visit(&mut depth);
-    depth.deepest >= DEEP
+    nests_deeper_than(statement, DEEP - 1)
 }
 
 /// Refuses `statement` (54001) if its expressions nest deeper than
 /// [`MAX_EXPRESSION_DEPTH`].
 pub fn check_depth(statement: &Statement) -> Result<(), ParseError> {
-    match statement.visit(&mut Depth::default()) {
-        ControlFlow::Continue(()) => Ok(()),
-        ControlFlow::Break(()) => Err(ParseError::TooComplex(format!(
+    if nests_deeper_than(statement, MAX_EXPRESSION_DEPTH) {
+        return Err(ParseError::TooComplex(format!(
             "statement too complex: expressions nest deeper than {MAX_EXPRESSION_DEPTH} levels"
-        ))),
+        )));
     }
+    Ok(())
 }
 
 #[cfg(test)]
