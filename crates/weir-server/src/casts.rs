@@ -197,6 +197,9 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
     let Expr::Cast(Cast { expr: inner, field }) = cast else {
         return Transformed::no(cast);
     };
+    if let Some(kind) = crate::json::JsonKind::of(&field) {
+        return Transformed::yes(crate::json::input(kind, *inner));
+    }
     let to = field.data_type().clone();
     let rounded = |step: Step, output: DataType, inner: Expr| {
         Expr::Cast(Cast {

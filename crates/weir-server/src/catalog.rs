@@ -219,7 +219,13 @@ pub fn view_output_spec(columns: &[ColumnDef], key: Option<&[usize]>) -> TableSp
 fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
     let fields: Vec<Field> = columns
         .iter()
-        .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+        .map(|c| {
+            let field = Field::new(&c.name, c.data_type.clone(), c.nullable);
+            match c.json {
+                Some(kind) => field.with_metadata(kind.metadata()),
+                None => field,
+            }
+        })
         .collect();
     Arc::new(Schema::new(fields))
 }
@@ -252,6 +258,9 @@ pub struct ColumnDef {
     /// The length limit of `varchar(n)` / `char(n)`, in characters.
     #[serde(default)]
     pub max_chars: Option<u64>,
+    /// `json` or `jsonb`, for a column of JSON text.
+    #[serde(default)]
+    pub json: Option<crate::json::JsonKind>,
 }
 
 /// A plain view: its query is planned again each time it is read.

@@ -17,7 +17,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::catalog::TableDef;
+use crate::catalog::{ColumnDef, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
 
 /// The first 11 bytes of every binary COPY stream.
@@ -43,7 +43,7 @@ pub fn parse(data: &[u8], table: &TableDef, columns: &[usize]) -> WeirResult<Rec
     reader.take(usize::try_from(extension).map_err(|_| bad_format("invalid header"))?)?;
     let mut decoders = columns
         .iter()
-        .map(|&c| Decoder::new(&table.columns[c].data_type))
+        .map(|&c| Decoder::new(&table.columns[c]))
         .collect::<WeirResult<Vec<_>>>()?;
     let mut row = 0;
     loop {
@@ -126,7 +126,8 @@ enum Decoder {
     I64(Int64Builder),
     F32(Float32Builder),
     F64(Float64Builder),
-    Text(StringBuilder),
+    /// Text; `true` for jsonb, whose binary form has a version byte first.
+    Text(StringBuilder, bool),
     Bytes(BinaryBuilder),
     Date(Date32Builder),
     /// Microseconds, cast to the column's unit at the end.
@@ -151,7 +152,8 @@ fn fixed<const N: usize>(value: &[u8]) -> WeirResult<[u8; N]> {
 }
 
 impl Decoder {
-    fn new(data_type: &DataType) -> WeirResult<Self> {
+    fn new(column: &ColumnDef) -> WeirResult<Self> {
+        let data_type = &column.data_type;
         Ok(match data_type {
             DataType::Boolean => Decoder::Bool(BooleanBuilder::new()),
             DataType::Int16 => Decoder::I16(Int16Builder::new()),
@@ -159,7 +161,10 @@ impl Decoder {
             DataType::Int64 => Decoder::I64(Int64Builder::new()),
             DataType::Float32 => Decoder::F32(Float32Builder::new()),
             DataType::Float64 => Decoder::F64(Float64Builder::new()),
-            DataType::Utf8 => Decoder::Text(StringBuilder::new()),
+            DataType::Utf8 => Decoder::Text(
+                StringBuilder::new(),
+                column.json == Some(crate::json::JsonKind::Jsonb),
+            ),
             DataType::Binary => Decoder::Bytes(BinaryBuilder::new()),
             DataType::Date32 => Decoder::Date(Date32Builder::new()),
             DataType::Time64(_) => {
@@ -198,13 +203,25 @@ impl Decoder {
             Decoder::I64(b) => b.append_value(i64::from_be_bytes(fixed(v)?)),
             Decoder::F32(b) => b.append_value(f32::from_be_bytes(fixed(v)?)),
             Decoder::F64(b) => b.append_value(f64::from_be_bytes(fixed(v)?)),
-            Decoder::Text(b) => b.append_value(std::str::from_utf8(v).map_err(|e| {
-                let bad = v[e.valid_up_to()];
-                WeirError::new(
-                    SqlState::CHARACTER_NOT_IN_REPERTOIRE,
-                    format!("invalid byte sequence for encoding \"UTF8\": 0x{bad:02x}"),
-                )
-            })?),
+            Decoder::Text(b, jsonb) => {
+                let v = match (*jsonb, v.split_first()) {
+                    (false, _) => v,
+                    (true, Some((1, text))) => text,
+                    (true, _) => {
+                        return Err(WeirError::new(
+                            SqlState("22P03"),
+                            "unsupported jsonb version number",
+                        ))
+                    }
+                };
+                b.append_value(std::str::from_utf8(v).map_err(|e| {
+                    let bad = v[e.valid_up_to()];
+                    WeirError::new(
+                        SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+                        format!("invalid byte sequence for encoding \"UTF8\": 0x{bad:02x}"),
+                    )
+                })?)
+            }
             Decoder::Bytes(b) => b.append_value(v),
             Decoder::Date(b) => {
                 let days = i32::from_be_bytes(fixed(v)?);
@@ -247,7 +264,7 @@ impl Decoder {
             Decoder::I64(b) => b.append_null(),
             Decoder::F32(b) => b.append_null(),
             Decoder::F64(b) => b.append_null(),
-            Decoder::Text(b) => b.append_null(),
+            Decoder::Text(b, _) => b.append_null(),
             Decoder::Bytes(b) => b.append_null(),
             Decoder::Date(b) => b.append_null(),
             Decoder::Time(b, _) => b.append_null(),
@@ -265,7 +282,7 @@ impl Decoder {
             Decoder::I64(b) => Arc::new(b.finish()),
             Decoder::F32(b) => Arc::new(b.finish()),
             Decoder::F64(b) => Arc::new(b.finish()),
-            Decoder::Text(b) => Arc::new(b.finish()),
+            Decoder::Text(b, _) => Arc::new(b.finish()),
             Decoder::Bytes(b) => Arc::new(b.finish()),
             Decoder::Date(b) => Arc::new(b.finish()),
             Decoder::Time(b, target) => cast(&b.finish(), target)?,

@@ -65,6 +65,7 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
             nullable: field.is_nullable() && !primary_key.contains(&i),
             default,
             max_chars: create.columns.get(i).and_then(|c| char_limit(&c.data_type)),
+            json: crate::json::JsonKind::of(field),
         });
     }
     let def = TableDef {

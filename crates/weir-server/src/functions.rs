@@ -180,7 +180,11 @@ impl ScalarUDFImpl for PgTypeof {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let name = pg_type_name(&args.arg_fields[0].data_type().clone());
+        let field = &args.arg_fields[0];
+        let name = match crate::json::JsonKind::of(field) {
+            Some(kind) => kind.name().to_owned(),
+            None => pg_type_name(field.data_type()),
+        };
         // A type modifier is not part of the type's name.
         let name = name.split('(').next().unwrap_or(&name).to_owned();
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))

@@ -591,6 +591,9 @@ impl Connection {
 pub struct Prepared {
     statement: Option<WeirStatement>,
     parameters: Vec<DataType>,
+    /// The PostgreSQL type of each parameter that differs from its Arrow
+    /// type's (`jsonb` for a parameter stored in a `jsonb` column).
+    wire_types: Vec<Option<Type>>,
     schema: Option<SchemaRef>,
 }
 
@@ -626,7 +629,7 @@ impl QueryParser for Parser {
             Ok(None) => Ok(None),
             Err(e) => Err(e),
         };
-        let (statement, (inferred, schema)) = match prepared {
+        let (statement, described) = match prepared {
             Ok(Some(prepared)) => prepared,
             Ok(None) => return Ok(None),
             Err(e) => {
@@ -636,6 +639,11 @@ impl QueryParser for Parser {
                 return Err(e.into());
             }
         };
+        let Described {
+            types: inferred,
+            json,
+            schema,
+        } = described;
         let count = inferred.len().max(types.len());
         let parameters = (0..count)
             .map(|i| {
@@ -652,15 +660,30 @@ impl QueryParser for Parser {
                 }
             })
             .collect();
+        let wire_types = (0..count)
+            .map(|i| match json.get(i).copied().flatten() {
+                Some(crate::json::JsonKind::Json) => Some(Type::JSON),
+                Some(crate::json::JsonKind::Jsonb) => Some(Type::JSONB),
+                None => None,
+            })
+            .collect();
         Ok(Some(Prepared {
             statement: Some(statement),
             parameters,
+            wire_types,
             schema,
         }))
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
-        stmt.parameters.iter().map(into_pg_type).collect()
+        stmt.parameters
+            .iter()
+            .zip(&stmt.wire_types)
+            .map(|(t, wire)| match wire {
+                Some(wire) => Ok(wire.clone()),
+                None => into_pg_type(t),
+            })
+            .collect()
     }
 
     fn get_result_schema(
@@ -713,19 +736,29 @@ fn arrow_type_of(t: &Type) -> Option<DataType> {
     })
 }
 
-/// Parameter types (by `$n`, where known) and result schema of a
-/// statement. A parameter whose type the client `declared` and the
-/// statement leaves open (`SELECT $1`) has the declared type, as in
-/// PostgreSQL; one the statement types (`WHERE int_col = $1`) keeps it.
+/// What a Parse learns of a statement: its parameters' types (by `$n`,
+/// where known; `json` marks those stored in a JSON column) and its
+/// result schema.
+#[derive(Default)]
+struct Described {
+    types: Vec<Option<DataType>>,
+    json: Vec<Option<crate::json::JsonKind>>,
+    schema: Option<SchemaRef>,
+}
+
+/// Describes a statement. A parameter whose type the client `declared`
+/// and the statement leaves open (`SELECT $1`) has the declared type, as
+/// in PostgreSQL; one the statement types (`WHERE int_col = $1`) keeps it.
 async fn describe(
     session: &mut Session,
     statement: &WeirStatement,
     declared: &[Option<DataType>],
-) -> WeirResult<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+) -> WeirResult<Described> {
     let WeirStatement::Sql(sql) = statement else {
-        return Ok((Vec::new(), None));
+        return Ok(Described::default());
     };
     session.pin_for_read();
+    let mut json = Vec::new();
     let mut types: Vec<Option<DataType>> = Vec::new();
     let mut note = |n: usize, t: Option<DataType>| {
         if types.len() <= n {
@@ -739,7 +772,10 @@ async fn describe(
         Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
         {
             let schema = Schema::new(vec![Field::new("QUERY PLAN", DataType::Utf8, false)]);
-            return Ok((types, Some(Arc::new(schema))));
+            return Ok(Described {
+                schema: Some(Arc::new(schema)),
+                ..Described::default()
+            });
         }
         Statement::Query(_) | Statement::Explain { .. } => {
             let plan = session
@@ -749,8 +785,12 @@ async fn describe(
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let (hints, plan) = dml::describe(session, sql).await?;
-            for (n, t) in hints {
-                note(n, Some(t));
+            for hint in hints {
+                if json.len() <= hint.index {
+                    json.resize(hint.index + 1, None);
+                }
+                json[hint.index] = hint.json;
+                note(hint.index, Some(hint.data_type));
             }
             plan
         }
@@ -759,14 +799,21 @@ async fn describe(
             if let Output::Rows { schema, .. } =
                 statement::execute(session, statement, &None).await?
             {
-                return Ok((Vec::new(), Some(schema)));
+                return Ok(Described {
+                    schema: Some(schema),
+                    ..Described::default()
+                });
             }
             None
         }
         _ => None,
     };
     let Some(plan) = plan else {
-        return Ok((types, None));
+        return Ok(Described {
+            types,
+            json,
+            schema: None,
+        });
     };
     for (name, t) in plan.get_parameter_types()? {
         if let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
@@ -780,7 +827,11 @@ async fn describe(
         Statement::Query(_) | Statement::Explain { .. }
     )
     .then(|| crate::colnames::wire_schema(sql, Arc::new(plan.schema().as_arrow().clone())));
-    Ok((types, schema))
+    Ok(Described {
+        types,
+        json,
+        schema,
+    })
 }
 
 #[async_trait]
@@ -877,9 +928,15 @@ impl ExtendedQueryHandler for Connection {
             None
         } else {
             let types: Vec<Option<&DataType>> = prepared.parameters.iter().map(Some).collect();
-            Some(arrow_pg::datatypes::df::deserialize_parameters(
-                portal, &types,
-            )?)
+            let wire_types: Vec<Option<&Type>> =
+                prepared.wire_types.iter().map(Option::as_ref).collect();
+            Some(
+                arrow_pg::datatypes::df::deserialize_parameters_with_server_types(
+                    portal,
+                    &types,
+                    &wire_types,
+                )?,
+            )
         };
         let options = format_options(client);
         let mut session = self.session(client).await?;

@@ -33,6 +33,7 @@ mod dml;
 pub mod error;
 mod functions;
 pub mod handler;
+mod json;
 mod literals;
 pub mod metrics;
 mod mview;

@@ -143,6 +143,7 @@ pub(crate) async fn plan_view_in(
             nullable: field.is_nullable(),
             default: None,
             max_chars: None,
+            json: crate::json::JsonKind::of(field),
         });
     }
     // Plain views are inlined by the planner; the query text names them.

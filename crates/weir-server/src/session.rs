@@ -192,6 +192,7 @@ pub fn session_context(
             catalog.register_schema("pg_catalog", Arc::new(wrapped))?;
         }
     }
+    crate::json::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());

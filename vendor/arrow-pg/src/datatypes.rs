@@ -171,6 +171,26 @@ pub const PG_VECTOR_TYPE_OID: u32 = 16385;
 /// pick the right encoding per result format.
 pub const PG_CHAR_KEY: &str = "pg.char";
 
+// Weir: JSON columns are tagged with an extension name.
+/// Arrow extension name of a UTF-8 field holding Postgres `json` text
+/// (Arrow's canonical JSON extension type).
+pub const JSON_EXTENSION: &str = "arrow.json";
+
+/// Arrow extension name of a UTF-8 field holding Postgres `jsonb` text (in
+/// jsonb's normal form).
+pub const JSONB_EXTENSION: &str = "pg.jsonb";
+
+/// The JSON type (`json` or `jsonb`) a field's extension name names. An
+/// extension name, unlike other metadata, is dropped by a plain cast, so
+/// `j::text` is text again.
+pub fn pg_json_type(field: &Field) -> Option<Type> {
+    match field.extension_type_name() {
+        Some(JSON_EXTENSION) => Some(Type::JSON),
+        Some(JSONB_EXTENSION) => Some(Type::JSONB),
+        _ => None,
+    }
+}
+
 /// Map an oid-alias kind name ([`PG_OID_ALIAS_KEY`] value) to its Postgres
 /// [`Type`], e.g. `"oid"` -> OID 26, `"regtype"` -> OID 2206.
 ///
@@ -241,6 +261,11 @@ pub fn field_into_pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
     // `"char"` type (OID 18) so clients decode it as a one-byte char.
     if is_pg_char_field(field) {
         return Ok(Type::CHAR);
+    }
+
+    // Weir: JSON text tagged with its PostgreSQL type.
+    if let Some(json) = pg_json_type(field) {
+        return Ok(json);
     }
 
     // A pg.vector-tagged list column is reported as the pgvector `vector` type

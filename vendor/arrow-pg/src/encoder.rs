@@ -211,6 +211,45 @@ fn encode_pg_char<T: Encoder>(
     }
 }
 
+// Weir: the JSON encoding.
+/// A `json` or `jsonb` value: its text, and in binary the same text after
+/// jsonb's version byte (1).
+#[derive(Debug)]
+struct JsonText<'a>(&'a str);
+
+impl postgres_types::ToSql for JsonText<'_> {
+    fn to_sql(
+        &self,
+        ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut as _;
+        if *ty == postgres_types::Type::JSONB {
+            out.put_u8(1);
+        }
+        out.put_slice(self.0.as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &postgres_types::Type) -> bool {
+        matches!(*ty, postgres_types::Type::JSON | postgres_types::Type::JSONB)
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for JsonText<'_> {
+    fn to_sql_text(
+        &self,
+        _ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+        _format_options: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
 /// A pgvector `vector` value that pgwire serializes in the format the client
 /// requested: binary (pgvector layout, big-endian `int16` dimension followed by
 /// big-endian IEEE float32s) or text (`[1,2,3]`).
@@ -446,6 +485,17 @@ pub fn encode_value<T: Encoder>(
         || pg_field.datatype().oid() == crate::datatypes::PG_VECTOR_TYPE_OID
     {
         return encode_pg_vector(encoder, arr, idx, pg_field);
+    }
+
+    // Weir: JSON text tagged `json`/`jsonb`: binary jsonb has a version byte.
+    if crate::datatypes::pg_json_type(arrow_field).is_some() {
+        let value = match arr.data_type() {
+            DataType::LargeUtf8 => get_large_utf8_value(arr, idx),
+            DataType::Utf8View => get_utf8_view_value(arr, idx),
+            _ => get_utf8_value(arr, idx),
+        }
+        .map(JsonText);
+        return encoder.encode_field(&value, pg_field);
     }
 
     // Postgres internal `"char"` columns (pg.typtype, ...): wire type CHAR with

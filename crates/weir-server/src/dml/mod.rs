@@ -137,7 +137,7 @@ pub(super) fn column_index(def: &TableDef, column: &str) -> WeirResult<usize> {
 pub async fn describe(
     session: &Session,
     statement: &Statement,
-) -> WeirResult<(Vec<(usize, DataType)>, Option<LogicalPlan>)> {
+) -> WeirResult<(Vec<ParameterHint>, Option<LogicalPlan>)> {
     let catalog = session.pinned.get().catalog.clone();
     let hints = parameter_hints(&catalog, statement);
     let plan = match statement {
@@ -158,9 +158,30 @@ pub async fn describe(
     Ok((hints, plan))
 }
 
+/// The type of a `$n` parameter (`index` = n - 1) that stands alone in an
+/// INSERT's VALUES or an UPDATE's SET: its target column's.
+pub struct ParameterHint {
+    /// Which parameter.
+    pub index: usize,
+    /// The column's Arrow type.
+    pub data_type: DataType,
+    /// Whether the column holds `json` or `jsonb`.
+    pub json: Option<crate::json::JsonKind>,
+}
+
+impl ParameterHint {
+    fn new(index: usize, column: &ColumnDef) -> Self {
+        ParameterHint {
+            index,
+            data_type: column.data_type.clone(),
+            json: column.json,
+        }
+    }
+}
+
 /// Types of `$n` parameters that stand alone in an INSERT's VALUES or an
-/// UPDATE's SET, taken from their target columns (index = n - 1).
-fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, DataType)> {
+/// UPDATE's SET, taken from their target columns.
+fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<ParameterHint> {
     let mut hints = Vec::new();
     match statement {
         Statement::Insert(insert) => {
@@ -174,7 +195,7 @@ fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, Data
                 for row in &values.rows {
                     for (expr, &column) in row.iter().zip(&columns) {
                         if let Some(n) = placeholder_index(expr) {
-                            hints.push((n, def.columns[column].data_type.clone()));
+                            hints.push(ParameterHint::new(n, &def.columns[column]));
                         }
                     }
                 }
@@ -187,7 +208,7 @@ fn parameter_hints(catalog: &Catalog, statement: &Statement) -> Vec<(usize, Data
             for assignment in &update.assignments {
                 let column = assignment_column(def, &assignment.target);
                 if let (Ok(index), Some(n)) = (column, placeholder_index(&assignment.value)) {
-                    hints.push((n, def.columns[index].data_type.clone()));
+                    hints.push(ParameterHint::new(n, &def.columns[index]));
                 }
             }
         }
@@ -236,6 +257,23 @@ pub(super) fn multiple_assignments(column: &str) -> WeirError {
 /// `casts::assign_cast`). Every write path (INSERT,
 /// COPY, UPDATE, ON CONFLICT DO UPDATE) goes through here.
 pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirResult<Expr> {
+    if let Some(kind) = column.json {
+        if !matches!(
+            from,
+            DataType::Null | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            return Err(WeirError::new(
+                SqlState::DATATYPE_MISMATCH,
+                format!(
+                    "column \"{}\" is of type {} but expression is of type {}",
+                    column.name,
+                    kind.name(),
+                    pg_type_name(from)
+                ),
+            ));
+        }
+        return Ok(crate::json::input(kind, value).alias(&column.name));
+    }
     if !assignable(from, &column.data_type) {
         return Err(type_mismatch(&column.name, &column.data_type, from));
     }

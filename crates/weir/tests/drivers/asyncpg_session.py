@@ -4,7 +4,8 @@ asyncpg speaks only the extended protocol with binary values and infers
 every parameter's type from the server's description. Every common type
 round-trips as parameters and results and through binary COPY
 (copy_records_to_table), prepared statements are reused, transactions
-commit and roll back, COPY TO returns CSV, a cursor reads in pieces, and
+commit and roll back, jsonb round-trips (as text, asyncpg's default, and
+through a json codec), COPY TO returns CSV, a cursor reads in pieces, and
 a materialized view is read after FLUSH. Any difference raises; the last
 line printed is "ok".
 """
@@ -13,6 +14,7 @@ import asyncio
 import datetime
 import decimal
 import io
+import json
 import sys
 
 import asyncpg
@@ -98,6 +100,21 @@ async def main(dsn):
         check("cursor rest", [r["id"] for r in await cursor.fetch(10)], [3])
         seen = [r["id"] async for r in conn.cursor("SELECT id FROM akinds ORDER BY id", prefetch=1)]
         check("cursor iteration", seen, [1, 2, 3])
+
+    # jsonb: text by default, Python values through a codec; binary COPY.
+    await conn.execute("DROP TABLE IF EXISTS adocs")
+    await conn.execute("CREATE TABLE adocs (id INT PRIMARY KEY, body JSONB)")
+    await conn.execute("INSERT INTO adocs VALUES ($1, $2)", 1, '{"b": [1, 2], "a": null}')
+    check("jsonb text", await conn.fetchval("SELECT body FROM adocs"), '{"a": null, "b": [1, 2]}')
+    await conn.copy_records_to_table("adocs", records=[(2, '{"copied":true}')])
+    # A parameter stored in a jsonb column is described as jsonb, so the
+    # codec encodes it (in binary, after jsonb's version byte).
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.execute("INSERT INTO adocs VALUES ($1, $2)", 3, {"k": "v"})
+    rows = await conn.fetch("SELECT id, body FROM adocs ORDER BY id")
+    check("jsonb values", [tuple(r) for r in rows], [(1, {"a": None, "b": [1, 2]}), (2, {"copied": True}), (3, {"k": "v"})])
+    check("jsonb operator", await conn.fetchval("SELECT body ->> 'k' FROM adocs WHERE body ? 'k'"), "v")
+    await conn.execute("DROP TABLE adocs")
 
     # A materialized view, read after FLUSH.
     await conn.execute("CREATE MATERIALIZED VIEW akinds_n AS SELECT count(*) AS n, sum(b) AS sb FROM akinds")

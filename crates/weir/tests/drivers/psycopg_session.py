@@ -2,7 +2,8 @@
 
 Every common type round-trips in text and binary, parameters are typed
 as psycopg declares them, transactions commit and roll back (savepoints
-included), COPY works both ways in text and binary, a named
+included), json and jsonb round-trip as Python values (also through
+binary COPY), COPY works both ways in text and binary, a named
 (server-side) cursor reads in pieces, the catalog describes the table's
 columns and resolves type names (TypeInfo), and a materialized view is
 read after FLUSH. Any difference raises; the last
@@ -15,6 +16,7 @@ import sys
 
 import psycopg
 from psycopg.types import TypeInfo
+from psycopg.types.json import Json, Jsonb
 
 ROW = (
     1,
@@ -57,6 +59,25 @@ def main(dsn):
             cur.executemany(f"INSERT INTO kinds VALUES ({marks})", [ROW, NULLS])
             cur.execute("SELECT * FROM kinds ORDER BY id", binary=binary)
             check(f"round trip (binary={binary})", cur.fetchall(), [ROW, NULLS])
+
+        # json and jsonb, as psycopg adapts them, in text and binary.
+        doc = {"name": "x", "tags": ["a", "b"], "n": 1.5, "nested": {"ok": True, "none": None}}
+        cur.execute("DROP TABLE IF EXISTS docs")
+        cur.execute("CREATE TABLE docs (id INT PRIMARY KEY, body JSONB, raw JSON)")
+        cur.execute("INSERT INTO docs VALUES (%s, %s, %s)", (1, Jsonb(doc), Json([1, "two"])))
+        with cur.copy("COPY docs FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "jsonb", "json"])
+            copy.write_row((2, Jsonb({"copied": [1]}), Json({})))
+        for binary in (False, True):
+            cur.execute("SELECT id, body, raw FROM docs ORDER BY id", binary=binary)
+            check(
+                f"json round trip (binary={binary})",
+                cur.fetchall(),
+                [(1, doc, [1, "two"]), (2, {"copied": [1]}, {})],
+            )
+        cur.execute("SELECT body ->> 'name', body @> %s FROM docs WHERE id = 1", (Jsonb({"tags": ["b"]}),))
+        check("json operators", cur.fetchone(), ("x", True))
+        cur.execute("DROP TABLE docs")
 
         # Parameters are typed as psycopg declares them.
         cur.execute("SELECT %s::int + 1, %s, %s", (41, 5, datetime.date(2024, 1, 2)))

@@ -781,8 +781,34 @@ where
                 deserialized_params.push(ScalarValue::Utf8(value));
             }
             Type::JSON | Type::JSONB => {
-                let value = portal.parameter::<String>(i, &pg_type)?;
-                // Store JSON as string for now
+                // Weir: text json and jsonb, and binary json, are the text itself;
+                // binary jsonb is the text after a version byte (1).
+                let binary_jsonb = pg_type == Type::JSONB && portal.parameter_format.is_binary(i);
+                let value = match portal.parameters.get(i).cloned().flatten() {
+                    None => None,
+                    Some(bytes) => {
+                        let text = match (binary_jsonb, bytes.split_first()) {
+                            (false, _) => &bytes[..],
+                            (true, Some((1, rest))) => rest,
+                            (true, _) => {
+                                return Err(PgWireError::UserError(Box::new(
+                                    pgwire::error::ErrorInfo::new(
+                                        "ERROR".to_owned(),
+                                        "22P03".to_owned(),
+                                        "unsupported jsonb version number".to_owned(),
+                                    ),
+                                )))
+                            }
+                        };
+                        Some(String::from_utf8(text.to_vec()).map_err(|_| {
+                            PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+                                "ERROR".to_owned(),
+                                "22021".to_owned(),
+                                "invalid byte sequence for encoding \"UTF8\"".to_owned(),
+                            )))
+                        })?)
+                    }
+                };
                 deserialized_params.push(ScalarValue::Utf8(value));
             }
             Type::INTERVAL => {

@@ -139,8 +139,13 @@ impl<C: CatalogInfo> PgAttributeTable<C> {
                                 for (column_idx, field) in table_schema.fields().iter().enumerate()
                                 {
                                     let attnum = (column_idx + 1) as i16; // PostgreSQL column numbers start at 1
+                                    // Weir: JSON text is tagged by its Arrow extension name.
                                     let (pg_type_oid, type_len, by_val, align, storage) =
-                                        Self::datafusion_to_pg_type(field.data_type());
+                                        match field.extension_type_name() {
+                                            Some("arrow.json") => (114, -1, false, "i", "x"),
+                                            Some("pg.jsonb") => (3802, -1, false, "i", "x"),
+                                            _ => Self::datafusion_to_pg_type(field.data_type()),
+                                        };
 
                                     attrelids.push(table_oid as i32);
                                     attnames.push(field.name().clone());

@@ -1,0 +1,318 @@
+//! `json_agg`/`jsonb_agg` (an array of the group's values) and
+//! `json_object_agg`/`jsonb_object_agg` (an object of its key-value
+//! pairs). In a materialized view they are recomputed per touched group,
+//! as every aggregate without a columnar accumulator is.
+
+use std::sync::Arc;
+
+use std::cmp::Ordering;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, ListArray, StructArray};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
+};
+
+use super::scalar::{to_json, write};
+use super::value::{self, Json, Kind};
+use super::JsonKind;
+use crate::error::{SqlState, WeirError};
+
+/// One of the four aggregates.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonAggregate {
+    name: &'static str,
+    kind: JsonKind,
+    /// Whether it builds an object from (key, value) pairs.
+    object: bool,
+    signature: Signature,
+}
+
+/// The aggregates, ready to register.
+pub fn functions() -> Vec<AggregateUDF> {
+    [
+        ("jsonb_agg", JsonKind::Jsonb, false),
+        ("json_agg", JsonKind::Json, false),
+        ("jsonb_object_agg", JsonKind::Jsonb, true),
+        ("json_object_agg", JsonKind::Json, true),
+    ]
+    .into_iter()
+    .map(|(name, kind, object)| {
+        AggregateUDF::from(JsonAggregate {
+            name,
+            kind,
+            object,
+            signature: Signature::any(if object { 2 } else { 1 }, Volatility::Immutable),
+        })
+    })
+    .collect()
+}
+
+impl AggregateUDFImpl for JsonAggregate {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field(&self, _arg_fields: &[FieldRef]) -> Result<FieldRef> {
+        Ok(self.kind.field(self.name))
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        let mut fields = vec![Arc::new(Field::new(
+            format!("{}[partial]", args.name),
+            DataType::Utf8,
+            true,
+        ))];
+        if !args.ordering_fields.is_empty() {
+            fields.push(Arc::new(Field::new_list(
+                format!("{}[orderings]", args.name),
+                Field::new_list_field(
+                    DataType::Struct(Fields::from(args.ordering_fields.to_vec())),
+                    true,
+                ),
+                true,
+            )));
+        }
+        Ok(fields)
+    }
+
+    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let ordering = args
+            .order_bys
+            .iter()
+            .enumerate()
+            .map(|(i, sort)| {
+                let field = sort.expr.return_field(args.schema)?;
+                Ok((
+                    Arc::new(field.as_ref().clone().with_name(format!("o{i}"))),
+                    sort.options,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(Collect {
+            kind: self.kind,
+            object: self.object,
+            fields: args.expr_fields.to_vec(),
+            ordering,
+            items: Vec::new(),
+            bytes: 0,
+        }))
+    }
+}
+
+/// The values (or members) of one group, in input order, each with its
+/// `ORDER BY` values when the call has one.
+#[derive(Debug)]
+struct Collect {
+    kind: JsonKind,
+    object: bool,
+    /// The fields of the arguments.
+    fields: Vec<FieldRef>,
+    /// The `ORDER BY` keys' fields and directions.
+    ordering: Vec<(FieldRef, SortOptions)>,
+    items: Vec<Item>,
+    /// Bytes the items hold, roughly.
+    bytes: usize,
+}
+
+/// One value of a group: its key (objects only), value and sort keys.
+#[derive(Debug, Clone)]
+struct Item {
+    key: String,
+    value: Json,
+    order: Vec<ScalarValue>,
+}
+
+impl Collect {
+    fn push(&mut self, item: Item) {
+        self.bytes += item.key.len() + item.value.to_jsonb_text().len() + 48;
+        self.items.push(item);
+    }
+
+    /// Puts the items in `ORDER BY` order (stable: ties keep input order).
+    fn sort(&mut self) {
+        if self.ordering.is_empty() {
+            return;
+        }
+        let options: Vec<SortOptions> = self.ordering.iter().map(|(_, o)| *o).collect();
+        self.items.sort_by(|a, b| {
+            for ((x, y), o) in a.order.iter().zip(&b.order).zip(&options) {
+                let ordering = match (x.is_null(), y.is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) if o.nulls_first => Ordering::Less,
+                    (true, false) => Ordering::Greater,
+                    (false, true) if o.nulls_first => Ordering::Greater,
+                    (false, true) => Ordering::Less,
+                    (false, false) => {
+                        let natural = x.partial_cmp(y).unwrap_or(Ordering::Equal);
+                        if o.descending {
+                            natural.reverse()
+                        } else {
+                            natural
+                        }
+                    }
+                };
+                if ordering != Ordering::Equal {
+                    return ordering;
+                }
+            }
+            Ordering::Equal
+        });
+    }
+
+    /// The group's value so far, as JSON (an object or an array).
+    fn value(&self) -> Json {
+        if self.object {
+            Json::new(Kind::Object(
+                self.items
+                    .iter()
+                    .map(|i| (i.key.clone(), i.value.clone()))
+                    .collect(),
+            ))
+        } else {
+            Json::new(Kind::Array(
+                self.items.iter().map(|i| i.value.clone()).collect(),
+            ))
+        }
+    }
+
+    /// The items' sort keys as one list of structs (the second state
+    /// column).
+    fn ordering_state(&self) -> Result<ScalarValue> {
+        let fields: Fields = self.ordering.iter().map(|(f, _)| f.clone()).collect();
+        let columns = (0..fields.len())
+            .map(|k| {
+                if self.items.is_empty() {
+                    return Ok(datafusion::arrow::array::new_empty_array(
+                        fields[k].data_type(),
+                    ));
+                }
+                ScalarValue::iter_to_array(self.items.iter().map(|i| i.order[k].clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let structs = StructArray::try_new(fields.clone(), columns, None)?;
+        let list = ListArray::new(
+            Arc::new(Field::new_list_field(DataType::Struct(fields), true)),
+            OffsetBuffer::from_lengths([self.items.len()]),
+            Arc::new(structs),
+            None,
+        );
+        Ok(ScalarValue::List(Arc::new(list)))
+    }
+}
+
+fn null_key() -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(
+        SqlState("22004"),
+        "field name must not be null",
+    )))
+}
+
+impl Accumulator for Collect {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let rows = values.first().map_or(0, |v| v.len());
+        let arguments = if self.object { 2 } else { 1 };
+        let order_columns = &values[arguments..];
+        for i in 0..rows {
+            let (key, value) = if self.object {
+                let key = match to_json(&values[0], &self.fields[0], i)?.kind {
+                    Kind::Null => return Err(null_key()),
+                    Kind::String(s) | Kind::Number(s) => s,
+                    other => Json::new(other).to_jsonb_text(),
+                };
+                (key, to_json(&values[1], &self.fields[1], i)?)
+            } else {
+                (String::new(), to_json(&values[0], &self.fields[0], i)?)
+            };
+            let order = order_columns
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, i))
+                .collect::<Result<Vec<_>>>()?;
+            self.push(Item { key, value, order });
+        }
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        let partials = states[0].as_string::<i32>();
+        let orderings = states.get(1).map(|s| s.as_list::<i32>());
+        for (row, partial) in partials.iter().enumerate() {
+            let Some(partial) = partial else { continue };
+            let parsed = value::parse(partial)
+                .map_err(|e| DataFusionError::Internal(format!("json partial state: {e:?}")))?;
+            let members = match parsed.kind {
+                Kind::Array(items) => items.into_iter().map(|v| (String::new(), v)).collect(),
+                Kind::Object(members) => members,
+                _ => {
+                    return Err(DataFusionError::Internal(
+                        "json partial state is not an array or object".into(),
+                    ))
+                }
+            };
+            let keys = orderings.map(|lists| lists.value(row));
+            for (n, (key, value)) in members.into_iter().enumerate() {
+                let order = match &keys {
+                    Some(keys) => {
+                        let keys = keys.as_struct();
+                        keys.columns()
+                            .iter()
+                            .map(|c| ScalarValue::try_from_array(c, n))
+                            .collect::<Result<Vec<_>>>()?
+                    }
+                    None => Vec::new(),
+                };
+                self.push(Item {
+                    key,
+                    value: Json::new(value.kind),
+                    order,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        // Members in order, duplicates kept: the `json` form.
+        self.sort();
+        let partial = ScalarValue::Utf8(
+            (!self.items.is_empty()).then(|| write(self.value(), JsonKind::Json)),
+        );
+        if self.ordering.is_empty() {
+            return Ok(vec![partial]);
+        }
+        Ok(vec![partial, self.ordering_state()?])
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        self.sort();
+        if self.items.is_empty() {
+            return Ok(ScalarValue::Utf8(None));
+        }
+        let text = match (self.kind, self.object) {
+            (JsonKind::Jsonb, _) => write(self.value(), JsonKind::Jsonb),
+            // PostgreSQL writes json_object_agg as `{ "a" : 1, "b" : 2 }`.
+            (JsonKind::Json, true) => {
+                let inner = write(self.value(), JsonKind::Json);
+                format!("{{ {} }}", &inner[1..inner.len() - 1])
+            }
+            (JsonKind::Json, false) => write(self.value(), JsonKind::Json),
+        };
+        Ok(ScalarValue::Utf8(Some(text)))
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.bytes
+    }
+}
