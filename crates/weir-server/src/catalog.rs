@@ -263,6 +263,16 @@ pub struct ColumnDef {
     pub json: Option<crate::json::JsonKind>,
 }
 
+impl ColumnDef {
+    /// The column's PostgreSQL type name.
+    pub fn type_name(&self) -> String {
+        match self.json {
+            Some(kind) => kind.name().to_owned(),
+            None => crate::types::pg_type_name(&self.data_type),
+        }
+    }
+}
+
 /// A plain view: its query is planned again each time it is read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ViewDef {

@@ -22,7 +22,6 @@ use tokio::sync::Notify;
 
 use crate::error::{SqlState, WeirError};
 use crate::settings::SharedSettings;
-use crate::types::pg_type_name;
 
 /// Registers the session's functions in `ctx`; `session` is the session's
 /// id (the owner of its advisory locks).
@@ -180,11 +179,7 @@ impl ScalarUDFImpl for PgTypeof {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let field = &args.arg_fields[0];
-        let name = match crate::json::JsonKind::of(field) {
-            Some(kind) => kind.name().to_owned(),
-            None => pg_type_name(field.data_type()),
-        };
+        let name = crate::types::pg_field_type_name(&args.arg_fields[0]);
         // A type modifier is not part of the type's name.
         let name = name.split('(').next().unwrap_or(&name).to_owned();
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))

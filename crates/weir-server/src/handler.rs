@@ -641,7 +641,7 @@ impl QueryParser for Parser {
         };
         let Described {
             types: inferred,
-            json,
+            wire_types,
             schema,
         } = described;
         let count = inferred.len().max(types.len());
@@ -660,13 +660,8 @@ impl QueryParser for Parser {
                 }
             })
             .collect();
-        let wire_types = (0..count)
-            .map(|i| match json.get(i).copied().flatten() {
-                Some(crate::json::JsonKind::Json) => Some(Type::JSON),
-                Some(crate::json::JsonKind::Jsonb) => Some(Type::JSONB),
-                None => None,
-            })
-            .collect();
+        let mut wire_types = wire_types;
+        wire_types.resize(count, None);
         Ok(Some(Prepared {
             statement: Some(statement),
             parameters,
@@ -737,12 +732,12 @@ fn arrow_type_of(t: &Type) -> Option<DataType> {
 }
 
 /// What a Parse learns of a statement: its parameters' types (by `$n`,
-/// where known; `json` marks those stored in a JSON column) and its
-/// result schema.
+/// where known), the PostgreSQL types of those whose Arrow type does not
+/// say it (`jsonb`), and its result schema.
 #[derive(Default)]
 struct Described {
     types: Vec<Option<DataType>>,
-    json: Vec<Option<crate::json::JsonKind>>,
+    wire_types: Vec<Option<Type>>,
     schema: Option<SchemaRef>,
 }
 
@@ -758,7 +753,7 @@ async fn describe(
         return Ok(Described::default());
     };
     session.pin_for_read();
-    let mut json = Vec::new();
+    let mut wire_types = Vec::new();
     let mut types: Vec<Option<DataType>> = Vec::new();
     let mut note = |n: usize, t: Option<DataType>| {
         if types.len() <= n {
@@ -786,10 +781,10 @@ async fn describe(
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let (hints, plan) = dml::describe(session, sql).await?;
             for hint in hints {
-                if json.len() <= hint.index {
-                    json.resize(hint.index + 1, None);
+                if wire_types.len() <= hint.index {
+                    wire_types.resize(hint.index + 1, None);
                 }
-                json[hint.index] = hint.json;
+                wire_types[hint.index] = hint.json.map(crate::json::JsonKind::pg_type);
                 note(hint.index, Some(hint.data_type));
             }
             plan
@@ -811,7 +806,7 @@ async fn describe(
     let Some(plan) = plan else {
         return Ok(Described {
             types,
-            json,
+            wire_types,
             schema: None,
         });
     };
@@ -829,7 +824,7 @@ async fn describe(
     .then(|| crate::colnames::wire_schema(sql, Arc::new(plan.schema().as_arrow().clone())));
     Ok(Described {
         types,
-        json,
+        wire_types,
         schema,
     })
 }

@@ -29,6 +29,15 @@ pub fn pg_type_name(data_type: &DataType) -> String {
     }
 }
 
+/// The PostgreSQL name of the type of a column with `field`: a JSON type
+/// its extension names, else its Arrow type's.
+pub fn pg_field_type_name(field: &datafusion::arrow::datatypes::Field) -> String {
+    match crate::json::JsonKind::of(field) {
+        Some(kind) => kind.name().to_owned(),
+        None => pg_type_name(field.data_type()),
+    }
+}
+
 #[derive(PartialEq, Eq)]
 enum Category {
     Unknown,

@@ -253,34 +253,33 @@ pub(super) fn multiple_assignments(column: &str) -> WeirError {
 
 /// The expression that stores `value`, of type `from`, in `column`, by
 /// PostgreSQL's assignment rules: 42804 across type categories, text read
-/// as bytea's hex format, a cast otherwise (PostgreSQL's text casts:
-/// `casts::assign_cast`). Every write path (INSERT,
-/// COPY, UPDATE, ON CONFLICT DO UPDATE) goes through here.
+/// as bytea's hex format or as JSON (validated, `jsonb` in normal form), a
+/// cast otherwise (PostgreSQL's text casts: `casts::assign_cast`). Every
+/// write path (INSERT, COPY, UPDATE, ON CONFLICT DO UPDATE) goes through
+/// here.
 pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirResult<Expr> {
-    if let Some(kind) = column.json {
-        if !matches!(
-            from,
-            DataType::Null | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-        ) {
-            return Err(WeirError::new(
-                SqlState::DATATYPE_MISMATCH,
-                format!(
-                    "column \"{}\" is of type {} but expression is of type {}",
-                    column.name,
-                    kind.name(),
-                    pg_type_name(from)
-                ),
-            ));
-        }
-        return Ok(crate::json::input(kind, value).alias(&column.name));
+    let text = matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    let allowed = match column.json {
+        Some(_) => text || from.is_null(),
+        None => assignable(from, &column.data_type),
+    };
+    if !allowed {
+        return Err(WeirError::new(
+            SqlState::DATATYPE_MISMATCH,
+            format!(
+                "column \"{}\" is of type {} but expression is of type {}",
+                column.name,
+                column.type_name(),
+                pg_type_name(from)
+            ),
+        ));
     }
-    if !assignable(from, &column.data_type) {
-        return Err(type_mismatch(&column.name, &column.data_type, from));
-    }
-    let stored = match (&column.data_type, from) {
-        (DataType::Binary, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
-            bytea_from_text(value)
-        }
+    let stored = match (column.json, &column.data_type) {
+        (Some(kind), _) => crate::json::input(kind, value),
+        (None, DataType::Binary) if text => bytea_from_text(value),
         _ => crate::casts::assign_cast(value, from, &column.data_type),
     };
     Ok(stored.alias(&column.name))
@@ -296,15 +295,4 @@ fn bytea_from_text(text: Expr) -> Expr {
     )
     .otherwise(cast(text, DataType::Binary))
     .expect("a CASE with a WHEN")
-}
-
-fn type_mismatch(column: &str, to: &DataType, from: &DataType) -> WeirError {
-    WeirError::new(
-        SqlState::DATATYPE_MISMATCH,
-        format!(
-            "column \"{column}\" is of type {} but expression is of type {}",
-            pg_type_name(to),
-            pg_type_name(from)
-        ),
-    )
 }

@@ -17,7 +17,8 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
 };
 
-use super::scalar::{to_json, write};
+use super::convert::{write, write_builder, JsonColumn};
+use super::scalar::{external, object_key};
 use super::value::{self, Json, Kind};
 use super::JsonKind;
 use crate::error::{SqlState, WeirError};
@@ -137,7 +138,7 @@ struct Item {
 
 impl Collect {
     fn push(&mut self, item: Item) {
-        self.bytes += item.key.len() + item.value.to_jsonb_text().len() + 48;
+        self.bytes += item.key.len() + approximate_size(&item.value) + 48;
         self.items.push(item);
     }
 
@@ -214,27 +215,41 @@ impl Collect {
 }
 
 fn null_key() -> DataFusionError {
-    DataFusionError::External(Box::new(WeirError::new(
+    external(WeirError::new(
         SqlState("22004"),
         "field name must not be null",
-    )))
+    ))
+}
+
+/// Bytes a value holds, roughly (for the accumulator's memory account).
+fn approximate_size(value: &Json) -> usize {
+    std::mem::size_of::<Json>()
+        + match &value.kind {
+            Kind::Null | Kind::Bool(_) => 0,
+            Kind::Number(text) | Kind::String(text) => text.len(),
+            Kind::Array(items) => items.iter().map(approximate_size).sum(),
+            Kind::Object(members) => members
+                .iter()
+                .map(|(key, item)| key.len() + approximate_size(item))
+                .sum(),
+        }
 }
 
 impl Accumulator for Collect {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         let rows = values.first().map_or(0, |v| v.len());
         let arguments = if self.object { 2 } else { 1 };
+        let columns = values[..arguments]
+            .iter()
+            .zip(&self.fields)
+            .map(|(array, field)| JsonColumn::new(array, field))
+            .collect::<Result<Vec<_>>>()?;
         let order_columns = &values[arguments..];
         for i in 0..rows {
-            let (key, value) = if self.object {
-                let key = match to_json(&values[0], &self.fields[0], i)?.kind {
-                    Kind::Null => return Err(null_key()),
-                    Kind::String(s) | Kind::Number(s) => s,
-                    other => Json::new(other).to_jsonb_text(),
-                };
-                (key, to_json(&values[1], &self.fields[1], i)?)
-            } else {
-                (String::new(), to_json(&values[0], &self.fields[0], i)?)
+            let (key, value) = match columns.as_slice() {
+                [keys, values] => (object_key(keys.value(i)?, null_key)?, values.value(i)?),
+                [values] => (String::new(), values.value(i)?),
+                _ => return Err(DataFusionError::Internal("json aggregate arguments".into())),
             };
             let order = order_columns
                 .iter()
@@ -287,7 +302,7 @@ impl Accumulator for Collect {
         // Members in order, duplicates kept: the `json` form.
         self.sort();
         let partial = ScalarValue::Utf8(
-            (!self.items.is_empty()).then(|| write(self.value(), JsonKind::Json)),
+            (!self.items.is_empty()).then(|| write_builder(&self.value(), false)),
         );
         if self.ordering.is_empty() {
             return Ok(vec![partial]);
@@ -300,14 +315,10 @@ impl Accumulator for Collect {
         if self.items.is_empty() {
             return Ok(ScalarValue::Utf8(None));
         }
-        let text = match (self.kind, self.object) {
-            (JsonKind::Jsonb, _) => write(self.value(), JsonKind::Jsonb),
+        let text = match self.kind {
+            JsonKind::Jsonb => write(self.value(), JsonKind::Jsonb),
             // PostgreSQL writes json_object_agg as `{ "a" : 1, "b" : 2 }`.
-            (JsonKind::Json, true) => {
-                let inner = write(self.value(), JsonKind::Json);
-                format!("{{ {} }}", &inner[1..inner.len() - 1])
-            }
-            (JsonKind::Json, false) => write(self.value(), JsonKind::Json),
+            JsonKind::Json => write_builder(&self.value(), self.object),
         };
         Ok(ScalarValue::Utf8(Some(text)))
     }

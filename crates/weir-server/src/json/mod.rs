@@ -10,6 +10,7 @@
 //! `jsonb` values are equal strings and group, join and compare as such.
 //!
 //! - [`value`]: the parser and the value tree.
+//! - [`convert`]: SQL values to JSON (`to_jsonb`), JSON to text.
 //! - [`scalar`]: input (casts and writes), `->`, `->>`, `#>`, `#>>`, `@>`,
 //!   `<@`, `?`, `?|`, `?&`, `||` and the functions.
 //! - [`aggregate`]: `json_agg`, `jsonb_agg`, `json_object_agg`,
@@ -20,6 +21,7 @@
 //! parsed value by value, there is no columnar kernel to hand it to.
 
 pub mod aggregate;
+pub mod convert;
 pub mod planner;
 pub mod scalar;
 pub mod value;
@@ -67,6 +69,14 @@ impl JsonKind {
         }
     }
 
+    /// The type on the wire.
+    pub fn pg_type(self) -> pgwire::api::Type {
+        match self {
+            JsonKind::Json => pgwire::api::Type::JSON,
+            JsonKind::Jsonb => pgwire::api::Type::JSONB,
+        }
+    }
+
     /// The field metadata that tags a column with this kind: its Arrow
     /// extension name.
     pub fn metadata(self) -> HashMap<String, String> {
@@ -87,7 +97,7 @@ impl JsonKind {
 /// `jsonb` put in normal form. Every write to a JSON column and every cast
 /// to a JSON type goes through it.
 pub fn input(kind: JsonKind, text: Expr) -> Expr {
-    scalar::input_udf(kind).call(vec![text])
+    scalar::JsonFunction::udf(scalar::Op::Input(kind)).call(vec![text])
 }
 
 /// Adds the JSON types, operators and functions to `ctx`, whose type

@@ -10,7 +10,7 @@ use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExp
 use datafusion::logical_expr::{Expr, ExprSchemable};
 use datafusion::sql::sqlparser::ast::{BinaryOperator, DataType as SqlType};
 
-use super::scalar::{operator_udf, Op};
+use super::scalar::{JsonFunction, Op};
 use super::JsonKind;
 
 /// Plans `json` and `jsonb` as text fields tagged with their kind, and
@@ -57,20 +57,8 @@ impl ExprPlanner for JsonOperators {
                 | BinaryOperator::Gt
                 | BinaryOperator::GtEq
         );
-        let json_operator = matches!(
-            expr.op,
-            BinaryOperator::Arrow
-                | BinaryOperator::LongArrow
-                | BinaryOperator::HashArrow
-                | BinaryOperator::HashLongArrow
-                | BinaryOperator::AtArrow
-                | BinaryOperator::ArrowAt
-                | BinaryOperator::Question
-                | BinaryOperator::QuestionPipe
-                | BinaryOperator::QuestionAnd
-                | BinaryOperator::StringConcat
-        );
-        if !comparison && !json_operator {
+        let json_op = json_operator(&expr.op);
+        if json_op.is_none() && !comparison {
             return Ok(PlannerResult::Original(expr));
         }
         let kind_of = |e: &Expr| {
@@ -84,27 +72,19 @@ impl ExprPlanner for JsonOperators {
             left: l,
             right: r,
         } = expr;
-        let call =
-            |op: Op, args: Vec<Expr>| Ok(PlannerResult::Planned(operator_udf(op).call(args)));
-        if let Some(kind) = left {
-            let json_operand = |e: Expr| match right {
-                Some(_) => e,
-                None => super::input(kind, e),
-            };
-            match op {
-                BinaryOperator::Arrow => return call(Op::Get, vec![l, r]),
-                BinaryOperator::LongArrow => return call(Op::GetText, vec![l, r]),
-                BinaryOperator::HashArrow => return call(Op::Path, vec![l, r]),
-                BinaryOperator::HashLongArrow => return call(Op::PathText, vec![l, r]),
-                BinaryOperator::AtArrow => return call(Op::Contains, vec![l, json_operand(r)]),
-                BinaryOperator::ArrowAt => return call(Op::ContainedBy, vec![l, json_operand(r)]),
-                BinaryOperator::Question => return call(Op::HasKey, vec![l, r]),
-                BinaryOperator::QuestionPipe => return call(Op::HasAnyKey, vec![l, r]),
-                BinaryOperator::QuestionAnd => return call(Op::HasAllKeys, vec![l, r]),
-                BinaryOperator::StringConcat if kind == JsonKind::Jsonb => {
-                    return call(Op::Concat, vec![l, json_operand(r)])
-                }
-                _ => {}
+        if let (Some(kind), Some(json_op)) = (left, json_op) {
+            // `||` is JSON's only for jsonb; json || text is text's.
+            if json_op != Op::Concat || kind == JsonKind::Jsonb {
+                // The operand these take as JSON is read as JSON.
+                let takes_json = matches!(json_op, Op::Contains | Op::ContainedBy | Op::Concat);
+                let r = if takes_json && right.is_none() {
+                    super::input(kind, r)
+                } else {
+                    r
+                };
+                return Ok(PlannerResult::Planned(
+                    JsonFunction::udf(json_op).call(vec![l, r]),
+                ));
             }
         }
         // A comparison of JSON with text reads the text as JSON, as
@@ -121,4 +101,21 @@ impl ExprPlanner for JsonOperators {
             right: r,
         }))
     }
+}
+
+/// The function a JSON operator is planned as, for a JSON left operand.
+fn json_operator(op: &BinaryOperator) -> Option<Op> {
+    Some(match op {
+        BinaryOperator::Arrow => Op::Get,
+        BinaryOperator::LongArrow => Op::GetText,
+        BinaryOperator::HashArrow => Op::Path,
+        BinaryOperator::HashLongArrow => Op::PathText,
+        BinaryOperator::AtArrow => Op::Contains,
+        BinaryOperator::ArrowAt => Op::ContainedBy,
+        BinaryOperator::Question => Op::HasKey,
+        BinaryOperator::QuestionPipe => Op::HasAnyKey,
+        BinaryOperator::QuestionAnd => Op::HasAllKeys,
+        BinaryOperator::StringConcat => Op::Concat,
+        _ => return None,
+    })
 }

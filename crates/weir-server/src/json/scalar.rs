@@ -1,21 +1,24 @@
 //! Scalar JSON functions: input, the operators, and the functions that
-//! build and inspect values. One [`JsonFunction`] per SQL name, each
-//! doing one [`Op`].
+//! build and inspect values. One [`JsonFunction`] per [`Op`].
+//!
+//! An argument that is one value for every row (a literal: the right side
+//! of `body @> '{"a":1}'`, a path `'{a,b}'`) is read and parsed once per
+//! batch, not once per row.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringArray, StringBuilder,
+    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, Int64Array, StringArray, StringBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     TypeSignature, Volatility,
 };
 
+use super::convert::{write, JsonColumn};
 use super::value::{self, Json, Kind, ParseError};
 use super::JsonKind;
 use crate::error::{SqlState, WeirError};
@@ -29,10 +32,14 @@ pub enum Op {
     Get,
     /// `->>`: the same, as text.
     GetText,
-    /// `#>` and `json[b]_extract_path`: the value at a path.
+    /// `#>`: the value at a path given as a text array.
     Path,
-    /// `#>>` and `json[b]_extract_path_text`: the same, as text.
+    /// `#>>`: the same, as text.
     PathText,
+    /// `json[b]_extract_path`: the value at a path given step by step.
+    ExtractPath(JsonKind),
+    /// `json[b]_extract_path_text`: the same, as text.
+    ExtractPathText,
     /// `@>`.
     Contains,
     /// `<@`.
@@ -57,17 +64,40 @@ pub enum Op {
     To(JsonKind),
 }
 
-/// A scalar function doing one [`Op`] under one SQL name.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct JsonFunction {
-    op: Op,
-    name: &'static str,
-    signature: Signature,
-}
+impl Op {
+    /// The function's name: its SQL name, or for an operator or input
+    /// the name it shows in plans.
+    fn name(self) -> &'static str {
+        use JsonKind::{Json as J, Jsonb as B};
+        match self {
+            Op::Input(J) => "weir_json_in",
+            Op::Input(B) => "weir_jsonb_in",
+            Op::Get => "weir_json_get",
+            Op::GetText => "weir_json_get_text",
+            Op::Path => "weir_json_path",
+            Op::PathText => "weir_json_path_text",
+            Op::ExtractPath(J) => "json_extract_path",
+            Op::ExtractPath(B) => "jsonb_extract_path",
+            Op::ExtractPathText => "jsonb_extract_path_text",
+            Op::Contains => "weir_json_contains",
+            Op::ContainedBy => "weir_json_contained_by",
+            Op::HasKey => "weir_json_has_key",
+            Op::HasAnyKey => "weir_json_has_any_key",
+            Op::HasAllKeys => "weir_json_has_all_keys",
+            Op::Concat => "weir_jsonb_concat",
+            Op::TypeOf => "jsonb_typeof",
+            Op::ArrayLength => "jsonb_array_length",
+            Op::BuildObject(J) => "json_build_object",
+            Op::BuildObject(B) => "jsonb_build_object",
+            Op::BuildArray(J) => "json_build_array",
+            Op::BuildArray(B) => "jsonb_build_array",
+            Op::To(J) => "to_json",
+            Op::To(B) => "to_jsonb",
+        }
+    }
 
-impl JsonFunction {
-    fn udf(op: Op, name: &'static str) -> ScalarUDF {
-        let signature = match op {
+    fn signature(self) -> Signature {
+        match self {
             Op::Input(_) | Op::TypeOf | Op::ArrayLength | Op::To(_) => {
                 Signature::any(1, Volatility::Immutable)
             }
@@ -75,75 +105,64 @@ impl JsonFunction {
                 vec![TypeSignature::VariadicAny, TypeSignature::Nullary],
                 Volatility::Immutable,
             ),
-            Op::Path | Op::PathText if name.contains("extract_path") => {
+            Op::ExtractPath(_) | Op::ExtractPathText => {
                 Signature::variadic_any(Volatility::Immutable)
             }
             _ => Signature::any(2, Volatility::Immutable),
-        };
+        }
+    }
+
+    /// The kind a JSON argument is read as when its field has none (a
+    /// text literal given to a function).
+    fn default_kind(self) -> JsonKind {
+        match self {
+            Op::ExtractPath(kind) => kind,
+            _ => JsonKind::Jsonb,
+        }
+    }
+}
+
+/// A scalar function doing one [`Op`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct JsonFunction {
+    op: Op,
+    signature: Signature,
+}
+
+impl JsonFunction {
+    /// The function doing `op` (operators are planned as these).
+    pub fn udf(op: Op) -> ScalarUDF {
         ScalarUDF::from(JsonFunction {
             op,
-            name,
-            signature,
+            signature: op.signature(),
         })
     }
-
-    /// Whether this is a `json[b]_extract_path[_text]` call (its path
-    /// steps are separate arguments, not one array).
-    fn variadic_path(&self) -> bool {
-        self.name.contains("extract_path")
-    }
-}
-
-/// The function behind [`super::input`].
-pub fn input_udf(kind: JsonKind) -> ScalarUDF {
-    match kind {
-        JsonKind::Json => JsonFunction::udf(Op::Input(kind), "weir_json_in"),
-        JsonKind::Jsonb => JsonFunction::udf(Op::Input(kind), "weir_jsonb_in"),
-    }
-}
-
-/// The function an operator is planned as.
-pub fn operator_udf(op: Op) -> ScalarUDF {
-    let name = match op {
-        Op::Get => "weir_json_get",
-        Op::GetText => "weir_json_get_text",
-        Op::Path => "weir_json_path",
-        Op::PathText => "weir_json_path_text",
-        Op::Contains => "weir_json_contains",
-        Op::ContainedBy => "weir_json_contained_by",
-        Op::HasKey => "weir_json_has_key",
-        Op::HasAnyKey => "weir_json_has_any_key",
-        Op::HasAllKeys => "weir_json_has_all_keys",
-        Op::Concat => "weir_jsonb_concat",
-        _ => "weir_json_function",
-    };
-    JsonFunction::udf(op, name)
 }
 
 /// Every SQL-callable function of this module.
 pub fn functions() -> Vec<ScalarUDF> {
     use JsonKind::{Json as J, Jsonb as B};
-    vec![
-        JsonFunction::udf(Op::TypeOf, "jsonb_typeof").with_aliases(["json_typeof"]),
-        JsonFunction::udf(Op::ArrayLength, "jsonb_array_length")
-            .with_aliases(["json_array_length"]),
-        JsonFunction::udf(Op::Path, "jsonb_extract_path").with_aliases(["json_extract_path"]),
-        JsonFunction::udf(Op::PathText, "jsonb_extract_path_text")
-            .with_aliases(["json_extract_path_text"]),
-        JsonFunction::udf(Op::BuildObject(B), "jsonb_build_object"),
-        JsonFunction::udf(Op::BuildObject(J), "json_build_object"),
-        JsonFunction::udf(Op::BuildArray(B), "jsonb_build_array"),
-        JsonFunction::udf(Op::BuildArray(J), "json_build_array"),
-        JsonFunction::udf(Op::To(B), "to_jsonb"),
-        JsonFunction::udf(Op::To(J), "to_json"),
-        input_udf(JsonKind::Json),
-        input_udf(JsonKind::Jsonb),
-    ]
+    let mut functions: Vec<ScalarUDF> = [J, B]
+        .into_iter()
+        .flat_map(|kind| {
+            [
+                Op::ExtractPath(kind),
+                Op::BuildObject(kind),
+                Op::BuildArray(kind),
+                Op::To(kind),
+            ]
+        })
+        .map(JsonFunction::udf)
+        .collect();
+    functions.push(JsonFunction::udf(Op::TypeOf).with_aliases(["json_typeof"]));
+    functions.push(JsonFunction::udf(Op::ArrayLength).with_aliases(["json_array_length"]));
+    functions.push(JsonFunction::udf(Op::ExtractPathText).with_aliases(["json_extract_path_text"]));
+    functions
 }
 
 impl ScalarUDFImpl for JsonFunction {
     fn name(&self) -> &str {
-        self.name
+        self.op.name()
     }
 
     fn signature(&self) -> &Signature {
@@ -157,48 +176,46 @@ impl ScalarUDFImpl for JsonFunction {
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let name = self.op.name();
         let input_kind = || {
             args.arg_fields
                 .first()
                 .and_then(|f| JsonKind::of(f))
-                .unwrap_or(if self.name.starts_with("json_") {
-                    JsonKind::Json
-                } else {
-                    JsonKind::Jsonb
-                })
+                .unwrap_or(self.op.default_kind())
         };
-        let text = || Arc::new(Field::new(self.name, DataType::Utf8, true));
+        let typed = |t: DataType| Arc::new(Field::new(name, t, true));
         Ok(match self.op {
             Op::Input(kind) => {
                 if let Some(from) = args.arg_fields.first() {
                     check_castable(from, kind)?;
                 }
-                kind.field(self.name)
+                kind.field(name)
             }
-            Op::Get | Op::Path => input_kind().field(self.name),
-            Op::GetText | Op::PathText | Op::TypeOf => text(),
+            Op::Get | Op::Path | Op::ExtractPath(_) => input_kind().field(name),
+            Op::GetText | Op::PathText | Op::ExtractPathText | Op::TypeOf => typed(DataType::Utf8),
             Op::Contains | Op::ContainedBy | Op::HasKey | Op::HasAnyKey | Op::HasAllKeys => {
-                Arc::new(Field::new(self.name, DataType::Boolean, true))
+                typed(DataType::Boolean)
             }
-            Op::Concat => JsonKind::Jsonb.field(self.name),
-            Op::ArrayLength => Arc::new(Field::new(self.name, DataType::Int32, true)),
-            Op::BuildObject(kind) | Op::BuildArray(kind) | Op::To(kind) => kind.field(self.name),
+            Op::Concat => JsonKind::Jsonb.field(name),
+            Op::ArrayLength => typed(DataType::Int32),
+            Op::BuildObject(kind) | Op::BuildArray(kind) | Op::To(kind) => kind.field(name),
         })
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
+        let all_scalar = args
             .args
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let rows = if scalar { 1 } else { args.number_rows };
-        let arrays: Vec<ArrayRef> = args
+        let rows = if all_scalar { 1 } else { args.number_rows };
+        let arguments = args
             .args
             .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<_>>()?;
-        let out = self.evaluate(&arrays, &args.arg_fields, rows)?;
-        Ok(if scalar {
+            .zip(&args.arg_fields)
+            .map(|(value, field)| Arg::new(value, field))
+            .collect::<Result<Vec<_>>>()?;
+        let out = self.evaluate(&arguments, rows)?;
+        Ok(if all_scalar {
             ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
         } else {
             ColumnarValue::Array(out)
@@ -211,81 +228,19 @@ impl ScalarUDFImpl for JsonFunction {
 fn check_castable(from: &Field, kind: JsonKind) -> Result<()> {
     match from.data_type() {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => Ok(()),
-        other => Err(external(WeirError::new(
+        _ => Err(external(WeirError::new(
             SqlState("42846"),
             format!(
                 "cannot cast type {} to {}",
-                crate::types::pg_type_name(other),
+                crate::types::pg_field_type_name(from),
                 kind.name()
             ),
         ))),
     }
 }
 
-/// The JSON text of row `i` of each text-typed argument.
-struct Texts {
-    values: StringArray,
-}
-
-impl Texts {
-    fn new(array: &ArrayRef) -> Result<Self> {
-        let values = cast(array, &DataType::Utf8)?;
-        Ok(Texts {
-            values: values.as_string::<i32>().clone(),
-        })
-    }
-
-    fn get(&self, i: usize) -> Option<&str> {
-        (!self.values.is_null(i)).then(|| self.values.value(i))
-    }
-}
-
-/// A JSON argument's value in one row, with what its member texts need.
-struct Doc<'a> {
-    source: &'a str,
-    value: Json,
-    /// Whether member texts can be cut from `source` (a `json` value, or a
-    /// stored `jsonb` value, which is in normal form already).
-    as_written: bool,
-}
-
-impl<'a> Doc<'a> {
-    fn read(source: &'a str, field: &Field) -> Result<Self> {
-        let tagged = JsonKind::of(field);
-        let value = parse(source, tagged.unwrap_or(JsonKind::Jsonb))?;
-        Ok(match tagged {
-            Some(_) => Doc {
-                source,
-                value,
-                as_written: true,
-            },
-            None => Doc {
-                source,
-                value: value.into_jsonb(),
-                as_written: false,
-            },
-        })
-    }
-
-    fn text_of(&self, v: &Json) -> String {
-        if self.as_written {
-            v.text(Some(self.source))
-        } else {
-            v.to_jsonb_text()
-        }
-    }
-
-    fn as_text(&self, v: &Json) -> Option<String> {
-        match &v.kind {
-            Kind::Null => None,
-            Kind::String(s) => Some(s.clone()),
-            _ => Some(self.text_of(v)),
-        }
-    }
-}
-
 /// `text` parsed as a value of `kind`, or the error PostgreSQL gives.
-fn parse(text: &str, kind: JsonKind) -> Result<Json> {
+pub(super) fn parse(text: &str, kind: JsonKind) -> Result<Json> {
     value::parse(text).map_err(|e| external(parse_error(e, kind)))
 }
 
@@ -314,15 +269,153 @@ fn parse_error(e: ParseError, kind: JsonKind) -> WeirError {
     }
 }
 
-fn external(e: WeirError) -> DataFusionError {
+pub(super) fn external(e: WeirError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+/// One argument of a call: its values (one, for a scalar) and field.
+struct Arg {
+    array: ArrayRef,
+    field: FieldRef,
+    scalar: bool,
+}
+
+impl Arg {
+    fn new(value: &ColumnarValue, field: &FieldRef) -> Result<Self> {
+        let (array, scalar) = match value {
+            ColumnarValue::Array(array) => (array.clone(), false),
+            ColumnarValue::Scalar(value) => (value.to_array()?, true),
+        };
+        Ok(Arg {
+            array,
+            field: field.clone(),
+            scalar,
+        })
+    }
+
+    fn texts(&self) -> Result<Texts> {
+        Ok(Texts {
+            values: cast(&self.array, &DataType::Utf8)?
+                .as_string::<i32>()
+                .clone(),
+            scalar: self.scalar,
+        })
+    }
+}
+
+/// Which value of an argument row `i` reads: its own, or a scalar's one.
+fn row_of(scalar: bool, i: usize) -> usize {
+    if scalar {
+        0
+    } else {
+        i
+    }
+}
+
+/// The text of an argument, by row.
+struct Texts {
+    values: StringArray,
+    scalar: bool,
+}
+
+impl Texts {
+    fn get(&self, i: usize) -> Option<&str> {
+        let i = row_of(self.scalar, i);
+        (!self.values.is_null(i)).then(|| self.values.value(i))
+    }
+}
+
+/// A JSON value read from an argument's text, with what its members'
+/// texts need.
+struct Doc<'a> {
+    source: &'a str,
+    value: Json,
+    /// Whether member texts can be cut from `source` (a `json` value, or a
+    /// stored `jsonb` value, which is in normal form already).
+    as_written: bool,
+}
+
+impl<'a> Doc<'a> {
+    fn read(source: &'a str, field: &Field, default_kind: JsonKind) -> Result<Self> {
+        let tagged = JsonKind::of(field);
+        let value = parse(source, tagged.unwrap_or(default_kind))?;
+        Ok(match tagged {
+            Some(_) => Doc {
+                source,
+                value,
+                as_written: true,
+            },
+            None => Doc {
+                source,
+                value: value.into_jsonb(),
+                as_written: false,
+            },
+        })
+    }
+
+    fn text_of(&self, v: &Json) -> String {
+        if self.as_written {
+            v.text(Some(self.source))
+        } else {
+            v.to_jsonb_text()
+        }
+    }
+
+    /// `v` as the operators give it: its JSON text, or with `as_text` a
+    /// string unquoted and `null` as NULL (`->>`).
+    fn output(&self, v: &Json, as_text: bool) -> Option<String> {
+        match &v.kind {
+            Kind::Null if as_text => None,
+            Kind::String(s) if as_text => Some(s.clone()),
+            _ => Some(self.text_of(v)),
+        }
+    }
+}
+
+/// A JSON argument's values by row; a scalar's parsed once.
+struct Docs<'a> {
+    texts: &'a Texts,
+    field: &'a Field,
+    default_kind: JsonKind,
+    constant: Option<Option<Doc<'a>>>,
+}
+
+impl<'a> Docs<'a> {
+    fn new(texts: &'a Texts, field: &'a Field, default_kind: JsonKind) -> Result<Self> {
+        let mut docs = Docs {
+            texts,
+            field,
+            default_kind,
+            constant: None,
+        };
+        if texts.scalar {
+            docs.constant = Some(docs.read(0)?);
+        }
+        Ok(docs)
+    }
+
+    fn read(&self, i: usize) -> Result<Option<Doc<'a>>> {
+        self.texts
+            .get(i)
+            .map(|source| Doc::read(source, self.field, self.default_kind))
+            .transpose()
+    }
+
+    /// `f` of row `i`'s value; `None` where it is NULL.
+    fn with<T>(&self, i: usize, f: impl FnOnce(&Doc) -> T) -> Result<Option<T>> {
+        Ok(match &self.constant {
+            Some(constant) => constant.as_ref().map(f),
+            None => self.read(i)?.as_ref().map(f),
+        })
+    }
+}
+
 impl JsonFunction {
-    fn evaluate(&self, arrays: &[ArrayRef], fields: &[FieldRef], rows: usize) -> Result<ArrayRef> {
+    fn evaluate(&self, args: &[Arg], rows: usize) -> Result<ArrayRef> {
+        let default_kind = self.op.default_kind();
         match self.op {
             Op::Input(kind) => {
-                let texts = Texts::new(&arrays[0])?;
+                let texts = args[0].texts()?;
                 text_rows(rows, |i| {
                     let Some(text) = texts.get(i) else {
                         return Ok(None);
@@ -335,218 +428,219 @@ impl JsonFunction {
                 })
             }
             Op::Get | Op::GetText => {
-                let docs = Texts::new(&arrays[0])?;
-                let key = Step::column(&arrays[1])?;
+                let texts = args[0].texts()?;
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
+                let key = Step::new(&args[1])?;
                 let as_text = self.op == Op::GetText;
                 text_rows(rows, |i| {
-                    let (Some(source), Some(step)) = (docs.get(i), key.get(i)) else {
+                    let Some(step) = key.get(i) else {
                         return Ok(None);
                     };
-                    let doc = Doc::read(source, &fields[0])?;
-                    let found = match step {
-                        StepValue::Key(k) => doc.value.field(k),
-                        StepValue::Index(n) => doc.value.element(n),
-                    };
-                    Ok(found.and_then(|v| {
-                        if as_text {
-                            doc.as_text(v)
-                        } else {
-                            Some(doc.text_of(v))
-                        }
-                    }))
+                    Ok(docs
+                        .with(i, |doc| {
+                            let found = match step {
+                                StepValue::Key(k) => doc.value.field(k),
+                                StepValue::Index(n) => doc.value.element(n),
+                            };
+                            found.and_then(|v| doc.output(v, as_text))
+                        })?
+                        .flatten())
                 })
             }
-            Op::Path | Op::PathText => {
-                let docs = Texts::new(&arrays[0])?;
-                let paths = Paths::new(&arrays[1..], self.variadic_path())?;
-                let as_text = self.op == Op::PathText;
+            Op::Path | Op::PathText | Op::ExtractPath(_) | Op::ExtractPathText => {
+                let texts = args[0].texts()?;
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
+                let paths = match self.op {
+                    Op::Path | Op::PathText => Paths::array(&args[1])?,
+                    _ => Paths::steps(&args[1..])?,
+                };
+                let as_text = matches!(self.op, Op::PathText | Op::ExtractPathText);
                 text_rows(rows, |i| {
-                    let (Some(source), Some(path)) = (docs.get(i), paths.get(i)?) else {
+                    let Some(path) = paths.get(i)? else {
                         return Ok(None);
                     };
-                    let doc = Doc::read(source, &fields[0])?;
                     let steps: Vec<&str> = path.iter().map(String::as_str).collect();
-                    Ok(doc.value.path(&steps).and_then(|v| {
-                        if as_text {
-                            doc.as_text(v)
-                        } else {
-                            Some(doc.text_of(v))
-                        }
-                    }))
+                    Ok(docs
+                        .with(i, |doc| {
+                            doc.value.path(&steps).and_then(|v| doc.output(v, as_text))
+                        })?
+                        .flatten())
                 })
             }
             Op::Contains | Op::ContainedBy => {
-                let (left, right) = (Texts::new(&arrays[0])?, Texts::new(&arrays[1])?);
+                let (left, right) = (args[0].texts()?, args[1].texts()?);
+                let left = Docs::new(&left, &args[0].field, default_kind)?;
+                let right = Docs::new(&right, &args[1].field, default_kind)?;
+                let (outer, inner) = match self.op {
+                    Op::Contains => (&left, &right),
+                    _ => (&right, &left),
+                };
                 bool_rows(rows, |i| {
-                    let (Some(a), Some(b)) = (left.get(i), right.get(i)) else {
-                        return Ok(None);
-                    };
-                    let (a, b) = (Doc::read(a, &fields[0])?, Doc::read(b, &fields[1])?);
-                    Ok(Some(match self.op {
-                        Op::Contains => a.value.contains(&b.value),
-                        _ => b.value.contains(&a.value),
-                    }))
+                    Ok(outer
+                        .with(i, |a| inner.with(i, |b| a.value.contains(&b.value)))?
+                        .transpose()?
+                        .flatten())
                 })
             }
             Op::HasKey => {
-                let (docs, keys) = (Texts::new(&arrays[0])?, Texts::new(&arrays[1])?);
+                let (texts, keys) = (args[0].texts()?, args[1].texts()?);
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
                 bool_rows(rows, |i| {
-                    let (Some(source), Some(key)) = (docs.get(i), keys.get(i)) else {
+                    let Some(key) = keys.get(i) else {
                         return Ok(None);
                     };
-                    Ok(Some(Doc::read(source, &fields[0])?.value.has_key(key)))
+                    docs.with(i, |doc| doc.value.has_key(key))
                 })
             }
             Op::HasAnyKey | Op::HasAllKeys => {
-                let docs = Texts::new(&arrays[0])?;
-                let keys = Paths::new(&arrays[1..2], false)?;
+                let texts = args[0].texts()?;
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
+                let keys = Paths::array(&args[1])?;
+                let any = self.op == Op::HasAnyKey;
                 bool_rows(rows, |i| {
-                    let (Some(source), Some(keys)) = (docs.get(i), keys.get(i)?) else {
+                    let Some(keys) = keys.get(i)? else {
                         return Ok(None);
                     };
-                    let doc = Doc::read(source, &fields[0])?;
-                    Ok(Some(if self.op == Op::HasAnyKey {
-                        keys.iter().any(|k| doc.value.has_key(k))
-                    } else {
-                        keys.iter().all(|k| doc.value.has_key(k))
-                    }))
+                    docs.with(i, |doc| {
+                        if any {
+                            keys.iter().any(|k| doc.value.has_key(k))
+                        } else {
+                            keys.iter().all(|k| doc.value.has_key(k))
+                        }
+                    })
                 })
             }
             Op::Concat => {
-                let (left, right) = (Texts::new(&arrays[0])?, Texts::new(&arrays[1])?);
+                let (left, right) = (args[0].texts()?, args[1].texts()?);
+                let left = Docs::new(&left, &args[0].field, default_kind)?;
+                let right = Docs::new(&right, &args[1].field, default_kind)?;
                 text_rows(rows, |i| {
-                    let (Some(a), Some(b)) = (left.get(i), right.get(i)) else {
-                        return Ok(None);
-                    };
-                    let (a, b) = (Doc::read(a, &fields[0])?, Doc::read(b, &fields[1])?);
-                    Ok(Some(concat(a.value, b.value).into_jsonb().to_jsonb_text()))
+                    Ok(left
+                        .with(i, |a| {
+                            right.with(i, |b| {
+                                concat(a.value.clone(), b.value.clone())
+                                    .into_jsonb()
+                                    .to_jsonb_text()
+                            })
+                        })?
+                        .transpose()?
+                        .flatten())
                 })
             }
             Op::TypeOf => {
-                let docs = Texts::new(&arrays[0])?;
+                let texts = args[0].texts()?;
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
                 text_rows(rows, |i| {
-                    let Some(source) = docs.get(i) else {
-                        return Ok(None);
-                    };
-                    Ok(Some(
-                        Doc::read(source, &fields[0])?.value.type_name().to_owned(),
-                    ))
+                    docs.with(i, |doc| doc.value.type_name().to_owned())
                 })
             }
             Op::ArrayLength => {
-                let docs = Texts::new(&arrays[0])?;
+                let texts = args[0].texts()?;
+                let docs = Docs::new(&texts, &args[0].field, default_kind)?;
                 let mut out = Int32Builder::with_capacity(rows);
                 for i in 0..rows {
-                    let Some(source) = docs.get(i) else {
-                        out.append_null();
-                        continue;
-                    };
-                    let doc = Doc::read(source, &fields[0])?;
-                    match &doc.value.kind {
-                        Kind::Array(items) => out.append_value(items.len() as i32),
-                        _ => {
-                            let what = if matches!(doc.value.kind, Kind::Object(_)) {
-                                "an object"
-                            } else {
-                                "a scalar"
-                            };
-                            return Err(external(WeirError::new(
-                                SqlState("22023"),
-                                format!("cannot get array length of {what}"),
-                            )));
-                        }
-                    }
+                    let length = docs.with(i, |doc| match &doc.value.kind {
+                        Kind::Array(items) => Ok(items.len() as i32),
+                        Kind::Object(_) => Err(no_array_length("an object")),
+                        _ => Err(no_array_length("a scalar")),
+                    })?;
+                    out.append_option(length.transpose()?);
                 }
                 Ok(Arc::new(out.finish()))
             }
             Op::BuildObject(kind) => {
-                if !arrays.len().is_multiple_of(2) {
+                if !args.len().is_multiple_of(2) {
                     return Err(external(WeirError::new(
                         SqlState::INVALID_PARAMETER_VALUE,
                         "argument list must have even number of elements",
                     )));
                 }
-                let columns = Columns::new(arrays, fields);
+                let columns = json_columns(args)?;
                 text_rows(rows, |i| {
-                    let mut members = Vec::with_capacity(arrays.len() / 2);
-                    for pair in 0..arrays.len() / 2 {
-                        let key = match columns.value(2 * pair, i)?.kind {
-                            Kind::Null => {
-                                return Err(external(WeirError::new(
+                    let members = columns
+                        .chunks(2)
+                        .enumerate()
+                        .map(|(pair, kv)| {
+                            let key = object_key(kv[0].value(i)?, || {
+                                external(WeirError::new(
                                     SqlState("22004"),
                                     format!("argument {}: key must not be null", 2 * pair + 1),
-                                )))
-                            }
-                            Kind::String(s) | Kind::Number(s) => s,
-                            other => Json::new(other).to_jsonb_text(),
-                        };
-                        members.push((key, columns.value(2 * pair + 1, i)?));
-                    }
+                                ))
+                            })?;
+                            Ok((key, kv[1].value(i)?))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
                     Ok(Some(write(Json::new(Kind::Object(members)), kind)))
                 })
             }
             Op::BuildArray(kind) => {
-                let columns = Columns::new(arrays, fields);
+                let columns = json_columns(args)?;
                 text_rows(rows, |i| {
-                    let items = (0..arrays.len())
-                        .map(|c| columns.value(c, i))
+                    let items = columns
+                        .iter()
+                        .map(|c| c.value(i))
                         .collect::<Result<Vec<_>>>()?;
                     Ok(Some(write(Json::new(Kind::Array(items)), kind)))
                 })
             }
             Op::To(kind) => {
-                let columns = Columns::new(arrays, fields);
+                let columns = json_columns(args)?;
                 text_rows(rows, |i| {
-                    if arrays[0].is_null(i) {
+                    if columns[0].is_null(i) {
                         return Ok(None);
                     }
-                    Ok(Some(write(columns.value(0, i)?, kind)))
+                    Ok(Some(write(columns[0].value(i)?, kind)))
                 })
             }
         }
     }
 }
 
-/// `value` as the text of `kind`: `jsonb`'s normal form, or `json` as
-/// PostgreSQL's builders write it (`{"a" : 1}`, members in order).
-pub(super) fn write(value: Json, kind: JsonKind) -> String {
-    match kind {
-        JsonKind::Jsonb => value.into_jsonb().to_jsonb_text(),
-        JsonKind::Json => {
-            let mut out = String::new();
-            write_json(&value, &mut out);
-            out
-        }
+fn no_array_length(what: &str) -> DataFusionError {
+    external(WeirError::new(
+        SqlState::INVALID_PARAMETER_VALUE,
+        format!("cannot get array length of {what}"),
+    ))
+}
+
+/// The arguments as JSON columns, each read at its own row (a scalar's
+/// at its one value).
+fn json_columns(args: &[Arg]) -> Result<Vec<ScalarOrColumn>> {
+    args.iter()
+        .map(|a| {
+            Ok(ScalarOrColumn {
+                column: JsonColumn::new(&a.array, &a.field)?,
+                scalar: a.scalar,
+            })
+        })
+        .collect()
+}
+
+/// A [`JsonColumn`] of an argument, read at row 0 when it is a scalar.
+struct ScalarOrColumn {
+    column: JsonColumn,
+    scalar: bool,
+}
+
+impl ScalarOrColumn {
+    fn value(&self, i: usize) -> Result<Json> {
+        self.column.value(row_of(self.scalar, i))
+    }
+
+    fn is_null(&self, i: usize) -> bool {
+        self.column.is_null(row_of(self.scalar, i))
     }
 }
 
-/// `json`'s builder form: `" : "` after keys, `", "` between items.
-fn write_json(value: &Json, out: &mut String) {
-    match &value.kind {
-        Kind::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_json(item, out);
-            }
-            out.push(']');
-        }
-        Kind::Object(members) => {
-            out.push('{');
-            for (i, (key, item)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                value::write_string(key, out);
-                out.push_str(" : ");
-                write_json(item, out);
-            }
-            out.push('}');
-        }
-        _ => value.write_jsonb(out),
-    }
+/// An object key from a JSON value, as PostgreSQL's builders take it:
+/// strings and numbers as their text, anything else as its JSON; NULL is
+/// the error `null_key` makes.
+pub(super) fn object_key(key: Json, null_key: impl FnOnce() -> DataFusionError) -> Result<String> {
+    Ok(match key.kind {
+        Kind::Null => return Err(null_key()),
+        Kind::String(s) | Kind::Number(s) => s,
+        other => Json::new(other).to_jsonb_text(),
+    })
 }
 
 /// `a || b` for jsonb: objects merge (`b`'s members win), arrays
@@ -591,9 +685,14 @@ fn bool_rows(rows: usize, mut row: impl FnMut(usize) -> Result<Option<bool>>) ->
 }
 
 /// The right operand of `->`: keys (text) or indexes (integers).
-enum Step {
+struct Step {
+    values: StepValues,
+    scalar: bool,
+}
+
+enum StepValues {
     Keys(StringArray),
-    Indexes(datafusion::arrow::array::Int64Array),
+    Indexes(Int64Array),
 }
 
 enum StepValue<'a> {
@@ -602,69 +701,91 @@ enum StepValue<'a> {
 }
 
 impl Step {
-    fn column(array: &ArrayRef) -> Result<Self> {
-        Ok(match array.data_type() {
-            t if t.is_integer() => {
-                let ints = cast(array, &DataType::Int64)?;
-                Step::Indexes(ints.as_primitive::<Int64Type>().clone())
-            }
-            _ => Step::Keys(cast(array, &DataType::Utf8)?.as_string::<i32>().clone()),
+    fn new(arg: &Arg) -> Result<Self> {
+        let values = if arg.array.data_type().is_integer() {
+            StepValues::Indexes(
+                cast(&arg.array, &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            )
+        } else {
+            StepValues::Keys(
+                cast(&arg.array, &DataType::Utf8)?
+                    .as_string::<i32>()
+                    .clone(),
+            )
+        };
+        Ok(Step {
+            values,
+            scalar: arg.scalar,
         })
     }
 
     fn get(&self, i: usize) -> Option<StepValue<'_>> {
-        match self {
-            Step::Keys(keys) => (!keys.is_null(i)).then(|| StepValue::Key(keys.value(i))),
-            Step::Indexes(ints) => (!ints.is_null(i)).then(|| StepValue::Index(ints.value(i))),
+        let i = row_of(self.scalar, i);
+        match &self.values {
+            StepValues::Keys(keys) => (!keys.is_null(i)).then(|| StepValue::Key(keys.value(i))),
+            StepValues::Indexes(ints) => {
+                (!ints.is_null(i)).then(|| StepValue::Index(ints.value(i)))
+            }
         }
     }
 }
 
 /// Text arrays given to `#>`, `?|` and `?&` (an array, or its text form
 /// `'{a,b}'`), or the steps of `json[b]_extract_path` (one per argument).
+/// A constant is read once.
 enum Paths {
+    Constant(Option<Vec<String>>),
     Lists(ArrayRef),
     Literals(StringArray),
-    Arguments(Vec<StringArray>),
+    Arguments(Vec<Texts>),
 }
 
 impl Paths {
-    fn new(arrays: &[ArrayRef], variadic: bool) -> Result<Self> {
-        if variadic {
-            return Ok(Paths::Arguments(
-                arrays
-                    .iter()
-                    .map(|a| Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone()))
-                    .collect::<Result<_>>()?,
-            ));
-        }
-        let array = &arrays[0];
-        Ok(match array.data_type() {
+    fn array(arg: &Arg) -> Result<Self> {
+        let paths = match arg.array.data_type() {
             DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
                 Paths::Lists(cast(
-                    array,
+                    &arg.array,
                     &DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
                 )?)
             }
-            _ => Paths::Literals(cast(array, &DataType::Utf8)?.as_string::<i32>().clone()),
+            _ => Paths::Literals(
+                cast(&arg.array, &DataType::Utf8)?
+                    .as_string::<i32>()
+                    .clone(),
+            ),
+        };
+        Ok(if arg.scalar {
+            Paths::Constant(paths.get(0)?)
+        } else {
+            paths
         })
     }
 
+    fn steps(args: &[Arg]) -> Result<Self> {
+        Ok(Paths::Arguments(
+            args.iter().map(Arg::texts).collect::<Result<_>>()?,
+        ))
+    }
+
     /// Row `i`'s steps; `None` where it is NULL (or holds a NULL step,
-    /// which PostgreSQL's `#>` answers with NULL too).
+    /// which PostgreSQL answers with NULL too).
     fn get(&self, i: usize) -> Result<Option<Vec<String>>> {
         Ok(match self {
+            Paths::Constant(path) => path.clone(),
             Paths::Lists(lists) => {
                 let lists = lists.as_list::<i32>();
                 if lists.is_null(i) {
                     return Ok(None);
                 }
                 let values = lists.value(i);
-                let values = values.as_string::<i32>();
                 values
+                    .as_string::<i32>()
                     .iter()
                     .map(|v| v.map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
+                    .collect()
             }
             Paths::Literals(texts) => {
                 if texts.is_null(i) {
@@ -672,10 +793,7 @@ impl Paths {
                 }
                 Some(array_literal(texts.value(i))?)
             }
-            Paths::Arguments(args) => args
-                .iter()
-                .map(|a| (!a.is_null(i)).then(|| a.value(i).to_owned()))
-                .collect(),
+            Paths::Arguments(args) => args.iter().map(|a| a.get(i).map(str::to_owned)).collect(),
         })
     }
 }
@@ -736,100 +854,6 @@ fn array_literal(text: &str) -> Result<Vec<String>> {
             Some(_) => return Err(malformed()),
         }
     }
-}
-
-/// Arguments converted to JSON values as `to_json` converts them.
-struct Columns<'a> {
-    arrays: &'a [ArrayRef],
-    fields: &'a [FieldRef],
-}
-
-impl<'a> Columns<'a> {
-    fn new(arrays: &'a [ArrayRef], fields: &'a [FieldRef]) -> Self {
-        Columns { arrays, fields }
-    }
-
-    fn value(&self, column: usize, row: usize) -> Result<Json> {
-        to_json(&self.arrays[column], &self.fields[column], row)
-    }
-}
-
-/// Row `i` of `array` as a JSON value, as PostgreSQL's `to_jsonb`
-/// converts: numbers and booleans as themselves, JSON as its value, lists
-/// as arrays, structs as objects, NaN and infinities and everything else
-/// as strings (dates and times in ISO 8601).
-pub(super) fn to_json(array: &ArrayRef, field: &Field, i: usize) -> Result<Json> {
-    if array.is_null(i) {
-        return Ok(Json::new(Kind::Null));
-    }
-    let number = |text: String| Ok(Json::new(Kind::Number(text)));
-    match array.data_type() {
-        DataType::Null => Ok(Json::new(Kind::Null)),
-        DataType::Boolean => Ok(Json::new(Kind::Bool(array.as_boolean().value(i)))),
-        t if t.is_integer() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
-            number(display(array, i)?)
-        }
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-            let f = cast(&array.slice(i, 1), &DataType::Float64)?
-                .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
-                .value(0);
-            if f.is_finite() {
-                let text = f.to_string();
-                number(
-                    value::parse(&text)
-                        .map(|j| match j.kind {
-                            Kind::Number(n) => n,
-                            _ => text.clone(),
-                        })
-                        .unwrap_or(text),
-                )
-            } else {
-                let name = if f.is_nan() {
-                    "NaN"
-                } else if f > 0.0 {
-                    "Infinity"
-                } else {
-                    "-Infinity"
-                };
-                Ok(Json::new(Kind::String(name.to_owned())))
-            }
-        }
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            let text = cast(&array.slice(i, 1), &DataType::Utf8)?;
-            let text = text.as_string::<i32>().value(0);
-            match JsonKind::of(field) {
-                Some(kind) => parse(text, kind),
-                None => Ok(Json::new(Kind::String(text.to_owned()))),
-            }
-        }
-        DataType::List(inner) | DataType::LargeList(inner) => {
-            let values = match array.data_type() {
-                DataType::List(_) => array.as_list::<i32>().value(i),
-                _ => array.as_list::<i64>().value(i),
-            };
-            let items = (0..values.len())
-                .map(|j| to_json(&values, inner, j))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Json::new(Kind::Array(items)))
-        }
-        DataType::Struct(fields) => {
-            let structs = array.as_struct();
-            let members = fields
-                .iter()
-                .zip(structs.columns())
-                .map(|(f, column)| Ok((f.name().clone(), to_json(column, f, i)?)))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Json::new(Kind::Object(members)))
-        }
-        _ => Ok(Json::new(Kind::String(display(array, i)?))),
-    }
-}
-
-/// Arrow's text of one value (ISO 8601 for dates and times).
-fn display(array: &ArrayRef, i: usize) -> Result<String> {
-    let options = FormatOptions::default();
-    let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
-    Ok(formatter.value(i).to_string())
 }
 
 #[cfg(test)]

@@ -114,45 +114,20 @@ impl Parser<'_> {
     fn value(&mut self) -> Result<Json, ParseError> {
         let start = self.at;
         let kind = match self.bytes.get(self.at) {
-            Some(b'{') => self
-                .nested(b'}', |p| {
-                    let key = match p.bytes.get(p.at) {
-                        Some(b'"') => p.string()?,
-                        _ => return Err(p.error("Expected string")),
-                    };
-                    p.skip_space();
-                    if p.bytes.get(p.at) != Some(&b':') {
-                        return Err(p.error("Expected \":\""));
-                    }
-                    p.at += 1;
-                    p.skip_space();
-                    Ok(Member::Field(key, p.value()?))
-                })
-                .map(|members| {
-                    Kind::Object(
-                        members
-                            .into_iter()
-                            .filter_map(|m| match m {
-                                Member::Field(k, v) => Some((k, v)),
-                                Member::Element(_) => None,
-                            })
-                            .collect(),
-                    )
-                })?,
-            Some(b'[') => {
-                self.nested(b']', |p| Ok(Member::Element(p.value()?)))
-                    .map(|members| {
-                        Kind::Array(
-                            members
-                                .into_iter()
-                                .filter_map(|m| match m {
-                                    Member::Element(v) => Some(v),
-                                    Member::Field(..) => None,
-                                })
-                                .collect(),
-                        )
-                    })?
-            }
+            Some(b'{') => Kind::Object(self.nested(b'}', |p| {
+                let key = match p.bytes.get(p.at) {
+                    Some(b'"') => p.string()?,
+                    _ => return Err(p.error("Expected string")),
+                };
+                p.skip_space();
+                if p.bytes.get(p.at) != Some(&b':') {
+                    return Err(p.error("Expected \":\""));
+                }
+                p.at += 1;
+                p.skip_space();
+                Ok((key, p.value()?))
+            })?),
+            Some(b'[') => Kind::Array(self.nested(b']', Self::value)?),
             Some(b'"') => Kind::String(self.string()?),
             Some(b'-' | b'0'..=b'9') => Kind::Number(self.number()?),
             Some(_) if self.keyword("true") => Kind::Bool(true),
@@ -181,11 +156,11 @@ impl Parser<'_> {
 
     /// The members of an array or object, each read by `member`, up to
     /// `close`.
-    fn nested(
+    fn nested<T>(
         &mut self,
         close: u8,
-        member: impl Fn(&mut Self) -> Result<Member, ParseError>,
-    ) -> Result<Vec<Member>, ParseError> {
+        member: impl Fn(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<Vec<T>, ParseError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(ParseError::TooDeep);
@@ -372,11 +347,6 @@ impl Parser<'_> {
             self.at += 1;
         }
     }
-}
-
-enum Member {
-    Field(String, Json),
-    Element(Json),
 }
 
 /// `[-]int.frac × 10^exponent` as numeric prints it: as many fraction
