@@ -1,8 +1,9 @@
 //! `COPY table | (query) TO STDOUT` in PostgreSQL's text, CSV and binary
 //! formats.
 //!
-//! The query runs at the session's read snapshot like a SELECT; each row
-//! becomes one CopyData message, encoded by arrow-pg's value encoder
+//! The query runs at the session's read snapshot like a SELECT, and its
+//! rows stream to the client as they are produced; each row becomes one
+//! CopyData message, encoded by arrow-pg's value encoder
 //! through pgwire's `CopyEncoder` (the same text and binary forms a SELECT
 //! sends).
 
@@ -11,9 +12,13 @@ use std::sync::Arc;
 use arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use arrow_pg::encoder::encode_value;
 use bytes::{BufMut, BytesMut};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Ident, Statement};
+use futures::stream::{self, StreamExt};
 use pgwire::api::portal::Format;
-use pgwire::api::results::{CopyCsvOptions, CopyEncoder, CopyTextOptions};
+use pgwire::api::results::{CopyCsvOptions, CopyEncoder, CopyTextOptions, FieldInfo};
+use pgwire::error::PgWireResult;
 use pgwire::messages::copy::CopyData;
 use pgwire::types::format::FormatOptions;
 
@@ -70,7 +75,7 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     let plan = session
         .plan(crate::colnames::disambiguate(&query), &None)
         .await?;
-    let (schema, batches) = session.collect(plan).await?;
+    let (schema, rows) = session.stream(plan).await?;
     // Column names as a SELECT sends them (the CSV header shows them).
     let schema = crate::colnames::wire_schema(&query, schema);
     let wire_format = if format.binary {
@@ -83,45 +88,78 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
         &wire_format,
         Some(Arc::new(FormatOptions::default())),
     )?);
-    let mut encoder = encoder(&format, fields.clone());
-    let mut messages = Vec::new();
-    if format.binary {
-        messages.push(binary_header());
+    let header = if format.binary {
+        Some(binary_header())
     } else if format.header {
         let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let line = names.join(&(format.delimiter as char).to_string()) + "\n";
-        messages.push(CopyData::new(line.into_bytes().into()));
-    }
-    let mut rows = 0;
-    // One CopyData message per row is the protocol's unit; the values are
-    // encoded as a SELECT's DataRows are.
-    for batch in &batches {
+        Some(CopyData::new(line.into_bytes().into()))
+    } else {
+        None
+    };
+    let columns = fields.len();
+    let mut rows_out = RowEncoder {
+        encoder: encoder(&format, fields.clone()),
+        fields,
+        schema,
+        binary: format.binary,
+        first: true,
+    };
+    let data = stream::iter(header.map(Ok))
+        .chain(rows.flat_map(move |batch| {
+            let messages = match batch {
+                Ok(batch) => rows_out.encode(&batch),
+                Err(error) => vec![Err(error.into())],
+            };
+            stream::iter(messages)
+        }))
+        .boxed();
+    Ok(Output::CopyOut {
+        binary: format.binary,
+        columns,
+        data,
+    })
+}
+
+/// Encodes rows as CopyData messages, one per row (the protocol's unit),
+/// with the values encoded as a SELECT's DataRows are.
+struct RowEncoder {
+    encoder: CopyEncoder,
+    fields: Arc<Vec<FieldInfo>>,
+    schema: SchemaRef,
+    binary: bool,
+    /// No row was encoded yet.
+    first: bool,
+}
+
+impl RowEncoder {
+    /// The messages of one batch's rows; encoding stops at an error.
+    fn encode(&mut self, batch: &RecordBatch) -> Vec<PgWireResult<CopyData>> {
+        let mut messages = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
-            for (column, field) in fields.iter().enumerate() {
-                encode_value(
-                    &mut encoder,
+            for (column, field) in self.fields.iter().enumerate() {
+                if let Err(error) = encode_value(
+                    &mut self.encoder,
                     batch.column(column),
                     row,
-                    schema.field(column),
+                    self.schema.field(column),
                     field,
-                )?;
+                ) {
+                    messages.push(Err(error));
+                    return messages;
+                }
             }
-            let mut data = encoder.take_copy();
-            if format.binary && rows == 0 {
+            let mut data = self.encoder.take_copy();
+            if self.binary && std::mem::take(&mut self.first) {
                 // pgwire's encoder puts the file header before the first
                 // row; Weir sent it already, so that an empty result is a
                 // valid file too.
                 data = CopyData::new(data.data.slice(BINARY_HEADER_LEN..));
             }
-            messages.push(data);
-            rows += 1;
+            messages.push(Ok(data));
         }
+        messages
     }
-    Ok(Output::CopyOut {
-        binary: format.binary,
-        columns: fields.len(),
-        data: messages,
-    })
 }
 
 /// Length of the binary COPY header: signature, flags, extension length.
@@ -136,7 +174,7 @@ fn binary_header() -> CopyData {
     CopyData::new(header.freeze())
 }
 
-fn encoder(format: &CopyFormat, fields: Arc<Vec<pgwire::api::results::FieldInfo>>) -> CopyEncoder {
+fn encoder(format: &CopyFormat, fields: Arc<Vec<FieldInfo>>) -> CopyEncoder {
     let byte = |b: u8| (b as char).to_string();
     if format.binary {
         CopyEncoder::new_binary(fields)

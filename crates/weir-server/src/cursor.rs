@@ -1,31 +1,64 @@
-//! SQL cursors: `DECLARE name [BINARY] [NO SCROLL] CURSOR [WITH HOLD] FOR
-//! query`, `FETCH`, `CLOSE`.
+//! SQL cursors: `DECLARE name [BINARY] [[NO] SCROLL] CURSOR [WITH HOLD]
+//! FOR query`, `FETCH`, `MOVE`, `CLOSE`.
 //!
-//! A cursor's query runs once, at `DECLARE`, at the session's read
-//! snapshot (a block's own writes included) and its rows are kept until
-//! the cursor is closed: within the query memory limit (54000 beyond it),
-//! as for any result. A cursor without `WITH HOLD` needs a transaction
-//! block and closes when the block ends; one with `WITH HOLD` outlives the
-//! block if it commits. `FETCH` moves in both directions, as PostgreSQL
-//! does for scrollable cursors.
+//! A cursor's query starts at `DECLARE`, at the session's read snapshot
+//! (a block's own writes included), and its rows are produced as `FETCH`
+//! reaches them, so a driver's server-side cursor reads a result of any
+//! size in bounded memory. What the cursor keeps of the rows already read
+//! decides how it may move, as the plan does in PostgreSQL: a `SCROLL`
+//! cursor keeps them all (within the query memory limit, 54000 beyond
+//! it) and moves freely; a `NO SCROLL` cursor keeps none behind it and
+//! moves forward only (55000 otherwise); a cursor declared with neither
+//! keeps them while they fit in the query memory limit and after that
+//! forgets the rows behind it, moving forward only from then on. A cursor
+//! without `WITH HOLD` needs a transaction block and closes when the block
+//! ends; one with `WITH HOLD` outlives the block if it commits.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::array::UInt64Array;
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value,
 };
+use futures::StreamExt;
+use sync_wrapper::SyncWrapper;
 
 use crate::catalog::normalize_ident;
 use crate::error::{SqlState, WeirError, WeirResult};
+use crate::rows::RowStream;
 use crate::session::{Output, Session};
 
+/// How far back a cursor may move.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scroll {
+    /// `SCROLL`: anywhere; every row read is kept.
+    Always,
+    /// Neither keyword: anywhere while the rows read fit in the budget.
+    WhileKept,
+    /// `NO SCROLL`: forward only; nothing behind the cursor is kept.
+    Never,
+}
+
 /// An open cursor.
-#[derive(Debug)]
 pub struct Cursor {
-    rows: RecordBatch,
+    schema: SchemaRef,
+    /// The rows not yet read from the query; `None` once it has ended.
+    unread: Option<SyncWrapper<RowStream>>,
+    /// The rows read and kept, in order: rows `forgotten + 1 ..= read`.
+    kept: VecDeque<RecordBatch>,
+    /// Rows read from the query so far.
+    read: usize,
+    /// Rows read and no longer kept (those at the front).
+    forgotten: usize,
+    /// Bytes of the kept batches.
+    kept_bytes: usize,
+    /// What the cursor may keep before it forgets or fails.
+    budget: usize,
+    scroll: Scroll,
     /// 0: before the first row; `n + 1`: after the last; else on row `p`.
     position: usize,
     /// `WITH HOLD`.
@@ -61,7 +94,14 @@ pub async fn execute(session: &mut Session, statement: &Statement) -> WeirResult
         }
         Statement::Fetch {
             name, direction, ..
-        } => fetch(session, &normalize_ident(name), direction),
+        } => {
+            let name = normalize_ident(name);
+            let cursor = session
+                .cursors
+                .get_mut(&name)
+                .ok_or_else(|| missing(&name))?;
+            cursor.fetch(direction).await
+        }
         Statement::Close { cursor } => {
             match cursor {
                 CloseCursor::All => session.cursors.clear(),
@@ -77,6 +117,18 @@ pub async fn execute(session: &mut Session, statement: &Statement) -> WeirResult
         other => Err(WeirError::internal(format!(
             "not a cursor statement: {other}"
         ))),
+    }
+}
+
+/// Runs `MOVE`: the cursor moves as the `FETCH` would, and the tag counts
+/// the rows it passed (`MOVE n`).
+pub async fn move_cursor(session: &mut Session, fetch: &Statement) -> WeirResult<Output> {
+    match execute(session, fetch).await? {
+        Output::Fetched { batch, .. } => Ok(Output::Command {
+            tag: "MOVE",
+            rows: Some(batch.num_rows()),
+        }),
+        _ => Err(WeirError::internal("MOVE did not parse as a FETCH")),
     }
 }
 
@@ -101,11 +153,25 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
         }
         session.pin_for_read();
         let plan = session.plan(Statement::Query(query.clone()), &None).await?;
-        let (schema, batches): (SchemaRef, Vec<RecordBatch>) = session.collect(plan).await?;
+        let (schema, rows) = session.stream(plan).await?;
         let schema = crate::colnames::wire_schema(&Statement::Query(query.clone()), schema);
-        let rows = concat_batches(&schema, &batches)?;
+        let budget = match session.ctx.runtime_env().memory_pool.memory_limit() {
+            MemoryLimit::Finite(bytes) => bytes,
+            _ => usize::MAX,
+        };
         let cursor = Cursor {
-            rows,
+            schema,
+            unread: Some(SyncWrapper::new(rows)),
+            kept: VecDeque::new(),
+            read: 0,
+            forgotten: 0,
+            kept_bytes: 0,
+            budget,
+            scroll: match declare.scroll {
+                Some(true) => Scroll::Always,
+                Some(false) => Scroll::Never,
+                None => Scroll::WhileKept,
+            },
             position: 0,
             hold,
             in_block: session.transaction.is_some(),
@@ -114,6 +180,184 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
         session.cursors.insert(name, cursor);
     }
     Ok(())
+}
+
+impl Cursor {
+    /// Reads from the query until `wanted` rows have been read or it ends.
+    async fn read_to(&mut self, wanted: usize) -> WeirResult<()> {
+        while self.read < wanted {
+            let Some(unread) = self.unread.as_mut() else {
+                return Ok(());
+            };
+            let Some(batch) = unread.get_mut().next().await else {
+                self.unread = None;
+                return Ok(());
+            };
+            let batch = batch?;
+            self.read += batch.num_rows();
+            self.kept_bytes += batch.get_array_memory_size();
+            self.kept.push_back(batch);
+            if self.kept_bytes > self.budget && self.scroll == Scroll::Always {
+                return Err(WeirError::new(
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    format!(
+                        "the rows of a SCROLL cursor are larger than the query memory limit ({} bytes)",
+                        self.budget
+                    ),
+                )
+                .with_hint("Declare it without SCROLL to read it forward without keeping its rows."));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets kept batches wholly behind row `position`, where the cursor
+    /// may: always for `NO SCROLL`, beyond the budget without `SCROLL`.
+    fn forget_behind(&mut self, position: usize) {
+        let may = match self.scroll {
+            Scroll::Always => false,
+            Scroll::WhileKept => self.kept_bytes > self.budget,
+            Scroll::Never => true,
+        };
+        if !may {
+            return;
+        }
+        if self.scroll == Scroll::WhileKept {
+            // From now on it reads forward only.
+            self.scroll = Scroll::Never;
+        }
+        while let Some(front) = self.kept.front() {
+            if self.forgotten + front.num_rows() >= position {
+                break;
+            }
+            self.forgotten += front.num_rows();
+            self.kept_bytes -= front.get_array_memory_size();
+            self.kept.pop_front();
+        }
+    }
+
+    /// How many rows the move needs read: all of them for moves relative
+    /// to the end.
+    fn rows_needed(&self, direction: &FetchDirection) -> WeirResult<usize> {
+        let p = self.position;
+        let ahead = |k: i64| p.saturating_add(k.max(0) as usize);
+        Ok(match direction {
+            FetchDirection::Next => ahead(1),
+            FetchDirection::Prior | FetchDirection::BackwardAll => 0,
+            FetchDirection::Backward { .. } => 0,
+            FetchDirection::Count { limit } => ahead(count(&limit.value)?),
+            FetchDirection::Forward { limit } => match limit {
+                Some(l) => ahead(count(&l.value)?),
+                None => ahead(1),
+            },
+            FetchDirection::All | FetchDirection::ForwardAll | FetchDirection::Last => usize::MAX,
+            FetchDirection::First => 1,
+            FetchDirection::Absolute { limit } => match count(&limit.value)? {
+                i if i < 0 => usize::MAX,
+                i => i as usize,
+            },
+            FetchDirection::Relative { limit } => {
+                let k = count(&limit.value)?;
+                if k < 0 {
+                    0
+                } else {
+                    ahead(k)
+                }
+            }
+        })
+    }
+
+    async fn fetch(&mut self, direction: &FetchDirection) -> WeirResult<Output> {
+        self.read_to(self.rows_needed(direction)?).await?;
+        // Rows past those read are not needed for this move: the count
+        // below only has to be right when the move reaches the end.
+        let n = self.read as i64;
+        let p = self.position as i64;
+        // The rows to return, as 1-based positions in order, and where the
+        // cursor stands afterwards.
+        let (rows, position): (Vec<i64>, i64) = match direction {
+            FetchDirection::Next => forward(p, 1, n),
+            FetchDirection::Prior => backward(p, 1),
+            FetchDirection::Count { limit } => {
+                let k = count(&limit.value)?;
+                if k >= 0 {
+                    forward(p, k, n)
+                } else {
+                    backward(p, -k)
+                }
+            }
+            FetchDirection::Forward { limit } => match limit {
+                Some(l) => forward(p, count(&l.value)?, n),
+                None => forward(p, 1, n),
+            },
+            FetchDirection::Backward { limit } => match limit {
+                Some(l) => backward(p, count(&l.value)?),
+                None => backward(p, 1),
+            },
+            FetchDirection::All | FetchDirection::ForwardAll => forward(p, n + 1, n),
+            FetchDirection::BackwardAll => backward(p, p + 1),
+            FetchDirection::First => absolute(1, n),
+            FetchDirection::Last => absolute(-1, n),
+            FetchDirection::Absolute { limit } => absolute(count(&limit.value)?, n),
+            FetchDirection::Relative { limit } => {
+                let k = count(&limit.value)?;
+                if k == 0 {
+                    (
+                        if (1..=n).contains(&p) {
+                            vec![p]
+                        } else {
+                            vec![]
+                        },
+                        p,
+                    )
+                } else {
+                    absolute_from(p + k, n)
+                }
+            }
+        };
+        if position < p && self.scroll == Scroll::Never
+            || rows.iter().any(|&r| r as usize <= self.forgotten)
+        {
+            return Err(WeirError::new(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "cursor can only scan forward",
+            )
+            .with_hint("Declare it with SCROLL option to enable backward scan."));
+        }
+        self.position = position as usize;
+        let batch = self.rows_at(&rows)?;
+        self.forget_behind(self.position);
+        Ok(Output::Fetched {
+            schema: self.schema.clone(),
+            batch,
+            binary: self.binary,
+        })
+    }
+
+    /// The kept rows at 1-based `positions`, a run of consecutive rows in
+    /// ascending or descending order.
+    fn rows_at(&self, positions: &[i64]) -> WeirResult<RecordBatch> {
+        let (Some(&first), Some(&last)) = (positions.first(), positions.last()) else {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        };
+        let (low, high) = (first.min(last) as usize, first.max(last) as usize);
+        let mut pieces = Vec::new();
+        let mut start = self.forgotten + 1;
+        for batch in &self.kept {
+            let end = start + batch.num_rows();
+            let (from, to) = (low.max(start), (high + 1).min(end));
+            if from < to {
+                pieces.push(batch.slice(from - start, to - from));
+            }
+            start = end;
+        }
+        let run = concat_batches(&self.schema, &pieces)?;
+        if first <= last {
+            return Ok(run);
+        }
+        let reversed = UInt64Array::from_iter_values((0..run.num_rows() as u64).rev());
+        Ok(take_record_batch(&run, &reversed)?)
+    }
 }
 
 /// A count in a FETCH direction.
@@ -127,64 +371,6 @@ fn count(value: &Value) -> WeirResult<i64> {
             format!("invalid count {other}"),
         )),
     }
-}
-
-fn fetch(session: &mut Session, name: &str, direction: &FetchDirection) -> WeirResult<Output> {
-    let cursor = session.cursors.get_mut(name).ok_or_else(|| missing(name))?;
-    let n = cursor.rows.num_rows() as i64;
-    let p = cursor.position as i64;
-    // The rows to return, as 1-based positions in order, and where the
-    // cursor stands afterwards.
-    let (rows, position): (Vec<i64>, i64) = match direction {
-        FetchDirection::Next => forward(p, 1, n),
-        FetchDirection::Prior => backward(p, 1),
-        FetchDirection::Count { limit } => {
-            let k = count(&limit.value)?;
-            if k >= 0 {
-                forward(p, k, n)
-            } else {
-                backward(p, -k)
-            }
-        }
-        FetchDirection::Forward { limit } => match limit {
-            Some(l) => forward(p, count(&l.value)?, n),
-            None => forward(p, 1, n),
-        },
-        FetchDirection::Backward { limit } => match limit {
-            Some(l) => backward(p, count(&l.value)?),
-            None => backward(p, 1),
-        },
-        FetchDirection::All | FetchDirection::ForwardAll => forward(p, n + 1, n),
-        FetchDirection::BackwardAll => backward(p, n + 1),
-        FetchDirection::First => absolute(1, n),
-        FetchDirection::Last => absolute(-1, n),
-        FetchDirection::Absolute { limit } => absolute(count(&limit.value)?, n),
-        FetchDirection::Relative { limit } => {
-            let k = count(&limit.value)?;
-            if k == 0 {
-                (
-                    if (1..=n).contains(&p) {
-                        vec![p]
-                    } else {
-                        vec![]
-                    },
-                    p,
-                )
-            } else {
-                absolute_from(p + k, n)
-            }
-        }
-    };
-    cursor.position = position as usize;
-    let indices = datafusion::arrow::array::UInt64Array::from(
-        rows.iter().map(|&r| (r - 1) as u64).collect::<Vec<_>>(),
-    );
-    let batch = datafusion::arrow::compute::take_record_batch(&cursor.rows, &indices)?;
-    Ok(Output::Fetched {
-        schema: batch.schema(),
-        batch,
-        binary: cursor.binary,
-    })
 }
 
 fn forward(p: i64, k: i64, n: i64) -> (Vec<i64>, i64) {
@@ -227,7 +413,7 @@ fn missing(name: &str) -> WeirError {
 /// describe the cursor they declared).
 pub fn describe(cursors: &Cursors, name: &str) -> Option<(SchemaRef, bool)> {
     let cursor = cursors.get(name)?;
-    Some((cursor.rows.schema(), cursor.binary))
+    Some((cursor.schema.clone(), cursor.binary))
 }
 
 /// Closes the cursors a block's end closes: every cursor without `WITH

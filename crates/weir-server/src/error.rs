@@ -45,6 +45,7 @@ impl SqlState {
     pub const PROTOCOL_VIOLATION: SqlState = SqlState("08P01");
     pub const OUT_OF_MEMORY: SqlState = SqlState("53200");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: SqlState = SqlState("55000");
     pub const IO_ERROR: SqlState = SqlState("58030");
     pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
     pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25001");

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::future::{select, Either};
-use futures::{stream, Sink, SinkExt};
+use futures::{stream, Sink, SinkExt, StreamExt};
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::{send_copy_in_response, send_copy_out_response, CopyHandler};
@@ -46,6 +45,7 @@ use crate::copy::{self, CopyIn};
 use crate::database::Database;
 use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
+use crate::rows::RowStream;
 use crate::session::{Output, Params, Session};
 use crate::statement;
 use crate::transaction::{control, Transaction};
@@ -176,22 +176,20 @@ fn fields(
     arrow_schema_to_pg_fields(schema, format, Some(options))
 }
 
-/// Rows as a query response. Every row is encoded before answering, so an
-/// encoding error is the statement's error rather than a cut-off result.
+/// Rows as a query response, encoded as the client reads them.
 fn rows_response(
     schema: &SchemaRef,
-    batches: impl IntoIterator<Item = RecordBatch>,
+    rows: RowStream,
     format: &Format,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<QueryResponse> {
     let fields = Arc::new(fields(schema, format, options)?);
-    let mut rows = Vec::new();
-    for batch in batches {
-        for row in encode_recordbatch(fields.clone(), batch) {
-            rows.push(Ok(row?));
-        }
-    }
-    Ok(QueryResponse::new(fields, stream::iter(rows)))
+    let encoded = fields.clone();
+    let data_rows = rows.flat_map(move |batch| match batch {
+        Ok(batch) => stream::iter(encode_recordbatch(encoded.clone(), batch)).left_stream(),
+        Err(error) => stream::once(async { Err(error.into()) }).right_stream(),
+    });
+    Ok(QueryResponse::new(fields, data_rows))
 }
 
 fn into_response(
@@ -200,8 +198,8 @@ fn into_response(
     options: Arc<FormatOptions>,
 ) -> PgWireResult<Response> {
     Ok(match output {
-        Output::Rows { schema, batches } => {
-            Response::Query(rows_response(&schema, batches, format, options)?)
+        Output::Rows { schema, rows } => {
+            Response::Query(rows_response(&schema, rows, format, options)?)
         }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(tag);
@@ -223,7 +221,8 @@ fn into_response(
             } else {
                 format
             };
-            let mut response = rows_response(&schema, [batch], format, options)?;
+            let rows = crate::rows::from_batches(vec![batch]);
+            let mut response = rows_response(&schema, rows, format, options)?;
             response.set_command_tag("FETCH");
             Response::Query(response)
         }
@@ -238,11 +237,7 @@ fn into_response(
             binary,
             columns,
             data,
-        } => Response::CopyOut(CopyResponse::new(
-            i8::from(binary),
-            columns,
-            stream::iter(data.into_iter().map(Ok)),
-        )),
+        } => Response::CopyOut(CopyResponse::new(i8::from(binary), columns, data)),
     })
 }
 
@@ -332,6 +327,7 @@ impl Connection {
             return Err(control::in_failed_block());
         }
         let timeout = session.settings.lock().timeout("statement_timeout");
+        let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
         session.statement_running = true;
         let deep = matches!(statement, WeirStatement::Sql(s) if weir_sql::is_deep(s));
         let work = guarded(self.run_unguarded(session, statement, params));
@@ -353,7 +349,9 @@ impl Connection {
         }
         session.statements_run += 1;
         self.watch_idle_block(session);
-        result
+        // Rows still to come are produced as the client reads them, under
+        // the same timeout.
+        result.map(|output| output.watched(deadline, &session.stream_failed))
     }
 
     /// With `idle_in_transaction_session_timeout` set and a block open:
@@ -425,7 +423,7 @@ impl SimpleQueryHandler for Connection {
             Some(handle) => Some(handle.start_query().await),
             None => None,
         };
-        let responses = match canceled {
+        let answered = match canceled {
             Some(canceled) => match select(
                 SimpleQueryHandler::do_query(self, client, &query.query),
                 canceled,
@@ -437,43 +435,12 @@ impl SimpleQueryHandler for Connection {
             },
             None => SimpleQueryHandler::do_query(self, client, &query.query).await,
         };
-        let responses = match responses {
-            Ok(responses) => responses,
-            Err(error) => {
-                // pgwire answers the error and ReadyForQuery from the
-                // status set here.
-                let status = self.transaction_status(client).await?;
-                client.set_transaction_status(status);
-                return Err(error);
-            }
-        };
-        for response in responses {
-            match response {
-                Response::EmptyQuery => {
-                    client
-                        .feed(PgWireBackendMessage::EmptyQueryResponse(
-                            EmptyQueryResponse::new(),
-                        ))
-                        .await?;
-                }
-                Response::Query(results) => send_query_response(client, results, true).await?,
-                Response::Execution(tag)
-                | Response::TransactionStart(tag)
-                | Response::TransactionEnd(tag) => send_execution_response(client, tag).await?,
-                Response::Error(error) => {
-                    client
-                        .feed(PgWireBackendMessage::ErrorResponse((*error).into()))
-                        .await?;
-                }
-                Response::CopyIn(copy) => {
-                    send_copy_in_response(client, copy).await?;
-                    client.set_state(PgWireConnectionState::CopyInProgress(false));
-                }
-                Response::CopyOut(copy) => send_copy_out_response(client, copy).await?,
-                Response::CopyBoth(_) => {
-                    return Err(WeirError::internal("COPY BOTH is not answered here").into());
-                }
-            }
+        if let Err(error) = answered {
+            // pgwire answers the error and ReadyForQuery from the status
+            // set here.
+            let status = self.transaction_status(client).await?;
+            client.set_transaction_status(status);
+            return Err(error);
         }
         let status = self.transaction_status(client).await?;
         client.set_transaction_status(status);
@@ -484,6 +451,9 @@ impl SimpleQueryHandler for Connection {
         Ok(())
     }
 
+    /// Runs the statements of a simple query and answers each as it
+    /// completes: a query's rows go to the client as they are produced.
+    /// Everything is sent here, so no responses are left to return.
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -498,11 +468,13 @@ impl SimpleQueryHandler for Connection {
             Ok(statements) => statements,
             Err(error) => {
                 session.fail_transaction();
-                return Ok(vec![error_response(WeirError::from(error))]);
+                send_response(client, error_response(WeirError::from(error))).await?;
+                return Ok(Vec::new());
             }
         };
         if statements.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
+            send_response(client, Response::EmptyQuery).await?;
+            return Ok(Vec::new());
         }
         // Several statements in one query run as one transaction, as in
         // PostgreSQL, unless they manage transactions or the catalog.
@@ -513,43 +485,76 @@ impl SimpleQueryHandler for Connection {
             let block = Transaction::new(session.db.committed(), false, true);
             session.open_block(block);
         }
-        let mut responses = Vec::with_capacity(statements.len());
-        let mut failed = false;
         for statement in &statements {
             let result = self
                 .run_reporting(client, &mut session, statement, &None)
                 .await?;
             send_notices(client, &mut session).await?;
-            match result {
-                Ok(output) => {
-                    let copying = matches!(output, Output::CopyIn { .. });
-                    responses.push(into_response(
-                        output,
-                        &Format::UnifiedText,
-                        options.clone(),
-                    )?);
-                    if copying {
-                        break;
-                    }
-                }
+            let output = match result {
+                Ok(output) => output,
                 Err(e) => {
-                    responses.push(error_response(e));
-                    failed = true;
-                    break;
+                    send_response(client, error_response(e)).await?;
+                    return Ok(Vec::new());
                 }
+            };
+            let copying = matches!(output, Output::CopyIn { .. });
+            let response = into_response(output, &Format::UnifiedText, options.clone())?;
+            // Until the rows are all sent the statement is running: an
+            // error or a cancel among them fails the block.
+            session.statement_running = true;
+            send_response(client, response).await?;
+            session.statement_running = false;
+            if copying {
+                return Ok(Vec::new());
             }
         }
-        if implicit && !failed {
+        if implicit {
             if let Some(block) = session.transaction.take() {
                 let result = block.commit(&session.db).await;
                 session.block_ended(result.is_ok());
                 if let Err(e) = result {
-                    responses.push(error_response(e));
+                    send_response(client, error_response(e)).await?;
                 }
             }
         }
-        Ok(responses)
+        Ok(Vec::new())
     }
+}
+
+/// Sends one statement's response of a simple query.
+async fn send_response<C>(client: &mut C, response: Response) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match response {
+        Response::EmptyQuery => {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        Response::Query(results) => send_query_response(client, results, true).await?,
+        Response::Execution(tag)
+        | Response::TransactionStart(tag)
+        | Response::TransactionEnd(tag) => send_execution_response(client, tag).await?,
+        Response::Error(error) => {
+            client
+                .feed(PgWireBackendMessage::ErrorResponse((*error).into()))
+                .await?;
+        }
+        Response::CopyIn(copy) => {
+            send_copy_in_response(client, copy).await?;
+            client.set_state(PgWireConnectionState::CopyInProgress(false));
+        }
+        Response::CopyOut(copy) => send_copy_out_response(client, copy).await?,
+        Response::CopyBoth(_) => {
+            return Err(WeirError::internal("COPY BOTH is not answered here").into());
+        }
+    }
+    Ok(())
 }
 
 /// FATAL 25P03 (the connection closes) once the idle-in-transaction
@@ -788,6 +793,14 @@ async fn describe(
                 note(hint.index, Some(hint.data_type));
             }
             plan
+        }
+        Statement::Fetch { name, .. } => {
+            // The cursor's rows, whose columns are known since DECLARE.
+            let name = crate::catalog::normalize_ident(name);
+            return Ok(Described {
+                schema: crate::cursor::describe(&session.cursors, &name).map(|(s, _)| s),
+                ..Described::default()
+            });
         }
         Statement::ShowVariable { .. } | Statement::ShowTables { .. } => {
             // SHOW has no side effects: run it to learn its columns.

@@ -44,6 +44,7 @@ mod plan_rewrite;
 pub mod provider;
 mod regtype;
 mod relkind;
+mod rows;
 pub mod server;
 pub mod session;
 mod settings;

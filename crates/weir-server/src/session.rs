@@ -1,6 +1,7 @@
 //! One client session: its DataFusion context, pinned snapshot, settings
 //! and transaction state.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::StringArray;
@@ -23,6 +24,7 @@ use crate::catalog::{DATABASE, SCHEMA};
 use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::provider::{PinnedSnapshot, PublicSchema};
+use crate::rows::RowStream;
 use crate::settings::{Settings, SharedSettings};
 use crate::transaction::Transaction;
 
@@ -30,14 +32,13 @@ use crate::transaction::Transaction;
 pub const PG_VERSION: &str = "16.6";
 
 /// What a statement produced.
-#[derive(Debug)]
 pub enum Output {
-    /// Rows of a query.
+    /// Rows of a query, produced as the client reads them.
     Rows {
         /// Their schema.
         schema: SchemaRef,
         /// The rows.
-        batches: Vec<RecordBatch>,
+        rows: RowStream,
     },
     /// A command tag such as `INSERT 0 3` (`tag`, then the row count).
     Command {
@@ -59,14 +60,18 @@ pub enum Output {
         /// From a `BINARY` cursor: sent in binary format.
         binary: bool,
     },
-    /// `COPY ... TO STDOUT`: the rows, one CopyData message each.
+    /// `COPY ... TO STDOUT`: the rows, one CopyData message each,
+    /// produced as the client reads them.
     CopyOut {
         /// Binary format (else text or CSV).
         binary: bool,
         /// Number of columns.
         columns: usize,
         /// The messages, header included.
-        data: Vec<pgwire::messages::copy::CopyData>,
+        data: futures::stream::BoxStream<
+            'static,
+            pgwire::error::PgWireResult<pgwire::messages::copy::CopyData>,
+        >,
     },
     /// `COPY ... FROM STDIN` is waiting for data.
     CopyIn {
@@ -78,6 +83,29 @@ pub enum Output {
 }
 
 impl Output {
+    /// The output, with the rows it still has to produce ended by
+    /// `deadline` and reporting an error through `failed` (see
+    /// [`crate::rows::watched`]).
+    pub fn watched(self, deadline: Option<tokio::time::Instant>, failed: &Arc<AtomicBool>) -> Self {
+        use crate::rows::watched;
+        match self {
+            Output::Rows { schema, rows } => Output::Rows {
+                schema,
+                rows: watched(rows, deadline, failed.clone()),
+            },
+            Output::CopyOut {
+                binary,
+                columns,
+                data,
+            } => Output::CopyOut {
+                binary,
+                columns,
+                data: watched(data, deadline, failed.clone()),
+            },
+            other => other,
+        }
+    }
+
     /// A tag without a row count.
     pub fn command(tag: &'static str) -> Self {
         Output::Command { tag, rows: None }
@@ -98,7 +126,7 @@ impl Output {
         let batch = RecordBatch::try_new(schema.clone(), arrays)?;
         Ok(Output::Rows {
             schema,
-            batches: vec![batch],
+            rows: crate::rows::from_batches(vec![batch]),
         })
     }
 }
@@ -143,6 +171,9 @@ pub struct Session {
     pub statement_running: bool,
     /// Statements run so far (the idle-in-transaction watchdog compares).
     pub statements_run: u64,
+    /// Set when an error ended a result's rows after the statement
+    /// returned them (see [`Session::settle_canceled`]).
+    pub stream_failed: Arc<AtomicBool>,
     /// The session was ended by `idle_in_transaction_session_timeout`:
     /// the next message gets FATAL 25P03 and the connection closes.
     pub timed_out_idle: bool,
@@ -240,6 +271,7 @@ impl Session {
             user,
             notices: Vec::new(),
             statement_running: false,
+            stream_failed: Arc::default(),
             statements_run: 0,
             timed_out_idle: false,
             progress: None,
@@ -316,10 +348,12 @@ impl Session {
     }
 
     /// Called before each statement and before each ReadyForQuery: a
-    /// statement that was canceled half-way (its future dropped) fails
-    /// the block it ran in, as any error does.
+    /// statement that was canceled half-way (its future dropped), or whose
+    /// rows ended in an error while they streamed, fails the block it ran
+    /// in, as any error does.
     pub fn settle_canceled(&mut self) {
-        if std::mem::take(&mut self.statement_running) {
+        let stream_failed = self.stream_failed.swap(false, Ordering::AcqRel);
+        if std::mem::take(&mut self.statement_running) || stream_failed {
             self.fail_transaction();
         }
     }
@@ -328,6 +362,15 @@ impl Session {
     pub async fn plan(&self, statement: Statement, params: &Params) -> WeirResult<LogicalPlan> {
         let plan = plan_statement(&self.ctx.state(), statement).await?;
         bind(plan, params)
+    }
+
+    /// Starts a plan; its rows are produced as they are read (see
+    /// [`crate::rows::start`]).
+    pub async fn stream(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, RowStream)> {
+        let frame = self.ctx.execute_logical_plan(plan).await?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let rows = crate::rows::start(frame.execute_stream().await?).await?;
+        Ok((schema, rows))
     }
 
     /// Runs a plan to completion. The result may take at most as much

@@ -224,6 +224,16 @@ impl Settings {
         Ok(())
     }
 
+    /// `RESET ALL`: restores the default of every parameter a session may
+    /// change.
+    pub fn reset_all(&mut self) {
+        for (key, default) in DEFAULTS {
+            if !READ_ONLY.contains(key) {
+                self.values.insert((*key).to_owned(), (*default).to_owned());
+            }
+        }
+    }
+
     /// The duration parameter `name`, if it is set to more than zero.
     pub fn timeout(&self, name: &str) -> Option<std::time::Duration> {
         let value = self.values.get(name)?;

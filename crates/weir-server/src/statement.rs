@@ -2,7 +2,9 @@
 
 use std::sync::atomic::Ordering;
 
-use datafusion::sql::sqlparser::ast::{ContextModifier, Expr as SqlExpr, Set, Statement, Value};
+use datafusion::sql::sqlparser::ast::{
+    ContextModifier, Expr as SqlExpr, Reset, Set, Statement, Value,
+};
 use weir_sql::WeirStatement;
 
 use crate::catalog::ObjectKind;
@@ -61,6 +63,7 @@ pub async fn execute(
                 .await;
         }
         WeirStatement::ShowSources => return crate::source::show(session),
+        WeirStatement::Move(fetch) => return crate::cursor::move_cursor(session, fetch).await,
         WeirStatement::Sql(statement) => statement.as_ref(),
     };
     match statement {
@@ -80,9 +83,9 @@ pub async fn execute(
             let plan = session
                 .plan(crate::colnames::disambiguate(statement), params)
                 .await?;
-            let (schema, batches) = session.collect(plan).await?;
+            let (schema, rows) = session.stream(plan).await?;
             let schema = crate::colnames::wire_schema(statement, schema);
-            Ok(Output::Rows { schema, batches })
+            Ok(Output::Rows { schema, rows })
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             dml::execute(session, statement, params).await
@@ -124,6 +127,14 @@ pub async fn execute(
         }
         Statement::ShowVariable { variable } => show(session, variable),
         Statement::Set(set) => set_variable(session, set),
+        Statement::Reset(reset) => {
+            let mut settings = session.settings.lock();
+            match &reset.reset {
+                Reset::ALL => settings.reset_all(),
+                Reset::ConfigurationParameter(name) => settings.reset(&name.to_string())?,
+            }
+            Ok(Output::command("RESET"))
+        }
         Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
         Statement::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
         Statement::Copy { .. } => Err(WeirError::internal("COPY is run by the handler")),
@@ -268,6 +279,7 @@ pub fn fits_implicit_block(statement: &WeirStatement) -> bool {
             | Statement::Update(_)
             | Statement::Delete(_)
             | Statement::Set(_)
+            | Statement::Reset(_)
             | Statement::ShowVariable { .. }
     ) && !control::is_control(statement)
 }

@@ -22,6 +22,7 @@
 
 mod depth;
 mod escapes;
+mod fetch;
 mod parse;
 mod stream_plan;
 mod values;

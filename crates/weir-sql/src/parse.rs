@@ -38,6 +38,8 @@ pub enum WeirStatement {
     DropSource(Box<Statement>),
     /// `SHOW SOURCES`.
     ShowSources,
+    /// `MOVE direction FROM cursor`: a `FETCH` that returns no rows.
+    Move(Box<Statement>),
     /// Any statement sqlparser understands.
     Sql(Box<Statement>),
 }
@@ -120,6 +122,19 @@ fn parse_segment(
                 && sources.value.eq_ignore_ascii_case("sources") =>
         {
             out.push(WeirStatement::ShowSources);
+            Ok(())
+        }
+        [Token::Word(verb), ..]
+            if verb.quote_style.is_none()
+                && (verb.value.eq_ignore_ascii_case("fetch")
+                    || verb.value.eq_ignore_ascii_case("move")) =>
+        {
+            let fetch = crate::fetch::parse(&words[1..])?;
+            out.push(if verb.value.eq_ignore_ascii_case("move") {
+                WeirStatement::Move(Box::new(fetch))
+            } else {
+                WeirStatement::Sql(Box::new(fetch))
+            });
             Ok(())
         }
         [Token::Word(verb), Token::Word(noun), ..]
@@ -317,6 +332,33 @@ mod tests {
             WeirStatement::ShowSources => "SHOW SOURCES".into(),
             WeirStatement::CreateSource(s, o) => format!("{s} {o:?}"),
             WeirStatement::DropSource(s) => s.to_string(),
+            WeirStatement::Move(s) => format!("MOVE {s}"),
+        }
+    }
+
+    #[test]
+    fn fetch_and_move_take_postgresql_short_forms() {
+        for (sql, parsed) in [
+            ("FETCH c", "FETCH NEXT FROM c"),
+            ("fetch from \"My c\"", "FETCH NEXT FROM \"My c\""),
+            ("FETCH FORWARD IN c", "FETCH FORWARD FROM c"),
+            ("FETCH BACKWARD -2 c", "FETCH BACKWARD -2 FROM c"),
+            ("FETCH 5 c", "FETCH 5 FROM c"),
+            ("FETCH ABSOLUTE -1 FROM c", "FETCH ABSOLUTE -1 FROM c"),
+            ("FETCH FORWARD ALL FROM c", "FETCH FORWARD ALL FROM c"),
+            ("MOVE LAST IN c", "MOVE FETCH LAST FROM c"),
+            ("move c", "MOVE FETCH NEXT FROM c"),
+        ] {
+            let statements = parse(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert_eq!(sql_of(&statements[0]), parsed, "{sql}");
+        }
+        for bad in [
+            "FETCH",
+            "FETCH 1.5 FROM c",
+            "FETCH ABSOLUTE FROM c",
+            "MOVE 1 FROM 2",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -486,7 +486,9 @@ mod tests {
         let mut rows = Vec::new();
         for statement in weir_sql::parse(text).unwrap() {
             match crate::statement::execute(session, &statement, &None).await {
-                Ok(crate::session::Output::Rows { batches, .. }) => rows = batches,
+                Ok(crate::session::Output::Rows { rows: stream, .. }) => {
+                    rows = crate::rows::collect(stream).await.unwrap()
+                }
                 Ok(_) => rows = Vec::new(),
                 Err(e) => panic!("{text}: {e}"),
             }

@@ -145,6 +145,17 @@ impl TestServer {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// The server process's peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_memory_kib(&self) -> u64 {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
+    }
+
     /// Kills the server with SIGKILL and waits for it to die.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

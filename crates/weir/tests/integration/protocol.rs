@@ -7,7 +7,7 @@ use futures::SinkExt;
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
-use crate::common::{sqlstate, TestServer};
+use crate::common::{column, sqlstate, TestServer};
 
 #[tokio::test]
 async fn parameters_and_prepared_statements() {
@@ -228,6 +228,142 @@ async fn portals_return_rows_in_pieces() {
     }
     assert_eq!(seen, (1..=10).collect::<Vec<_>>());
     tx.commit().await.unwrap();
+}
+
+/// A result far larger than the query memory streams to the client as it
+/// is produced: through a simple query, through a portal read in pieces,
+/// and as COPY TO; the server's memory does not grow with the result.
+#[tokio::test]
+async fn results_stream_in_bounded_memory() {
+    use futures::{StreamExt, TryStreamExt};
+    let server = TestServer::start_with(&["--query-memory-mb", "16"]).await;
+    let mut client = server.client().await;
+    // 2 million rows of about 40 bytes: some 80 MB as Arrow arrays, more
+    // as encoded rows, five times the query memory.
+    let rows = 2_000_000u64;
+    let query = format!(
+        "SELECT value, value * 2 AS twice, 'row number ' || value AS label \
+         FROM generate_series(1, {rows})"
+    );
+    let before = server.peak_memory_kib();
+
+    let stream = client.simple_query_raw(&query).await.unwrap();
+    let mut seen = 0u64;
+    let mut sum = 0u64;
+    futures::pin_mut!(stream);
+    while let Some(message) = stream.next().await {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message.unwrap() {
+            seen += 1;
+            sum += row.get(0).unwrap().parse::<u64>().unwrap();
+        }
+    }
+    assert_eq!(seen, rows);
+    assert_eq!(sum, rows * (rows + 1) / 2);
+
+    // A portal read 100,000 rows at a time, inside a transaction.
+    let tx = client.transaction().await.unwrap();
+    let statement = tx.prepare(&query).await.unwrap();
+    let portal = tx.bind(&statement, &[]).await.unwrap();
+    let mut pieces = 0;
+    let mut seen = 0u64;
+    loop {
+        let piece = tx.query_portal(&portal, 100_000).await.unwrap();
+        if piece.is_empty() {
+            break;
+        }
+        pieces += 1;
+        seen += piece.len() as u64;
+    }
+    assert_eq!((pieces, seen), (20, rows));
+    tx.commit().await.unwrap();
+
+    let copy = client
+        .copy_out(&format!("COPY ({query}) TO STDOUT"))
+        .await
+        .unwrap();
+    let bytes = copy
+        .try_fold(0usize, |n, chunk| async move { Ok(n + chunk.len()) })
+        .await
+        .unwrap();
+    assert!(bytes > 60_000_000, "{bytes} bytes copied");
+
+    let grown_mib = (server.peak_memory_kib() - before) / 1024;
+    eprintln!("peak memory grew by {grown_mib} MiB while streaming");
+    assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");
+    // An error among the rows ends them with its SQLSTATE, and the session
+    // goes on.
+    let failing = "SELECT 10 / (100000 - value) FROM generate_series(1, 200000)";
+    let error = client.simple_query(failing).await.unwrap_err();
+    assert_eq!(error.code().unwrap().code(), "22012");
+    assert_eq!(column(&client, "SELECT 1").await, vec![Some("1".into())]);
+}
+
+/// A cursor over a result far larger than the query memory reads it
+/// forward in bounded memory; after that it cannot move back (55000), and
+/// a SCROLL cursor, which keeps its rows, fails with 54000 instead.
+#[tokio::test]
+async fn cursors_read_large_results_forward() {
+    let server = TestServer::start_with(&["--query-memory-mb", "16"]).await;
+    let client = server.client().await;
+    let rows = 1_000_000u64;
+    let query = format!("SELECT value, 'row number ' || value AS label FROM generate_series(1, {rows}) ORDER BY value");
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute(&format!("DECLARE big CURSOR FOR {query}"))
+        .await
+        .unwrap();
+    let mut seen = 0u64;
+    let mut last = 0u64;
+    loop {
+        let piece = client.query("FETCH 50000 FROM big", &[]).await.unwrap();
+        if piece.is_empty() {
+            break;
+        }
+        for row in &piece {
+            let value: i64 = row.get(0);
+            assert_eq!(value as u64, last + 1, "rows in order, none skipped");
+            last = value as u64;
+        }
+        seen += piece.len() as u64;
+    }
+    assert_eq!(seen, rows);
+    assert_eq!(sqlstate(&client, "FETCH PRIOR FROM big").await, "55000");
+    client.batch_execute("ROLLBACK; BEGIN").await.unwrap();
+    client
+        .batch_execute(&format!("DECLARE back SCROLL CURSOR FOR {query}"))
+        .await
+        .unwrap();
+    assert_eq!(sqlstate(&client, "FETCH LAST FROM back").await, "54000");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(column(&client, "SELECT 1").await, vec![Some("1".into())]);
+}
+
+/// A statement timeout also ends rows that stream slowly, and an error
+/// among streamed rows fails the transaction block like any error.
+#[tokio::test]
+async fn streamed_rows_obey_the_timeout_and_fail_the_block() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("SET statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    // The first rows come at once; all of them would take minutes.
+    let slow = "SELECT value FROM generate_series(1, 1000000000)";
+    let error = client.simple_query(slow).await.unwrap_err();
+    assert_eq!(error.code().unwrap().code(), "57014");
+    client
+        .batch_execute("RESET statement_timeout")
+        .await
+        .unwrap();
+
+    client.batch_execute("BEGIN").await.unwrap();
+    let failing = "SELECT 10 / (100000 - value) FROM generate_series(1, 200000)";
+    let error = client.simple_query(failing).await.unwrap_err();
+    assert_eq!(error.code().unwrap().code(), "22012");
+    assert_eq!(sqlstate(&client, "SELECT 1").await, "25P02");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(column(&client, "SELECT 2").await, vec![Some("2".into())]);
 }
 
 #[tokio::test]

@@ -1,0 +1,129 @@
+//! A query's rows on their way to the client. DataFusion produces them
+//! batch by batch as the client reads them, so a result of any size runs
+//! in the memory of the batches in flight, not of the whole result.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::stream::{self, BoxStream};
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use crate::error::{SqlState, WeirError, WeirResult};
+
+/// The rows of a result, in batches, produced as they are read.
+pub type RowStream = BoxStream<'static, WeirResult<RecordBatch>>;
+
+/// Rows already in memory.
+pub fn from_batches(batches: Vec<RecordBatch>) -> RowStream {
+    stream::iter(batches.into_iter().map(Ok)).boxed()
+}
+
+/// The rows of an executing plan. Waits for the first batch, so that an
+/// error the query meets at once (most do) is the statement's error, sent
+/// before any row; a later error ends the rows already sent, as in
+/// PostgreSQL.
+pub async fn start(mut batches: SendableRecordBatchStream) -> WeirResult<RowStream> {
+    let first = match batches.next().await {
+        Some(batch) => Some(batch?),
+        None => None,
+    };
+    let rest = batches.map(|batch| batch.map_err(WeirError::from));
+    Ok(stream::iter(first.map(Ok)).chain(rest).boxed())
+}
+
+/// All the rows, in memory.
+#[cfg(test)]
+pub async fn collect(rows: RowStream) -> WeirResult<Vec<RecordBatch>> {
+    rows.collect::<Vec<_>>().await.into_iter().collect()
+}
+
+/// `rows` (batches, or COPY's messages), ended with 57014 once `deadline`
+/// (the statement timeout) passes, and setting `failed` when an error ends
+/// them, so that the session fails its transaction block as it does for
+/// any statement error.
+pub fn watched<T, E>(
+    rows: BoxStream<'static, Result<T, E>>,
+    deadline: Option<Instant>,
+    failed: Arc<AtomicBool>,
+) -> BoxStream<'static, Result<T, E>>
+where
+    T: Send + 'static,
+    E: From<WeirError> + Send + 'static,
+{
+    let deadline = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
+    stream::unfold(Some((rows, deadline)), move |state| {
+        let failed = failed.clone();
+        async move {
+            let (mut rows, mut deadline) = state?;
+            let next = match deadline.as_mut() {
+                Some(sleep) => tokio::select! {
+                    next = rows.next() => next,
+                    () = sleep => Some(Err(WeirError::new(
+                        SqlState::QUERY_CANCELED,
+                        "canceling statement due to statement timeout",
+                    ).into())),
+                },
+                None => rows.next().await,
+            };
+            match next? {
+                Ok(batch) => Some((Ok(batch), Some((rows, deadline)))),
+                Err(error) => {
+                    failed.store(true, Ordering::Release);
+                    Some((Err(error), None))
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int32Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::time::Duration;
+
+    fn batch(n: i32) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int32, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(vec![n]))]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_error_marks_the_stream_failed_and_ends_it() {
+        let failed = Arc::new(AtomicBool::new(false));
+        let rows = stream::iter(vec![
+            Ok(batch(1)),
+            Err(WeirError::new(
+                SqlState::DIVISION_BY_ZERO,
+                "division by zero",
+            )),
+            Ok(batch(2)),
+        ])
+        .boxed();
+        let seen: Vec<WeirResult<RecordBatch>> =
+            watched(rows, None, failed.clone()).collect().await;
+        assert_eq!(seen.len(), 2, "nothing follows the error");
+        assert!(seen[1].is_err());
+        assert!(failed.load(Ordering::Acquire));
+    }
+
+    #[tokio::test]
+    async fn the_deadline_ends_rows_that_do_not_come() {
+        let failed = Arc::new(AtomicBool::new(false));
+        let rows = stream::once(async { Ok(batch(1)) })
+            .chain(stream::pending())
+            .boxed();
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let seen: Vec<WeirResult<RecordBatch>> = watched(rows, Some(deadline), failed.clone())
+            .collect()
+            .await;
+        assert_eq!(seen.len(), 2);
+        let error = seen[1].as_ref().unwrap_err();
+        assert_eq!(error.code, SqlState::QUERY_CANCELED);
+        assert!(failed.load(Ordering::Acquire));
+    }
+}
