@@ -11,6 +11,8 @@
 //!   3); DataFusion truncates.
 //! - text to timestamp: PostgreSQL reads `'2024-03-05 10:00'` (no
 //!   seconds); Arrow's parser wants them.
+//! - text to interval and to bytea: PostgreSQL's input forms
+//!   ([`crate::text_input`]).
 //!
 //! Writes assign values with [`assign_cast`], which applies the same text
 //! casts (a write of literal rows is evaluated without the analyzer).
@@ -19,7 +21,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, Decimal128Array, Float64Array, IntervalMonthDayNanoArray,
+};
 use datafusion::arrow::compute::{cast, cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
@@ -45,6 +49,10 @@ enum Step {
     RoundDecimal,
     /// Text to timestamp, also without seconds.
     TextToTimestamp,
+    /// Text to interval, in PostgreSQL's input forms.
+    TextToInterval,
+    /// Text to bytea: hex (`\x0102`) or escaped.
+    TextToBytea,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -72,6 +80,8 @@ impl ScalarUDFImpl for CastStep {
             Step::RoundTiesEven => "weir_round_ties_even",
             Step::RoundDecimal => "weir_round_decimal",
             Step::TextToTimestamp => "weir_text_to_timestamp",
+            Step::TextToInterval => "weir_text_to_interval",
+            Step::TextToBytea => "weir_text_to_bytea",
         }
     }
 
@@ -97,6 +107,8 @@ impl ScalarUDFImpl for CastStep {
             }
             Step::RoundDecimal => round_decimal(&input)?,
             Step::TextToTimestamp => text_to_timestamp(&input, &self.output)?,
+            Step::TextToInterval => text_to_interval(&input, &self.output)?,
+            Step::TextToBytea => text_to_bytea(&input, &self.output)?,
         };
         if scalar {
             Ok(ColumnarValue::Scalar(
@@ -145,6 +157,50 @@ fn text_to_timestamp(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
         .collect();
     let completed: ArrayRef = Arc::new(completed);
     strict_cast(&completed, output).map_err(|_| first.into())
+}
+
+/// Text cast to an interval, read as PostgreSQL reads it; 22007 for text
+/// that is no interval.
+fn text_to_interval(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let text = cast(input, &DataType::Utf8)?;
+    let intervals = text
+        .as_string::<i32>()
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                crate::text_input::parse_interval(v).ok_or_else(|| {
+                    DataFusionError::External(Box::new(WeirError::new(
+                        SqlState::INVALID_DATETIME_FORMAT,
+                        format!("invalid input syntax for type interval: \"{v}\""),
+                    )))
+                })
+            })
+            .transpose()
+        })
+        .collect::<Result<IntervalMonthDayNanoArray>>()?;
+    Ok(strict_cast(&(Arc::new(intervals) as ArrayRef), output)?)
+}
+
+/// Text cast to bytea, read as PostgreSQL reads it; 22P02 for bad hex or
+/// escapes.
+fn text_to_bytea(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let text = cast(input, &DataType::Utf8)?;
+    let bytes = text
+        .as_string::<i32>()
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                crate::text_input::parse_bytea(v).ok_or_else(|| {
+                    DataFusionError::External(Box::new(WeirError::new(
+                        SqlState::INVALID_TEXT_REPRESENTATION,
+                        "invalid input syntax for type bytea",
+                    )))
+                })
+            })
+            .transpose()
+        })
+        .collect::<Result<BinaryArray>>()?;
+    Ok(strict_cast(&(Arc::new(bytes) as ArrayRef), output)?)
 }
 
 /// A cast that fails on a value it cannot convert, as SQL's does (Arrow's
@@ -211,6 +267,15 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
         CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
     } else if is_text(from) && matches!(to, DataType::Timestamp(..)) {
         CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
+    } else if is_text(from) && matches!(to, DataType::Interval(_)) {
+        CastStep::udf(Step::TextToInterval, to).call(vec![*inner])
+    } else if is_text(from)
+        && matches!(
+            to,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+        )
+    {
+        CastStep::udf(Step::TextToBytea, to).call(vec![*inner])
     } else if is_float(from) && is_integer(&to) {
         rounded(Step::RoundTiesEven, DataType::Float64, *inner)
     } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {

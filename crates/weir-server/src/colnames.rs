@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
-    DataType as SqlType, Expr, Ident, Query, SelectItem, SetExpr, Statement,
+    DataType as SqlType, Expr, Ident, Query, SelectItem, SetExpr, Statement, TimezoneInfo,
 };
 
 /// `schema` with PostgreSQL's column names for `statement`'s output, where
@@ -116,29 +116,43 @@ fn disambiguate_query(query: &mut Query) {
 
 /// The name an expression gives its column, if it gives one.
 fn figure(expr: &Expr) -> Option<String> {
+    figure_with_strength(expr).map(|(name, _)| name)
+}
+
+/// How surely an expression names its column: a cast's type name yields
+/// to any other name, as in PostgreSQL's `FigureColnameInternal`.
+#[derive(PartialEq, PartialOrd)]
+enum Strength {
+    TypeName,
+    Named,
+}
+
+fn figure_with_strength(expr: &Expr) -> Option<(String, Strength)> {
+    let named = |name: &str| Some((name.to_owned(), Strength::Named));
     match expr {
-        Expr::Identifier(ident) => Some(crate::catalog::normalize_ident(ident)),
-        Expr::CompoundIdentifier(parts) => parts.last().map(crate::catalog::normalize_ident),
-        Expr::Function(f) => f
-            .name
-            .0
-            .last()
-            .and_then(|p| p.as_ident())
-            .map(|i| i.value.to_lowercase()),
+        Expr::Identifier(ident) => named(&crate::catalog::normalize_ident(ident)),
+        Expr::CompoundIdentifier(parts) => named(&crate::catalog::normalize_ident(parts.last()?)),
+        Expr::Function(f) => named(&f.name.0.last()?.as_ident()?.value.to_lowercase()),
         Expr::Cast {
             expr, data_type, ..
-        } => figure(expr).or_else(|| type_name(data_type)),
-        Expr::Nested(inner) => figure(inner),
-        Expr::Case { .. } => Some("case".to_owned()),
-        Expr::Exists { .. } => Some("exists".to_owned()),
-        Expr::Subquery(query) => query_names(query)?.into_iter().next(),
-        Expr::Array(_) => Some("array".to_owned()),
-        Expr::Extract { .. } => Some("extract".to_owned()),
-        Expr::Substring { .. } => Some("substring".to_owned()),
-        Expr::Trim { .. } => Some("btrim".to_owned()),
-        Expr::Position { .. } => Some("position".to_owned()),
-        Expr::Ceil { .. } => Some("ceil".to_owned()),
-        Expr::Floor { .. } => Some("floor".to_owned()),
+        } => match figure_with_strength(expr) {
+            Some((name, Strength::Named)) => Some((name, Strength::Named)),
+            _ => type_name(data_type).map(|t| (t, Strength::TypeName)),
+        },
+        Expr::TypedString(typed) => type_name(&typed.data_type).map(|t| (t, Strength::TypeName)),
+        Expr::Interval(_) => Some(("interval".to_owned(), Strength::TypeName)),
+        Expr::Nested(inner) => figure_with_strength(inner),
+        Expr::CompoundFieldAccess { root, .. } => figure_with_strength(root),
+        Expr::Case { .. } => named("case"),
+        Expr::Exists { .. } => named("exists"),
+        Expr::Subquery(query) => named(&query_names(query)?.into_iter().next()?),
+        Expr::Array(_) => named("array"),
+        Expr::Extract { .. } => named("extract"),
+        Expr::Substring { shorthand, .. } => named(if *shorthand { "substr" } else { "substring" }),
+        Expr::Trim { .. } => named("btrim"),
+        Expr::Position { .. } => named("position"),
+        Expr::Ceil { .. } => named("ceil"),
+        Expr::Floor { .. } => named("floor"),
         _ => None,
     }
 }
@@ -156,10 +170,15 @@ fn type_name(data_type: &SqlType) -> Option<String> {
         SqlType::Varchar(_) | SqlType::CharacterVarying(_) => "varchar",
         SqlType::Boolean | SqlType::Bool => "bool",
         SqlType::Date => "date",
-        SqlType::Timestamp(..) => "timestamp",
+        SqlType::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => "timestamp",
+        SqlType::Timestamp(..) => "timestamptz",
         SqlType::Time(..) => "time",
         SqlType::Interval { .. } => "interval",
         SqlType::Bytea => "bytea",
+        SqlType::JSON => "json",
+        SqlType::JSONB => "jsonb",
+        SqlType::Uuid => "uuid",
+        SqlType::Custom(name, _) => return Some(name.to_string().to_lowercase()),
         _ => return None,
     };
     Some(name.to_owned())
@@ -182,6 +201,10 @@ mod tests {
         assert_eq!(
             names("SELECT count(*), t.total, 1, a + b, x AS y, sum(v)::int, 1::int, CASE WHEN a THEN 1 END FROM t").unwrap(),
             vec!["count", "total", "?column?", "?column?", "y", "sum", "int4", "case"]
+        );
+        assert_eq!(
+            names("SELECT 2.5::float8::int, x::text::int, INTERVAL '1 day', TIMESTAMP '2024-01-01', '{}'::jsonb, (ARRAY[1])[1], substr('a', 1)").unwrap(),
+            vec!["int4", "x", "interval", "timestamp", "jsonb", "array", "substr"]
         );
         assert_eq!(names("SELECT * FROM t"), None);
         assert_eq!(

@@ -834,7 +834,10 @@ async fn describe(
         sql.as_ref(),
         Statement::Query(_) | Statement::Explain { .. }
     )
-    .then(|| crate::colnames::wire_schema(sql, Arc::new(plan.schema().as_arrow().clone())));
+    .then(|| {
+        let types = crate::rows::wire_types(&Arc::new(plan.schema().as_arrow().clone()));
+        crate::colnames::wire_schema(sql, types)
+    });
     Ok(Described {
         types,
         wire_types,

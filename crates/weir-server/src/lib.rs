@@ -51,6 +51,7 @@ mod settings;
 mod source;
 mod statement;
 mod system;
+mod text_input;
 pub mod tls;
 mod to_char;
 pub mod transaction;

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::stream::{self, BoxStream};
@@ -32,6 +34,52 @@ pub async fn start(mut batches: SendableRecordBatchStream) -> WeirResult<RowStre
     };
     let rest = batches.map(|batch| batch.map_err(WeirError::from));
     Ok(stream::iter(first.map(Ok)).chain(rest).boxed())
+}
+
+/// `schema` with the types its rows are sent as: PostgreSQL has no
+/// unsigned integers, so DataFusion's `UInt64` results (`row_number()`,
+/// `array_length`) are sent as `bigint`, not `numeric`.
+pub fn wire_types(schema: &SchemaRef) -> SchemaRef {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| f.data_type() == &DataType::UInt64)
+    {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::UInt64 => f.as_ref().clone().with_data_type(DataType::Int64),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `rows` cast to `schema`'s types (see [`wire_types`]); a value that does
+/// not fit fails with 22003 rather than changing.
+pub fn cast_to(rows: RowStream, schema: SchemaRef) -> RowStream {
+    rows.map(move |batch| {
+        let batch = batch?;
+        if batch.schema().fields() == schema.fields() {
+            return Ok(batch);
+        }
+        let options = CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(c, f)| cast_with_options(c, f.data_type(), &options))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| WeirError::new(SqlState::NUMERIC_OUT_OF_RANGE, e.to_string()))?;
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    })
+    .boxed()
 }
 
 /// All the rows, in memory.
@@ -84,7 +132,6 @@ where
 mod tests {
     use super::*;
     use datafusion::arrow::array::Int32Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use std::time::Duration;
 
     fn batch(n: i32) -> RecordBatch {

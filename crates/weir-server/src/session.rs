@@ -368,9 +368,9 @@ impl Session {
     /// [`crate::rows::start`]).
     pub async fn stream(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, RowStream)> {
         let frame = self.ctx.execute_logical_plan(plan).await?;
-        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let schema = crate::rows::wire_types(&Arc::new(frame.schema().as_arrow().clone()));
         let rows = crate::rows::start(frame.execute_stream().await?).await?;
-        Ok((schema, rows))
+        Ok((schema.clone(), crate::rows::cast_to(rows, schema)))
     }
 
     /// Runs a plan to completion. The result may take at most as much

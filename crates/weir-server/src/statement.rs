@@ -200,7 +200,19 @@ fn show(
         "time zone" => session.settings.lock().get("timezone")?.to_owned(),
         other => session.settings.lock().get(other)?.to_owned(),
     };
-    Output::text_columns(&[&name.replace(' ', "_")], vec![vec![value]])
+    Output::text_columns(&[&shown_name(&name)], vec![vec![value]])
+}
+
+/// The column name of `SHOW name`: the parameter's name as PostgreSQL
+/// spells it (`DateStyle`, `TimeZone`).
+fn shown_name(name: &str) -> String {
+    match name {
+        "datestyle" => "DateStyle".into(),
+        "intervalstyle" => "IntervalStyle".into(),
+        "timezone" | "time zone" => "TimeZone".into(),
+        "transaction isolation level" => "transaction_isolation".into(),
+        other => other.replace(' ', "_"),
+    }
 }
 
 /// The text of a `SET` value as PostgreSQL would store it.

@@ -23,8 +23,10 @@
 mod depth;
 mod escapes;
 mod fetch;
+mod numbers;
 mod parse;
 mod stream_plan;
+mod subquery_ops;
 mod values;
 
 pub use depth::is_deep;

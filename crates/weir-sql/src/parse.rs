@@ -68,7 +68,8 @@ static COMPAT: LazyLock<PostgresCompatibilityParser> =
 pub fn parse(sql: &str) -> Result<Vec<WeirStatement>, ParseError> {
     let sql = crate::escapes::decode_escape_strings(sql)?;
     let sql = sql.as_ref();
-    if let Some(insert) = crate::values::parse_insert_values(sql) {
+    if let Some(mut insert) = crate::values::parse_insert_values(sql) {
+        crate::numbers::widen_huge_literals(&mut insert);
         return Ok(vec![WeirStatement::Sql(Box::new(insert))]);
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
@@ -165,8 +166,11 @@ fn parse_segment(
                     .to_owned();
                 ParseError::Syntax(message)
             })?;
-            for statement in &parsed {
+            let mut parsed = parsed;
+            for statement in &mut parsed {
                 crate::depth::check_depth(statement)?;
+                crate::numbers::widen_huge_literals(statement);
+                crate::subquery_ops::rewrite_quantified_subqueries(statement);
             }
             out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
             Ok(())

@@ -7,6 +7,7 @@ mod bad_input;
 mod cluster;
 mod common;
 mod crash;
+mod differential;
 mod drivers;
 mod fuzz;
 mod protocol;

@@ -280,7 +280,8 @@ where
                 ty.clone(),
             )))?,
         };
-        write!(out, "{}", self.format(fmt))?;
+        let fmt = postgres_fraction(fmt, self.timestamp_subsec_nanos());
+        write!(out, "{}", self.format(&fmt))?;
         Ok(IsNull::No)
     }
 }
@@ -306,7 +307,8 @@ impl ToSqlText for NaiveDateTime {
                 ty.clone(),
             )))?,
         };
-        write!(out, "{}", self.format(fmt))?;
+        let fmt = postgres_fraction(fmt, self.and_utc().timestamp_subsec_nanos());
+        write!(out, "{}", self.format(&fmt))?;
         Ok(IsNull::No)
     }
 }
@@ -349,9 +351,25 @@ impl ToSqlText for NaiveTime {
                 ty.clone(),
             )));
         }
-        write!(out, "{}", self.format("%H:%M:%S%.6f"))?;
+        use chrono::Timelike;
+        let fmt = postgres_fraction("%H:%M:%S%.6f", self.nanosecond());
+        write!(out, "{}", self.format(&fmt))?;
         Ok(IsNull::No)
     }
+}
+
+/// Weir: `fmt` with its fixed six fraction digits (`%.6f`) replaced by the
+/// microseconds of `nanos` as PostgreSQL writes them: none when zero, else
+/// without trailing zeros (`10:00:00`, `10:00:00.5`).
+#[cfg(feature = "pg-type-chrono")]
+fn postgres_fraction(fmt: &str, nanos: u32) -> String {
+    let micros = (nanos % 1_000_000_000) / 1_000;
+    let fraction = if micros == 0 {
+        String::new()
+    } else {
+        format!(".{micros:06}").trim_end_matches('0').to_owned()
+    };
+    fmt.replace("%.6f", &fraction)
 }
 
 #[cfg(feature = "pg-type-chrono")]

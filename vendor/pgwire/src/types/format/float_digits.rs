@@ -45,16 +45,15 @@ impl ExtraFloatDigits {
             };
         }
 
+        // Weir: PostgreSQL keeps the sign of zero.
         if value == 0.0 {
-            return "0".to_smolstr();
+            return if value.is_sign_negative() { "-0" } else { "0" }.to_smolstr();
         }
 
-        // For extra_float_digits >= 1, use ryu for shortest-precise format
-        // This preserves the original binary float value exactly
-        // At most 17 digits for f64
+        // Weir: shortest exact digits, laid out as PostgreSQL's float8out
+        // lays them out (`1`, `1e+16`, `1.5e-07`).
         if extra >= 1 {
-            let mut buffer = ryu::Buffer::new();
-            return buffer.format(value).to_smolstr();
+            return postgres_layout(&format!("{value:e}"), Self::DBL_DIG as i32);
         }
 
         // For negative values, round to DBL_DIG + extra_float_digits significant digits
@@ -80,22 +79,48 @@ impl ExtraFloatDigits {
             };
         }
 
+        // Weir: PostgreSQL keeps the sign of zero.
         if value == 0.0 {
-            return "0".to_smolstr();
+            return if value.is_sign_negative() { "-0" } else { "0" }.to_smolstr();
         }
 
-        // For extra_float_digits >= 1, use ryu for shortest-precise format
-        // This preserves the original binary float value exactly
-        // At most 9 digits for f32
+        // Weir: shortest exact digits, laid out as PostgreSQL's float4out
+        // lays them out (`1`, `1e+06`, `1.5e-07`).
         if extra >= 1 {
-            let mut buffer = ryu::Buffer::new();
-            return buffer.format(value).to_smolstr();
+            return postgres_layout(&format!("{value:e}"), Self::FLT_DIG as i32);
         }
 
         // For negative values, round to FLT_DIG + extra_float_digits significant digits
         // FLT_DIG = 6 for f32
         let sig_digits = (Self::FLT_DIG + extra).max(0) as usize;
         format_with_significant_digits(value as f64, sig_digits)
+    }
+}
+
+/// Weir: a float's shortest digits, from Rust's `{:e}` form (`-1.5e-7`),
+/// laid out as PostgreSQL does: positional when the decimal exponent is
+/// from -4 to below `digits` (15 for double, 6 for real), else scientific
+/// with a signed exponent of at least two digits.
+fn postgres_layout(scientific: &str, digits: i32) -> SmolStr {
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    if exponent < -4 || exponent >= digits {
+        let exponent_sign = if exponent < 0 { '-' } else { '+' };
+        return format_smolstr!("{sign}{mantissa}e{exponent_sign}{:02}", exponent.abs());
+    }
+    let figures: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let point = exponent + 1;
+    if point <= 0 {
+        format_smolstr!("{sign}0.{}{figures}", "0".repeat((-point) as usize))
+    } else if point as usize >= figures.len() {
+        format_smolstr!("{sign}{figures}{}", "0".repeat(point as usize - figures.len()))
+    } else {
+        let (whole, fraction) = figures.split_at(point as usize);
+        format_smolstr!("{sign}{whole}.{fraction}")
     }
 }
 
