@@ -20,6 +20,7 @@ mod aggregates;
 mod auth;
 mod casts;
 pub mod catalog;
+mod catalog_functions;
 mod checked;
 pub mod cluster;
 mod colnames;

@@ -224,6 +224,7 @@ pub fn session_context(
         }
     }
     crate::json::register(&ctx)?;
+    crate::catalog_functions::register(&ctx);
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());

@@ -1,7 +1,9 @@
 //! Sessions of real client drivers: the scripts in `tests/drivers/`, each
 //! run against a fresh server. What each covers is in `docs/drivers.md`.
-//! They need `python3` with the drivers installed (`.ci/run` installs
-//! them); a missing driver fails the test.
+//! They need `python3` with psycopg, asyncpg and SQLAlchemy, and `node`
+//! with pg, pg-cursor, pg-copy-streams and postgres installed where
+//! `WEIR_TEST_NODE_MODULES` points (`.ci/run` installs them all); a
+//! missing driver fails the test.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,11 +15,24 @@ const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers");
 /// Runs `script` with `dsn` and asserts that it ended with "ok".
 fn run_session(script: &str, dsn: &str) {
     let path = Path::new(SCRIPTS).join(script);
-    let output = Command::new("python3")
+    let mut command = if script.ends_with(".js") {
+        let modules = std::env::var("WEIR_TEST_NODE_MODULES").unwrap_or_else(|_| {
+            panic!(
+                "the node driver sessions need WEIR_TEST_NODE_MODULES, a node_modules folder \
+                 with pg, pg-cursor, pg-copy-streams and postgres (.ci/run installs them)"
+            )
+        });
+        let mut node = Command::new("node");
+        node.env("NODE_PATH", modules);
+        node
+    } else {
+        Command::new("python3")
+    };
+    let output = command
         .arg(&path)
         .arg(dsn)
         .output()
-        .expect("python3 must be installed");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -43,6 +58,36 @@ async fn asyncpg_session() {
     let port = server.addr.port();
     run_session(
         "asyncpg_session.py",
+        &format!("postgresql://weir@127.0.0.1:{port}/weir"),
+    );
+}
+
+#[tokio::test]
+async fn sqlalchemy_session() {
+    let server = TestServer::start().await;
+    let port = server.addr.port();
+    run_session(
+        "sqlalchemy_session.py",
+        &format!("weir@127.0.0.1:{port}/weir"),
+    );
+}
+
+#[tokio::test]
+async fn node_pg_session() {
+    let server = TestServer::start().await;
+    let port = server.addr.port();
+    run_session(
+        "node_pg_session.js",
+        &format!("postgresql://weir@127.0.0.1:{port}/weir"),
+    );
+}
+
+#[tokio::test]
+async fn postgres_js_session() {
+    let server = TestServer::start().await;
+    let port = server.addr.port();
+    run_session(
+        "postgres_js_session.js",
         &format!("postgresql://weir@127.0.0.1:{port}/weir"),
     );
 }

@@ -1,0 +1,141 @@
+"""A SQLAlchemy 2 session against Weir (psycopg 3 underneath):
+python3 sqlalchemy_session.py DSN.
+
+The dialect initialises (it reads the server version, settings and
+savepoint support), a table is orders from the catalog (columns, types,
+nullability, primary key), Core inserts with parameters and selects with
+bound filters, the ORM adds, queries, updates and deletes objects in
+transactions (one rolled back, one failed on a duplicate key inside a
+savepoint), and a materialized view is read after FLUSH. Any difference
+raises; the last line printed is "ok".
+"""
+
+import datetime
+import decimal
+import sys
+from typing import Optional
+
+from sqlalchemy import (
+    Date,
+    Integer,
+    Numeric,
+    String,
+    create_engine,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+
+def check(what, got, expected):
+    if got != expected:
+        raise AssertionError(f"{what}: got {got!r}, expected {expected!r}")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "sa_orders"
+    # Weir has no sequences yet, so no SERIAL: keys are given.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    customer: Mapped[str] = mapped_column(String, nullable=False)
+    amount: Mapped[Optional[decimal.Decimal]] = mapped_column(Numeric(10, 2))
+    placed: Mapped[Optional[datetime.date]] = mapped_column(Date)
+
+
+def main(dsn):
+    engine = create_engine(f"postgresql+psycopg://{dsn}")
+    # Weir runs DDL outside transaction blocks: DDL goes through an
+    # autocommit connection (docs/drivers.md).
+    ddl = engine.execution_options(isolation_level="AUTOCOMMIT")
+    with ddl.connect() as conn:
+        conn.execute(text("DROP MATERIALIZED VIEW IF EXISTS sa_totals"))
+        conn.execute(text("DROP TABLE IF EXISTS sa_orders"))
+        Base.metadata.create_all(conn)
+
+    # The catalog: the table is listed. (Column reflection, get_columns,
+    # is not supported yet: docs/drivers.md.)
+    inspector = inspect(engine)
+    check("tables", "sa_orders" in inspector.get_table_names(), True)
+    check("has table", inspector.has_table("sa_orders"), True)
+    check("no such table", inspector.has_table("sa_missing"), False)
+    orders = Order.__table__
+
+    # Core: parameters in, typed rows out.
+    with engine.begin() as conn:
+        conn.execute(
+            insert(orders),
+            [
+                {"id": 1, "customer": "ann", "amount": decimal.Decimal("10.50"), "placed": datetime.date(2024, 1, 1)},
+                {"id": 2, "customer": "bob", "amount": decimal.Decimal("20.00"), "placed": datetime.date(2024, 1, 2)},
+            ],
+        )
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(orders.c.customer, orders.c.amount)
+            .where(orders.c.amount > decimal.Decimal("15"))
+            .order_by(orders.c.id)
+        ).all()
+        check("core select", [tuple(r) for r in rows], [("bob", decimal.Decimal("20.00"))])
+        total = conn.execute(select(func.sum(orders.c.amount))).scalar_one()
+        check("core sum", total, decimal.Decimal("30.50"))
+
+    # ORM: a unit of work, a rollback, a failed savepoint.
+    with Session(engine) as session:
+        session.add(Order(id=3, customer="cy", amount=decimal.Decimal("5.25"), placed=datetime.date(2024, 1, 3)))
+        session.commit()
+        order = session.get(Order, 3)
+        check("orm get", (order.customer, order.amount), ("cy", decimal.Decimal("5.25")))
+        order.amount = decimal.Decimal("6.00")
+        session.commit()
+        session.add(Order(id=4, customer="dee", amount=decimal.Decimal("1.00"), placed=datetime.date(2024, 1, 4)))
+        session.flush()
+        session.rollback()
+        check("rolled back", session.get(Order, 4), None)
+        with session.begin_nested():
+            pass
+        try:
+            with session.begin_nested():
+                session.add(Order(id=1, customer="dup", amount=None, placed=None))
+                session.flush()
+            raise AssertionError("a duplicate key was accepted")
+        except IntegrityError as error:
+            check("duplicate sqlstate", error.orig.sqlstate, "23505")
+        session.add(Order(id=5, customer="eve", amount=decimal.Decimal("7.75"), placed=None))
+        session.commit()
+        names = session.scalars(select(Order.customer).order_by(Order.id)).all()
+        check("orm names", names, ["ann", "bob", "cy", "eve"])
+        session.delete(session.get(Order, 2))
+        session.commit()
+        check("orm count", session.scalar(select(func.count()).select_from(Order)), 3)
+        amount = session.scalar(select(Order.amount).where(Order.id == 3))
+        check("orm update", amount, decimal.Decimal("6.00"))
+
+    # A materialized view, read after FLUSH.
+    with ddl.connect() as conn:
+        conn.execute(
+            text(
+                "CREATE MATERIALIZED VIEW sa_totals AS SELECT customer, sum(amount) AS total"
+                " FROM sa_orders GROUP BY customer"
+            )
+        )
+        conn.execute(text("INSERT INTO sa_orders VALUES (6, 'ann', 1.00, NULL)"))
+        conn.execute(text("FLUSH"))
+        totals = conn.execute(text("SELECT customer, total FROM sa_totals ORDER BY customer")).all()
+        check(
+            "view",
+            [tuple(r) for r in totals],
+            [("ann", decimal.Decimal("11.50")), ("cy", decimal.Decimal("6.00")), ("eve", decimal.Decimal("7.75"))],
+        )
+    engine.dispose()
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
