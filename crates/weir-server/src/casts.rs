@@ -13,6 +13,7 @@
 //!   seconds); Arrow's parser wants them.
 //! - text to interval and to bytea: PostgreSQL's input forms
 //!   ([`crate::text_input`]).
+//! - float to text: PostgreSQL's output form (`1`, `1e+16`, `Infinity`).
 //!
 //! Writes assign values with [`assign_cast`], which applies the same text
 //! casts (a write of literal rows is evaluated without the analyzer).
@@ -53,6 +54,8 @@ enum Step {
     TextToInterval,
     /// Text to bytea: hex (`\x0102`) or escaped.
     TextToBytea,
+    /// A float to text, written as PostgreSQL writes floats.
+    FloatToText,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -82,6 +85,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToTimestamp => "weir_text_to_timestamp",
             Step::TextToInterval => "weir_text_to_interval",
             Step::TextToBytea => "weir_text_to_bytea",
+            Step::FloatToText => "weir_float_to_text",
         }
     }
 
@@ -109,6 +113,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToTimestamp => text_to_timestamp(&input, &self.output)?,
             Step::TextToInterval => text_to_interval(&input, &self.output)?,
             Step::TextToBytea => text_to_bytea(&input, &self.output)?,
+            Step::FloatToText => float_to_text(&input, &self.output)?,
         };
         if scalar {
             Ok(ColumnarValue::Scalar(
@@ -203,6 +208,27 @@ fn text_to_bytea(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
     Ok(strict_cast(&(Arc::new(bytes) as ArrayRef), output)?)
 }
 
+/// A float cast to text as PostgreSQL writes floats (`1`, `1e+16`,
+/// `Infinity`), which is also how Weir sends them; Arrow writes `1.0`,
+/// `1e16` and `inf`.
+fn float_to_text(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    use pgwire::types::format::float_digits::ExtraFloatDigits;
+    let format = ExtraFloatDigits(1);
+    let text: datafusion::arrow::array::StringArray = match input.data_type() {
+        DataType::Float32 => input
+            .as_primitive::<datafusion::arrow::datatypes::Float32Type>()
+            .iter()
+            .map(|v| v.map(|v| format.format_f32(v)))
+            .collect(),
+        _ => cast(input, &DataType::Float64)?
+            .as_primitive::<Float64Type>()
+            .iter()
+            .map(|v| v.map(|v| format.format_f64(v)))
+            .collect(),
+    };
+    Ok(strict_cast(&(Arc::new(text) as ArrayRef), output)?)
+}
+
 /// A cast that fails on a value it cannot convert, as SQL's does (Arrow's
 /// default turns such values into NULL).
 fn strict_cast(
@@ -276,6 +302,8 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
         )
     {
         CastStep::udf(Step::TextToBytea, to).call(vec![*inner])
+    } else if is_float(from) && is_text(&to) {
+        CastStep::udf(Step::FloatToText, to).call(vec![*inner])
     } else if is_float(from) && is_integer(&to) {
         rounded(Step::RoundTiesEven, DataType::Float64, *inner)
     } else if matches!(from, DataType::Decimal128(..)) && is_integer(&to) {

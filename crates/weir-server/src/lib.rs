@@ -34,6 +34,8 @@ mod dml;
 pub mod error;
 mod functions;
 pub mod handler;
+mod info_schema;
+mod intervals;
 mod json;
 mod literals;
 pub mod metrics;

@@ -194,7 +194,8 @@ pub fn session_context(
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, SCHEMA)
         .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true)
+        // Weir registers its own information_schema (info_schema.rs).
+        .with_information_schema(false)
         .with_target_partitions(2);
     let options = config.options_mut();
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
@@ -208,6 +209,7 @@ pub fn session_context(
         .build();
     state.add_analyzer_rule(crate::checked::rule());
     state.add_analyzer_rule(crate::casts::rule());
+    state.add_analyzer_rule(crate::intervals::rule());
     let ctx = SessionContext::new_with_state(state);
     let catalog = MemoryCatalogProvider::new();
     catalog.register_schema(
@@ -215,6 +217,11 @@ pub fn session_context(
         Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref(), db)),
     )?;
     ctx.register_catalog(DATABASE, Arc::new(catalog));
+    if let Some(catalog) = ctx.catalog(DATABASE) {
+        let information_schema =
+            crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
+        catalog.register_schema("information_schema", Arc::new(information_schema))?;
+    }
     datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
         .map_err(|e| WeirError::from_datafusion(*e))?;
     if let Some(catalog) = ctx.catalog(DATABASE) {

@@ -229,7 +229,6 @@ SELECT '2024-03-05 10:00:00.123456'::timestamp;
 SELECT TIMESTAMP '2024-03-05 10:00:00' + INTERVAL '90 minutes';
 -- differs: a timestamp difference is kept in nanoseconds and printed as hours; PostgreSQL splits it into days and time (`justify_hours`)
 SELECT TIMESTAMP '2024-03-27 10:00:00' - TIMESTAMP '2024-03-05 10:00:01';
--- differs: intervals compare field by field (months, days, nanoseconds) in Arrow; PostgreSQL compares them as one length (1 day = 24 hours)
 SELECT (TIMESTAMP '2024-03-27 10:00:00' - TIMESTAMP '2024-03-05 10:00:00') > INTERVAL '7 days';
 SELECT TIMESTAMP '2024-03-05 10:00:00' < TIMESTAMP '2024-03-05 10:00:01';
 SELECT '10:30:00'::time;
@@ -237,7 +236,6 @@ SELECT TIME '10:30:00' + INTERVAL '45 minutes';
 SELECT '2024-03-05 10:00:00+02'::timestamptz;
 SELECT TIMESTAMPTZ '2024-03-05 10:00:00+00' = TIMESTAMPTZ '2024-03-05 12:00:00+02';
 SELECT INTERVAL '1 day';
--- differs: intervals compare field by field (months, days, nanoseconds) in Arrow; PostgreSQL compares them as one length (1 day = 24 hours)
 SELECT INTERVAL '24 hours' = INTERVAL '1 day';
 SELECT INTERVAL '1 day 2 hours 3 minutes';
 SELECT INTERVAL '90 minutes';
@@ -643,7 +641,6 @@ SELECT indexrelid::regclass, indisprimary FROM pg_index WHERE indrelid = 'orders
 SELECT column_name, column_default FROM information_schema.columns WHERE table_name = 'words' ORDER BY ordinal_position;
 -- differs: `information_schema.columns` has no character lengths and types its numeric columns `bigint`
 SELECT character_maximum_length FROM information_schema.columns WHERE table_name = 'words' AND column_name = 'v';
--- differs: `information_schema.columns` types its numeric columns `bigint`; PostgreSQL's are `integer`
 SELECT numeric_precision, numeric_scale FROM information_schema.columns WHERE table_name = 'nums' AND column_name = 'n';
 
 -- DML.
@@ -846,10 +843,24 @@ SELECT min(x), max(x) FROM (VALUES (1.5), (-2.25)) AS v(x);
 SELECT x::text FROM (VALUES (1.10), (2.5)) AS v(x) ORDER BY x;
 SELECT count(*) FROM (SELECT 1) s;
 SELECT * FROM (SELECT 1 AS a, 2 AS b) s;
--- differs: `x > ANY (subquery)` is planned wrongly by DataFusion 55 (no rows); `= ANY` and `<> ALL` are rewritten to `IN`/`NOT IN` and are right
 SELECT id FROM orders WHERE amount > ANY (SELECT amount FROM orders WHERE customer = 'bob') ORDER BY id;
 SELECT id FROM orders WHERE amount <> ALL (SELECT amount FROM orders WHERE customer = 'bob') ORDER BY id;
 SELECT '04:05:06'::interval, '1 days 43260 seconds 0 microseconds'::interval;
 SELECT '@ 1 day 2 hours ago'::interval;
 SELECT '\x0102'::bytea = 'abc'::bytea;
 SELECT 1.7e308::float8 / 10;
+SELECT id FROM orders WHERE amount >= ALL (SELECT amount FROM orders WHERE amount IS NOT NULL) ORDER BY id;
+SELECT id FROM orders WHERE amount < ANY (SELECT amount FROM orders WHERE customer = 'nobody') ORDER BY id;
+SELECT c.name FROM customers c WHERE 10 < ANY (SELECT o.amount FROM orders o WHERE o.customer = c.name) ORDER BY c.name;
+SELECT 5 > ANY (SELECT x FROM (VALUES (1), (NULL)) AS v(x));
+SELECT 0 > ANY (SELECT x FROM (VALUES (1), (NULL)) AS v(x));
+SELECT 5 > ALL (SELECT x FROM (VALUES (1), (NULL)) AS v(x));
+SELECT 5 > ALL (SELECT x FROM (VALUES (1)) AS v(x) WHERE false);
+SELECT 5 > ANY (SELECT x FROM (VALUES (1)) AS v(x) WHERE false);
+SELECT 1 <> ANY (SELECT x FROM (VALUES (1), (2)) AS v(x));
+SELECT 1 = ALL (SELECT x FROM (VALUES (1), (1)) AS v(x));
+SELECT NULL::int > ANY (SELECT 1);
+SELECT 1e16::float8::text, 'Infinity'::float8::text, 1::float8::text, 2.5::float4::text;
+SELECT f8::text FROM nums ORDER BY id;
+SELECT INTERVAL '25 hours' > INTERVAL '1 day', INTERVAL '1 month' = INTERVAL '30 days';
+SELECT id FROM times WHERE iv > INTERVAL '12 hours' ORDER BY id;
