@@ -164,47 +164,48 @@ fn text_to_timestamp(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
     strict_cast(&completed, output).map_err(|_| first.into())
 }
 
+/// Each value of `input` (text) read with `parse`; a value it refuses is
+/// the error `refused` makes of it.
+fn parse_text<T, A>(
+    input: &ArrayRef,
+    parse: impl Fn(&str) -> Option<T>,
+    refused: impl Fn(&str) -> WeirError,
+) -> Result<A>
+where
+    A: FromIterator<Option<T>>,
+{
+    let text = cast(input, &DataType::Utf8)?;
+    text.as_string::<i32>()
+        .iter()
+        .map(|v| {
+            v.map(|v| parse(v).ok_or_else(|| DataFusionError::External(Box::new(refused(v)))))
+                .transpose()
+        })
+        .collect()
+}
+
 /// Text cast to an interval, read as PostgreSQL reads it; 22007 for text
 /// that is no interval.
 fn text_to_interval(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
-    let text = cast(input, &DataType::Utf8)?;
-    let intervals = text
-        .as_string::<i32>()
-        .iter()
-        .map(|v| {
-            v.map(|v| {
-                crate::text_input::parse_interval(v).ok_or_else(|| {
-                    DataFusionError::External(Box::new(WeirError::new(
-                        SqlState::INVALID_DATETIME_FORMAT,
-                        format!("invalid input syntax for type interval: \"{v}\""),
-                    )))
-                })
-            })
-            .transpose()
-        })
-        .collect::<Result<IntervalMonthDayNanoArray>>()?;
+    let intervals: IntervalMonthDayNanoArray =
+        parse_text(input, crate::text_input::parse_interval, |v| {
+            WeirError::new(
+                SqlState::INVALID_DATETIME_FORMAT,
+                format!("invalid input syntax for type interval: \"{v}\""),
+            )
+        })?;
     Ok(strict_cast(&(Arc::new(intervals) as ArrayRef), output)?)
 }
 
 /// Text cast to bytea, read as PostgreSQL reads it; 22P02 for bad hex or
 /// escapes.
 fn text_to_bytea(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
-    let text = cast(input, &DataType::Utf8)?;
-    let bytes = text
-        .as_string::<i32>()
-        .iter()
-        .map(|v| {
-            v.map(|v| {
-                crate::text_input::parse_bytea(v).ok_or_else(|| {
-                    DataFusionError::External(Box::new(WeirError::new(
-                        SqlState::INVALID_TEXT_REPRESENTATION,
-                        "invalid input syntax for type bytea",
-                    )))
-                })
-            })
-            .transpose()
-        })
-        .collect::<Result<BinaryArray>>()?;
+    let bytes: BinaryArray = parse_text(input, crate::text_input::parse_bytea, |_| {
+        WeirError::new(
+            SqlState::INVALID_TEXT_REPRESENTATION,
+            "invalid input syntax for type bytea",
+        )
+    })?;
     Ok(strict_cast(&(Arc::new(bytes) as ArrayRef), output)?)
 }
 

@@ -10,20 +10,12 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
 use datafusion::prelude::SessionContext;
 
+use crate::functions::rows_of;
+
 /// Registers the functions in `ctx`.
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(pg_get_serial_sequence());
     ctx.register_udf(pg_collation_is_visible());
-}
-
-/// The number of rows of a call's arguments.
-fn rows_of(args: &[ColumnarValue]) -> usize {
-    args.iter()
-        .find_map(|a| match a {
-            ColumnarValue::Array(array) => Some(array.len()),
-            ColumnarValue::Scalar(_) => None,
-        })
-        .unwrap_or(1)
 }
 
 /// `pg_get_serial_sequence(table, column)`: the sequence behind a serial

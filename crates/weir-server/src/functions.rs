@@ -127,7 +127,8 @@ fn set_config(settings: SharedSettings) -> ScalarUDF {
     udf("set_config", signature, DataType::Utf8, function)
 }
 
-fn rows_of(args: &[ColumnarValue]) -> usize {
+/// The number of rows of a call's arguments (1 when all are scalars).
+pub fn rows_of(args: &[ColumnarValue]) -> usize {
     args.iter()
         .find_map(|a| match a {
             ColumnarValue::Array(array) => Some(array.len()),

@@ -9,23 +9,32 @@
 //! (`21 days 23:59:59`, `justify_hours`).
 //!
 //! The analyzer rule [`rule`] runs after type coercion and rewrites a
-//! comparison of two intervals into a comparison of their lengths
-//! ([`interval_length`], exact in a 128-bit decimal), and a difference of
-//! two timestamps into its justified form.
+//! comparison of two intervals into a comparison of their lengths (exact
+//! in a 128-bit decimal), and a difference of two timestamps into its
+//! justified form. DataFusion cannot multiply or divide an interval by a
+//! number at all; [`IntervalArithmetic`] plans `interval * n` and
+//! `interval / n` as PostgreSQL's `interval_mul` computes them (fractions
+//! of months spill into days, of days into time).
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Decimal128Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, Decimal128Array, IntervalMonthDayNanoArray};
 use datafusion::arrow::compute::kernels::cast::cast;
-use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
+use datafusion::arrow::datatypes::{
+    DataType, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit,
+};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
+use datafusion::sql::sqlparser::ast::BinaryOperator as SqlOperator;
+
+use crate::error::{SqlState, WeirError};
 
 const NANOS_PER_DAY: i128 = 86_400_000_000_000;
 const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
@@ -53,6 +62,10 @@ enum Kind {
     Length,
     /// `interval` → the same interval with whole days in the day field.
     JustifyHours,
+    /// `(interval, double precision)` → the interval times the number.
+    Multiply,
+    /// `(interval, double precision)` → the interval divided by the number.
+    Divide,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -65,7 +78,12 @@ impl IntervalFunction {
     fn udf(kind: Kind) -> ScalarUDF {
         ScalarUDF::new_from_impl(IntervalFunction {
             kind,
-            signature: Signature::any(1, Volatility::Immutable),
+            signature: match kind {
+                Kind::Length | Kind::JustifyHours => Signature::any(1, Volatility::Immutable),
+                Kind::Multiply | Kind::Divide => {
+                    Signature::exact(vec![INTERVAL, DataType::Float64], Volatility::Immutable)
+                }
+            },
         })
     }
 }
@@ -75,6 +93,8 @@ impl ScalarUDFImpl for IntervalFunction {
         match self.kind {
             Kind::Length => "weir_interval_length",
             Kind::JustifyHours => "weir_justify_hours",
+            Kind::Multiply => "weir_interval_mul",
+            Kind::Divide => "weir_interval_div",
         }
     }
 
@@ -85,16 +105,18 @@ impl ScalarUDFImpl for IntervalFunction {
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
         Ok(match self.kind {
             Kind::Length => DataType::Decimal128(38, 0),
-            Kind::JustifyHours => INTERVAL,
+            Kind::JustifyHours | Kind::Multiply | Kind::Divide => INTERVAL,
         })
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if matches!(self.kind, Kind::Multiply | Kind::Divide) {
+            return scale(&args, self.kind == Kind::Divide);
+        }
         let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
         let input = args.args[0].to_array(args.number_rows.max(1))?;
         let intervals = cast(&input, &INTERVAL)?;
-        let intervals =
-            intervals.as_primitive::<datafusion::arrow::datatypes::IntervalMonthDayNanoType>();
+        let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
         let result: ArrayRef = match self.kind {
             Kind::Length => Arc::new(
                 intervals
@@ -103,11 +125,10 @@ impl ScalarUDFImpl for IntervalFunction {
                     .collect::<Decimal128Array>()
                     .with_precision_and_scale(38, 0)?,
             ),
-            Kind::JustifyHours => Arc::new(
-                intervals.unary::<_, datafusion::arrow::datatypes::IntervalMonthDayNanoType>(
-                    justify_hours,
-                ),
-            ),
+            Kind::JustifyHours => {
+                Arc::new(intervals.unary::<_, IntervalMonthDayNanoType>(justify_hours))
+            }
+            Kind::Multiply | Kind::Divide => unreachable!("scaled above"),
         };
         if scalar {
             Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
@@ -117,6 +138,114 @@ impl ScalarUDFImpl for IntervalFunction {
             Ok(ColumnarValue::Array(result))
         }
     }
+}
+
+/// `interval * factor` as PostgreSQL's `interval_mul` computes it: each
+/// field scaled, the fraction of the months spilled into days (30 per
+/// month) and the fraction of the days into time, to the microsecond.
+fn multiply(value: IntervalMonthDayNano, factor: f64) -> Option<IntervalMonthDayNano> {
+    const SECONDS_PER_DAY: f64 = 86_400.0;
+    let months = value.months as f64 * factor;
+    let days = value.days as f64 * factor;
+    let (whole_months, whole_days) = (months.trunc(), days.trunc());
+    let month_days = ((months - whole_months) * 30.0 * 1e6).round() / 1e6;
+    let mut seconds =
+        ((days - whole_days + month_days.fract()) * SECONDS_PER_DAY * 1e6).round() / 1e6;
+    let mut day_total = whole_days + month_days.trunc();
+    if seconds.abs() >= SECONDS_PER_DAY {
+        let spill = (seconds / SECONDS_PER_DAY).trunc();
+        day_total += spill;
+        seconds -= spill * SECONDS_PER_DAY;
+    }
+    let nanos = ((value.nanoseconds as f64 * factor / 1e3).round() + (seconds * 1e6).round()) * 1e3;
+    let fits = |v: f64, max: f64| v.is_finite() && v.abs() <= max;
+    (fits(whole_months, i32::MAX as f64) && fits(day_total, i32::MAX as f64) && fits(nanos, 9.2e18))
+        .then(|| IntervalMonthDayNano::new(whole_months as i32, day_total as i32, nanos as i64))
+}
+
+/// `interval * n` or `interval / n` over a batch; 22012 for a division by
+/// zero, 22008 for a result out of range.
+fn scale(args: &ScalarFunctionArgs, divide: bool) -> Result<ColumnarValue> {
+    let rows = args.number_rows.max(1);
+    let scalar = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    let intervals = args.args[0].to_array(rows)?;
+    let factors = args.args[1].to_array(rows)?;
+    let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
+    let factors = factors.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+    let result = intervals
+        .iter()
+        .zip(factors.iter())
+        .map(|(interval, factor)| {
+            let (Some(interval), Some(factor)) = (interval, factor) else {
+                return Ok(None);
+            };
+            if divide && factor == 0.0 {
+                return Err(datafusion::common::DataFusionError::External(Box::new(
+                    WeirError::new(SqlState::DIVISION_BY_ZERO, "division by zero"),
+                )));
+            }
+            let factor = if divide { 1.0 / factor } else { factor };
+            multiply(interval, factor).map(Some).ok_or_else(|| {
+                datafusion::common::DataFusionError::External(Box::new(WeirError::new(
+                    SqlState("22008"),
+                    "interval out of range",
+                )))
+            })
+        })
+        .collect::<Result<IntervalMonthDayNanoArray>>()?;
+    let result: ArrayRef = Arc::new(result);
+    Ok(if scalar {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&result, 0)?)
+    } else {
+        ColumnarValue::Array(result)
+    })
+}
+
+/// Plans `interval * number`, `number * interval` and `interval / number`
+/// (see the module documentation).
+#[derive(Debug)]
+pub struct IntervalArithmetic;
+
+impl ExprPlanner for IntervalArithmetic {
+    fn plan_binary_op(
+        &self,
+        expr: RawBinaryExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawBinaryExpr>> {
+        let divide = match expr.op {
+            SqlOperator::Multiply => false,
+            SqlOperator::Divide => true,
+            _ => return Ok(PlannerResult::Original(expr)),
+        };
+        let type_of = |e: &Expr| e.get_type(schema).ok();
+        let (left, right) = (type_of(&expr.left), type_of(&expr.right));
+        let number = |t: &Option<DataType>| t.as_ref().is_some_and(DataType::is_numeric);
+        let interval = |t: &Option<DataType>| t.as_ref().is_some_and(is_interval);
+        let (span, factor) = if interval(&left) && number(&right) {
+            (expr.left, expr.right)
+        } else if !divide && number(&left) && interval(&right) {
+            (expr.right, expr.left)
+        } else {
+            return Ok(PlannerResult::Original(expr));
+        };
+        let kind = if divide { Kind::Divide } else { Kind::Multiply };
+        let span = datafusion::logical_expr::cast(span, INTERVAL);
+        let factor = datafusion::logical_expr::cast(factor, DataType::Float64);
+        Ok(PlannerResult::Planned(
+            IntervalFunction::udf(kind).call(vec![span, factor]),
+        ))
+    }
+}
+
+/// Registers [`IntervalArithmetic`] with `ctx`'s planner.
+pub fn register(ctx: &datafusion::prelude::SessionContext) -> Result<()> {
+    use datafusion::execution::FunctionRegistry;
+    ctx.state_ref()
+        .write()
+        .register_expr_planner(Arc::new(IntervalArithmetic))
 }
 
 /// The rule (see the module documentation).
@@ -191,6 +320,27 @@ mod tests {
             30 * NANOS_PER_DAY
         );
         assert!(length(IntervalMonthDayNano::new(0, 0, 25 * 3_600_000_000_000)) > length(day));
+    }
+
+    #[test]
+    fn multiplying_spills_fractions_down() {
+        let hour = 3_600_000_000_000i64;
+        assert_eq!(
+            multiply(IntervalMonthDayNano::new(0, 1, 0), 2.0),
+            Some(IntervalMonthDayNano::new(0, 2, 0))
+        );
+        assert_eq!(
+            multiply(IntervalMonthDayNano::new(0, 1, 0), 0.5),
+            Some(IntervalMonthDayNano::new(0, 0, 12 * hour))
+        );
+        assert_eq!(
+            multiply(IntervalMonthDayNano::new(1, 0, 0), 1.5),
+            Some(IntervalMonthDayNano::new(1, 15, 0))
+        );
+        assert_eq!(
+            multiply(IntervalMonthDayNano::new(0, 0, hour), -3.0),
+            Some(IntervalMonthDayNano::new(0, 0, -3 * hour))
+        );
     }
 
     #[test]

@@ -232,9 +232,16 @@ pub fn session_context(
     }
     crate::json::register(&ctx)?;
     crate::catalog_functions::register(&ctx);
+    crate::intervals::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
+    ctx.register_udf(
+        datafusion::functions::math::ceil()
+            .as_ref()
+            .clone()
+            .with_aliases(["ceiling"]),
+    );
     ctx.register_udf(
         datafusion::functions::string::uuid()
             .as_ref()

@@ -25,6 +25,7 @@ mod escapes;
 mod fetch;
 mod numbers;
 mod parse;
+mod pg_forms;
 mod stream_plan;
 mod subquery_ops;
 mod values;

@@ -171,6 +171,7 @@ fn parse_segment(
                 crate::depth::check_depth(statement)?;
                 crate::numbers::widen_huge_literals(statement);
                 crate::subquery_ops::rewrite_quantified_subqueries(statement);
+                crate::pg_forms::rewrite(statement);
             }
             out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
             Ok(())
@@ -321,6 +322,15 @@ impl LineOffsets {
             .char_indices()
             .nth((location.column as usize).saturating_sub(1))
             .map_or(sql.len(), |(i, _)| line_start + i)
+    }
+}
+
+/// The text of the one statement `sql` parses into (tests of rewrites).
+#[cfg(test)]
+pub(crate) fn parsed_text(sql: &str) -> String {
+    match &parse(sql).expect("parses")[..] {
+        [WeirStatement::Sql(statement)] => statement.to_string(),
+        other => panic!("not one SQL statement: {other:?}"),
     }
 }
 

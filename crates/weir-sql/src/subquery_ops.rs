@@ -136,15 +136,7 @@ fn aggregate_of(query: &Query, aggregate: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{parse, WeirStatement};
-
-    fn rewritten(sql: &str) -> String {
-        let parsed = parse(sql).unwrap();
-        let WeirStatement::Sql(statement) = &parsed[0] else {
-            panic!()
-        };
-        statement.to_string()
-    }
+    use crate::parse::parsed_text as rewritten;
 
     #[test]
     fn equality_with_any_becomes_in() {

@@ -1,0 +1,177 @@
+//! PostgreSQL forms that DataFusion plans only when spelled another way,
+//! rewritten in the parsed statement:
+//!
+//! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`;
+//! - `EXISTS (subquery)` in a select list (DataFusion plans it only in
+//!   `WHERE`) is `(SELECT count(*) > 0 FROM ...)` over the subquery's own
+//!   `FROM` and `WHERE` where it is a plain select (a correlated one stays
+//!   correlated), else over it as a derived table;
+//! - `mod(a, b)` is `a % b` (its column is then named `?column?` where
+//!   PostgreSQL names it `mod`).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    GroupByExpr, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+/// Rewrites the forms of the module documentation in `statement`.
+pub fn rewrite(statement: &mut Statement) {
+    let _ = statement.visit(&mut Forms);
+}
+
+/// Visits every query (subqueries, views' and CTEs' included) and every
+/// expression.
+struct Forms;
+
+impl VisitorMut for Forms {
+    type Break = ();
+
+    fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        rewrite_query(query);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        mod_as_operator(expr);
+        ControlFlow::Continue(())
+    }
+}
+
+/// `FETCH FIRST` and select-list `EXISTS` in `query` and the selects it
+/// is made of (its subqueries are visited on their own).
+fn rewrite_query(query: &mut Query) {
+    fetch_first_as_limit(query);
+    let mut bodies = vec![query.body.as_mut()];
+    while let Some(body) = bodies.pop() {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => {
+                bodies.push(left.as_mut());
+                bodies.push(right.as_mut());
+            }
+            SetExpr::Select(select) => {
+                for item in &mut select.projection {
+                    if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
+                        item
+                    {
+                        let _ = visit_expressions_mut(e, |expr| {
+                            exists_as_count(expr);
+                            ControlFlow::<()>::Continue(())
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn fetch_first_as_limit(query: &mut Query) {
+    let Some(fetch) = &query.fetch else {
+        return;
+    };
+    if fetch.with_ties || fetch.percent {
+        return;
+    }
+    let Some(quantity) = fetch.quantity.clone() else {
+        return;
+    };
+    match &mut query.limit_clause {
+        None => {
+            query.limit_clause = Some(LimitClause::LimitOffset {
+                limit: Some(quantity),
+                offset: None,
+                limit_by: vec![],
+            })
+        }
+        Some(LimitClause::LimitOffset {
+            limit: limit @ None,
+            ..
+        }) => *limit = Some(quantity),
+        Some(_) => return,
+    }
+    query.fetch = None;
+}
+
+fn exists_as_count(expr: &mut Expr) {
+    let Expr::Exists { subquery, negated } = expr else {
+        return;
+    };
+    // Aliased `exists`, the subquery names its column as `EXISTS` does
+    // (`NOT EXISTS`, an operator, leaves it `?column?`).
+    let comparison = if *negated { "= 0" } else { "> 0 AS \"exists\"" };
+    let text = match subquery.body.as_ref() {
+        SetExpr::Select(select)
+            if select.group_by == GroupByExpr::Expressions(vec![], vec![])
+                && select.having.is_none()
+                && select.distinct.is_none()
+                && subquery.limit_clause.is_none()
+                && subquery.with.is_none() =>
+        {
+            let mut counted = subquery.clone();
+            if let SetExpr::Select(select) = counted.body.as_mut() {
+                select.projection = vec![SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(
+                    "weir_exists_count",
+                )))];
+            }
+            counted.order_by = None;
+            format!("({})", counted).replace(
+                "SELECT weir_exists_count",
+                &format!("SELECT count(*) {comparison}"),
+            )
+        }
+        _ => format!("(SELECT count(*) {comparison} FROM ({subquery}) AS weir_exists)"),
+    };
+    if let Ok(parsed) = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&text)
+        .and_then(|mut parser| parser.parse_expr())
+    {
+        *expr = parsed;
+    }
+}
+
+/// `mod(a, b)` as `(a % b)`.
+fn mod_as_operator(expr: &mut Expr) {
+    let Expr::Function(function) = expr else {
+        return;
+    };
+    if !function.name.to_string().eq_ignore_ascii_case("mod") {
+        return;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return;
+    };
+    if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(a)), FunctionArg::Unnamed(FunctionArgExpr::Expr(b))] =
+        list.args.as_slice()
+    {
+        *expr = Expr::Nested(Box::new(Expr::BinaryOp {
+            left: Box::new(a.clone()),
+            op: BinaryOperator::Modulo,
+            right: Box::new(b.clone()),
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse::parsed_text as rewritten;
+
+    #[test]
+    fn postgresql_forms_become_datafusion_forms() {
+        assert_eq!(
+            rewritten("SELECT id FROM t ORDER BY id FETCH FIRST 2 ROWS ONLY"),
+            "SELECT id FROM t ORDER BY id LIMIT 2"
+        );
+        assert_eq!(
+            rewritten("SELECT exists(SELECT 1 FROM u WHERE u.k = t.k), mod(7, 3) FROM t"),
+            "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"),
+            "SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"
+        );
+    }
+}
