@@ -70,8 +70,9 @@ fn query_names(query: &Query) -> Option<Vec<String>> {
 
 /// `statement` with an alias on each computed select-list item whose
 /// PostgreSQL name another item of the same list shares (`SELECT 1, 1`,
-/// `SELECT f(a), f(b)`): PostgreSQL allows equal column names, DataFusion
-/// wants its own names unique. The clients still see PostgreSQL's names
+/// `SELECT f(a), f(b)`), and a unique alias for each alias that another
+/// alias repeats (`SELECT 1 AS a, 2 AS a`): PostgreSQL allows equal column
+/// names, DataFusion wants its own names unique. The clients still see PostgreSQL's names
 /// ([`wire_schema`] works from the statement as written).
 pub fn disambiguate(statement: &Statement) -> Statement {
     let mut statement = statement.clone();
@@ -98,15 +99,37 @@ fn disambiguate_query(query: &mut Query) {
                     _ => None,
                 };
                 let names: Vec<Option<String>> = select.projection.iter().map(computed).collect();
-                for (i, item) in select.projection.iter_mut().enumerate() {
-                    let Some(name) = &names[i] else { continue };
-                    let shared = names.iter().filter(|n| n.as_ref() == Some(name)).count() > 1;
-                    if let (true, SelectItem::UnnamedExpr(expr)) = (shared, &*item) {
-                        *item = SelectItem::ExprWithAlias {
-                            expr: expr.clone(),
-                            alias: Ident::with_quote('"', format!("{name}_{}", i + 1)),
-                        };
+                let alias_of = |item: &SelectItem| match item {
+                    SelectItem::ExprWithAlias { alias, .. } => {
+                        Some(crate::catalog::normalize_ident(alias))
                     }
+                    _ => None,
+                };
+                let aliases: Vec<Option<String>> = select.projection.iter().map(alias_of).collect();
+                for (i, item) in select.projection.iter_mut().enumerate() {
+                    let shared_by = |all: &[Option<String>], name: &String| {
+                        all.iter().filter(|n| n.as_ref() == Some(name)).count() > 1
+                    };
+                    let unique = match (&*item, &names[i], &aliases[i]) {
+                        (SelectItem::UnnamedExpr(_), Some(name), _) if shared_by(&names, name) => {
+                            format!("{name}_{}", i + 1)
+                        }
+                        (SelectItem::ExprWithAlias { .. }, _, Some(alias))
+                            if shared_by(&aliases, alias) =>
+                        {
+                            format!("{alias}_{}", i + 1)
+                        }
+                        _ => continue,
+                    };
+                    let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) =
+                        &*item
+                    else {
+                        continue;
+                    };
+                    *item = SelectItem::ExprWithAlias {
+                        expr: expr.clone(),
+                        alias: Ident::with_quote('"', unique),
+                    };
                 }
             }
             _ => {}
@@ -217,18 +240,20 @@ mod tests {
 
     #[test]
     fn equal_names_get_aliases_for_the_planner_only() {
-        let statements = weir_sql::parse("SELECT 1, 1, a, a, count(*), f(x), f(y) FROM t").unwrap();
+        let statements =
+            weir_sql::parse("SELECT 1, 1, a, a, count(*), f(x), f(y), 1 AS b, 2 AS b FROM t")
+                .unwrap();
         let weir_sql::WeirStatement::Sql(statement) = &statements[0] else {
             panic!()
         };
         assert_eq!(
             disambiguate(statement).to_string(),
             "SELECT 1 AS \"?column?_1\", 1 AS \"?column?_2\", a AS \"a_3\", a AS \"a_4\", count(*), \
-             f(x) AS \"f_6\", f(y) AS \"f_7\" FROM t"
+             f(x) AS \"f_6\", f(y) AS \"f_7\", 1 AS \"b_8\", 2 AS \"b_9\" FROM t"
         );
         assert_eq!(
             output_names(statement).unwrap(),
-            vec!["?column?", "?column?", "a", "a", "count", "f", "f"]
+            vec!["?column?", "?column?", "a", "a", "count", "f", "f", "b", "b"]
         );
     }
 }

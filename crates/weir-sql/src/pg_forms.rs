@@ -6,6 +6,9 @@
 //!   `WHERE`) is `(SELECT count(*) > 0 FROM ...)` over the subquery's own
 //!   `FROM` and `WHERE` where it is a plain select (a correlated one stays
 //!   correlated), else over it as a derived table;
+//! - a one-column table function with an alias and no column list
+//!   (`FROM generate_series(1, 3) x`) names its column after the alias
+//!   (`x(x)`), as PostgreSQL does;
 //! - `mod(a, b)` is `a % b` (its column is then named `?column?` where
 //!   PostgreSQL names it `mod`).
 
@@ -13,7 +16,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    GroupByExpr, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut,
+    GroupByExpr, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, TableAliasColumnDef,
+    TableFactor, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -32,6 +36,11 @@ impl VisitorMut for Forms {
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         rewrite_query(query);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        name_function_column(factor);
         ControlFlow::Continue(())
     }
 
@@ -133,6 +142,43 @@ fn exists_as_count(expr: &mut Expr) {
     }
 }
 
+/// The table functions that return one column.
+const ONE_COLUMN_FUNCTIONS: &[&str] = &["generate_series", "unnest"];
+
+/// `f(...) x` as `f(...) x(x)` for a one-column table function `f`.
+fn name_function_column(factor: &mut TableFactor) {
+    let alias = match factor {
+        TableFactor::Table {
+            name,
+            args: Some(_),
+            alias: Some(alias),
+            ..
+        } if ONE_COLUMN_FUNCTIONS.iter().any(|f| {
+            name.0
+                .last()
+                .and_then(|p| p.as_ident())
+                .is_some_and(|i| i.value.eq_ignore_ascii_case(f))
+        }) =>
+        {
+            alias
+        }
+        TableFactor::UNNEST {
+            alias: Some(alias),
+            array_exprs,
+            with_offset: false,
+            with_ordinality: false,
+            ..
+        } if array_exprs.len() == 1 => alias,
+        _ => return,
+    };
+    if alias.columns.is_empty() {
+        alias.columns = vec![TableAliasColumnDef {
+            name: alias.name.clone(),
+            data_type: None,
+        }];
+    }
+}
+
 /// `mod(a, b)` as `(a % b)`.
 fn mod_as_operator(expr: &mut Expr) {
     let Expr::Function(function) = expr else {
@@ -168,6 +214,10 @@ mod tests {
         assert_eq!(
             rewritten("SELECT exists(SELECT 1 FROM u WHERE u.k = t.k), mod(7, 3) FROM t"),
             "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT x FROM generate_series(1, 3) x, unnest(ARRAY[1]) AS u, generate_series(1, 2) AS g(n)"),
+            "SELECT x FROM generate_series(1, 3) x (x), UNNEST(ARRAY[1]) AS u (u), generate_series(1, 2) AS g (n)"
         );
         assert_eq!(
             rewritten("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"),
