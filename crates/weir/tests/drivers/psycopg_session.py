@@ -6,7 +6,8 @@ included), json and jsonb round-trip as Python values (also through
 binary COPY), COPY works both ways in text and binary, a named
 (server-side) cursor reads in pieces, the catalog describes the table's
 columns and resolves type names (TypeInfo), and a materialized view is
-read after FLUSH. Any difference raises; the last
+read after FLUSH, and interval parameters arrive in the text forms other
+drivers send. Any difference raises; the last
 line printed is "ok".
 """
 
@@ -15,6 +16,7 @@ import decimal
 import sys
 
 import psycopg
+from psycopg.adapt import Dumper
 from psycopg.types import TypeInfo
 from psycopg.types.json import Json, Jsonb
 
@@ -153,7 +155,28 @@ def main(dsn):
         check("view", cur.fetchone(), (6, decimal.Decimal(9007199254740998)))
         cur.execute("DROP MATERIALIZED VIEW kinds_n")
         cur.execute("DROP TABLE kinds")
+
+    # Interval parameters sent as text in the forms other drivers send
+    # (pg8000: "1 days 43260 seconds 0 microseconds"), typed interval.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.adapters.register_dumper(str, IntervalText)
+        for text, expected in [
+            ("1 days 43260 seconds 0 microseconds", datetime.timedelta(days=1, seconds=43260)),
+            ("04:05:06", datetime.timedelta(hours=4, minutes=5, seconds=6)),
+            ("@ 2 hours ago", datetime.timedelta(hours=-2)),
+        ]:
+            got = conn.execute("SELECT %s", [text]).fetchone()[0]
+            check(f"interval parameter {text!r}", got, expected)
     print("ok")
+
+
+class IntervalText(Dumper):
+    """Sends a str as a text-format parameter of type interval."""
+
+    oid = 1186
+
+    def dump(self, obj):
+        return obj.encode()
 
 
 if __name__ == "__main__":

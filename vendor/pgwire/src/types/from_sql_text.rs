@@ -439,6 +439,10 @@ impl<'a> FromSqlText<'a> for Interval {
             IntervalStyle::try_from(format_options.interval_style.as_str()).map_err(Box::new)?;
         let input = to_str(input)?;
 
+        // Weir: PostgreSQL reads every style whatever IntervalStyle says.
+        if let Some(interval) = crate::types::interval_input::parse_interval(input) {
+            return Ok(interval);
+        }
         match interval_style {
             IntervalStyle::Postgres => {
                 let result = Interval::from_postgres(input).map_err(Box::new)?;

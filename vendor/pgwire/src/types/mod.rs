@@ -1,6 +1,8 @@
 /// PostgreSQL text format configuration and helpers.
 pub mod format;
 mod from_sql_text;
+// Weir: PostgreSQL's interval input.
+pub mod interval_input;
 /// PostGIS geometry type text serialization support.
 #[cfg(feature = "pg-type-postgis")]
 pub mod postgis;
