@@ -30,6 +30,7 @@ use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result};
+use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
@@ -98,30 +99,25 @@ impl ScalarUDFImpl for CastStep {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
-        let input = args.args[0].to_array(args.number_rows.max(1))?;
-        let result = match self.step {
-            Step::TextToFloat => text_to_float(&input, &self.output)?,
-            Step::RoundTiesEven => {
-                let floats = cast(&input, &DataType::Float64)?;
-                let rounded: Float64Array = floats
-                    .as_primitive::<Float64Type>()
-                    .unary(f64::round_ties_even);
-                cast(&rounded, &self.output)?
+        let step = |inputs: &[ArrayRef]| {
+            let input = &inputs[0];
+            match self.step {
+                Step::TextToFloat => text_to_float(input, &self.output),
+                Step::RoundTiesEven => {
+                    let floats = cast(input, &DataType::Float64)?;
+                    let rounded: Float64Array = floats
+                        .as_primitive::<Float64Type>()
+                        .unary(f64::round_ties_even);
+                    Ok(cast(&rounded, &self.output)?)
+                }
+                Step::RoundDecimal => round_decimal(input),
+                Step::TextToTimestamp => text_to_timestamp(input, &self.output),
+                Step::TextToInterval => text_to_interval(input, &self.output),
+                Step::TextToBytea => text_to_bytea(input, &self.output),
+                Step::FloatToText => float_to_text(input, &self.output),
             }
-            Step::RoundDecimal => round_decimal(&input)?,
-            Step::TextToTimestamp => text_to_timestamp(&input, &self.output)?,
-            Step::TextToInterval => text_to_interval(&input, &self.output)?,
-            Step::TextToBytea => text_to_bytea(&input, &self.output)?,
-            Step::FloatToText => float_to_text(&input, &self.output)?,
         };
-        if scalar {
-            Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
-            ))
-        } else {
-            Ok(ColumnarValue::Array(result))
-        }
+        make_scalar_function(step, vec![])(&args.args)
     }
 }
 

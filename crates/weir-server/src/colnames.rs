@@ -83,56 +83,42 @@ pub fn disambiguate(statement: &Statement) -> Statement {
 }
 
 fn disambiguate_query(query: &mut Query) {
-    let mut bodies = vec![query.body.as_mut()];
-    while let Some(body) = bodies.pop() {
-        match body {
-            SetExpr::SetOperation { left, right, .. } => {
-                bodies.push(left.as_mut());
-                bodies.push(right.as_mut());
+    for select in weir_sql::selects_mut(&mut query.body) {
+        let computed = |item: &SelectItem| match item {
+            SelectItem::UnnamedExpr(expr) => {
+                Some(figure(expr).unwrap_or_else(|| "?column?".to_owned()))
             }
-            SetExpr::Query(inner) => disambiguate_query(inner),
-            SetExpr::Select(select) => {
-                let computed = |item: &SelectItem| match item {
-                    SelectItem::UnnamedExpr(expr) => {
-                        Some(figure(expr).unwrap_or_else(|| "?column?".to_owned()))
-                    }
-                    _ => None,
-                };
-                let names: Vec<Option<String>> = select.projection.iter().map(computed).collect();
-                let alias_of = |item: &SelectItem| match item {
-                    SelectItem::ExprWithAlias { alias, .. } => {
-                        Some(crate::catalog::normalize_ident(alias))
-                    }
-                    _ => None,
-                };
-                let aliases: Vec<Option<String>> = select.projection.iter().map(alias_of).collect();
-                for (i, item) in select.projection.iter_mut().enumerate() {
-                    let shared_by = |all: &[Option<String>], name: &String| {
-                        all.iter().filter(|n| n.as_ref() == Some(name)).count() > 1
-                    };
-                    let unique = match (&*item, &names[i], &aliases[i]) {
-                        (SelectItem::UnnamedExpr(_), Some(name), _) if shared_by(&names, name) => {
-                            format!("{name}_{}", i + 1)
-                        }
-                        (SelectItem::ExprWithAlias { .. }, _, Some(alias))
-                            if shared_by(&aliases, alias) =>
-                        {
-                            format!("{alias}_{}", i + 1)
-                        }
-                        _ => continue,
-                    };
-                    let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) =
-                        &*item
-                    else {
-                        continue;
-                    };
-                    *item = SelectItem::ExprWithAlias {
-                        expr: expr.clone(),
-                        alias: Ident::with_quote('"', unique),
-                    };
+            _ => None,
+        };
+        let names: Vec<Option<String>> = select.projection.iter().map(computed).collect();
+        let alias_of = |item: &SelectItem| match item {
+            SelectItem::ExprWithAlias { alias, .. } => Some(crate::catalog::normalize_ident(alias)),
+            _ => None,
+        };
+        let aliases: Vec<Option<String>> = select.projection.iter().map(alias_of).collect();
+        for (i, item) in select.projection.iter_mut().enumerate() {
+            let shared_by = |all: &[Option<String>], name: &String| {
+                all.iter().filter(|n| n.as_ref() == Some(name)).count() > 1
+            };
+            let unique = match (&*item, &names[i], &aliases[i]) {
+                (SelectItem::UnnamedExpr(_), Some(name), _) if shared_by(&names, name) => {
+                    format!("{name}_{}", i + 1)
                 }
-            }
-            _ => {}
+                (SelectItem::ExprWithAlias { .. }, _, Some(alias))
+                    if shared_by(&aliases, alias) =>
+                {
+                    format!("{alias}_{}", i + 1)
+                }
+                _ => continue,
+            };
+            let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = &*item
+            else {
+                continue;
+            };
+            *item = SelectItem::ExprWithAlias {
+                expr: expr.clone(),
+                alias: Ident::with_quote('"', unique),
+            };
         }
     }
 }

@@ -71,13 +71,8 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
             *query
         }
     };
-    session.pin_for_read();
-    let plan = session
-        .plan(crate::colnames::disambiguate(&query), &None)
-        .await?;
-    let (schema, rows) = session.stream(plan).await?;
     // Column names as a SELECT sends them (the CSV header shows them).
-    let schema = crate::colnames::wire_schema(&query, schema);
+    let (schema, rows) = session.query(&query, &None).await?;
     let wire_format = if format.binary {
         Format::UnifiedBinary
     } else {

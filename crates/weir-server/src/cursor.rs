@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::sql::sqlparser::ast::{
-    CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value,
+    CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value, ValueWithSpan,
 };
 use futures::StreamExt;
 use sync_wrapper::SyncWrapper;
@@ -151,10 +151,8 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
                 format!("cursor \"{name}\" already exists"),
             ));
         }
-        session.pin_for_read();
-        let plan = session.plan(Statement::Query(query.clone()), &None).await?;
-        let (schema, rows) = session.stream(plan).await?;
-        let schema = crate::colnames::wire_schema(&Statement::Query(query.clone()), schema);
+        let statement = Statement::Query(query.clone());
+        let (schema, rows) = session.query(&statement, &None).await?;
         let budget = match session.ctx.runtime_env().memory_pool.memory_limit() {
             MemoryLimit::Finite(bytes) => bytes,
             _ => usize::MAX,
@@ -236,84 +234,28 @@ impl Cursor {
         }
     }
 
-    /// How many rows the move needs read: all of them for moves relative
-    /// to the end.
-    fn rows_needed(&self, direction: &FetchDirection) -> WeirResult<usize> {
-        let p = self.position;
-        let ahead = |k: i64| p.saturating_add(k.max(0) as usize);
-        Ok(match direction {
-            FetchDirection::Next => ahead(1),
-            FetchDirection::Prior | FetchDirection::BackwardAll => 0,
-            FetchDirection::Backward { .. } => 0,
-            FetchDirection::Count { limit } => ahead(count(&limit.value)?),
-            FetchDirection::Forward { limit } => match limit {
-                Some(l) => ahead(count(&l.value)?),
-                None => ahead(1),
-            },
-            FetchDirection::All | FetchDirection::ForwardAll | FetchDirection::Last => usize::MAX,
-            FetchDirection::First => 1,
-            FetchDirection::Absolute { limit } => match count(&limit.value)? {
-                i if i < 0 => usize::MAX,
-                i => i as usize,
-            },
-            FetchDirection::Relative { limit } => {
-                let k = count(&limit.value)?;
-                if k < 0 {
-                    0
-                } else {
-                    ahead(k)
-                }
-            }
-        })
-    }
-
     async fn fetch(&mut self, direction: &FetchDirection) -> WeirResult<Output> {
-        self.read_to(self.rows_needed(direction)?).await?;
-        // Rows past those read are not needed for this move: the count
-        // below only has to be right when the move reaches the end.
-        let n = self.read as i64;
+        let movement = Move::of(direction)?;
         let p = self.position as i64;
+        // The rows the move needs read: all of them for moves relative to
+        // the end. Rows past those are not needed, so the count `n` below
+        // only has to be right when the move reaches the end.
+        let needed = match movement {
+            Move::Forward(k) | Move::Relative(k) => p.saturating_add(k.max(0)),
+            Move::Backward(_) => 0,
+            Move::Absolute(i) if i < 0 => i64::MAX,
+            Move::Absolute(i) => i,
+        };
+        self.read_to(needed as usize).await?;
+        let n = self.read as i64;
         // The rows to return, as 1-based positions in order, and where the
         // cursor stands afterwards.
-        let (rows, position): (Vec<i64>, i64) = match direction {
-            FetchDirection::Next => forward(p, 1, n),
-            FetchDirection::Prior => backward(p, 1),
-            FetchDirection::Count { limit } => {
-                let k = count(&limit.value)?;
-                if k >= 0 {
-                    forward(p, k, n)
-                } else {
-                    backward(p, -k)
-                }
-            }
-            FetchDirection::Forward { limit } => match limit {
-                Some(l) => forward(p, count(&l.value)?, n),
-                None => forward(p, 1, n),
-            },
-            FetchDirection::Backward { limit } => match limit {
-                Some(l) => backward(p, count(&l.value)?),
-                None => backward(p, 1),
-            },
-            FetchDirection::All | FetchDirection::ForwardAll => forward(p, n + 1, n),
-            FetchDirection::BackwardAll => backward(p, p + 1),
-            FetchDirection::First => absolute(1, n),
-            FetchDirection::Last => absolute(-1, n),
-            FetchDirection::Absolute { limit } => absolute(count(&limit.value)?, n),
-            FetchDirection::Relative { limit } => {
-                let k = count(&limit.value)?;
-                if k == 0 {
-                    (
-                        if (1..=n).contains(&p) {
-                            vec![p]
-                        } else {
-                            vec![]
-                        },
-                        p,
-                    )
-                } else {
-                    absolute_from(p + k, n)
-                }
-            }
+        let (rows, position): (Vec<i64>, i64) = match movement {
+            Move::Forward(k) => forward(p, k, n),
+            Move::Backward(k) => backward(p, k),
+            Move::Absolute(i) => absolute(i, n),
+            Move::Relative(0) => ((1..=n).contains(&p).then_some(p).into_iter().collect(), p),
+            Move::Relative(k) => absolute_from(p + k, n),
         };
         if position < p && self.scroll == Scroll::Never
             || rows.iter().any(|&r| r as usize <= self.forgotten)
@@ -360,6 +302,44 @@ impl Cursor {
     }
 }
 
+/// A `FETCH` direction with its count read.
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    /// `k` rows forward (`ALL`: as many as there are).
+    Forward(i64),
+    /// `k` rows backward.
+    Backward(i64),
+    /// To row `i`, counted from the end if negative.
+    Absolute(i64),
+    /// `k` rows from the current one.
+    Relative(i64),
+}
+
+impl Move {
+    fn of(direction: &FetchDirection) -> WeirResult<Move> {
+        let or_one = |limit: &Option<ValueWithSpan>| match limit {
+            Some(l) => count(&l.value),
+            None => Ok(1),
+        };
+        Ok(match direction {
+            FetchDirection::Next => Move::Forward(1),
+            FetchDirection::Prior => Move::Backward(1),
+            FetchDirection::Count { limit } => match count(&limit.value)? {
+                k if k >= 0 => Move::Forward(k),
+                k => Move::Backward(-k),
+            },
+            FetchDirection::Forward { limit } => Move::Forward(or_one(limit)?),
+            FetchDirection::Backward { limit } => Move::Backward(or_one(limit)?),
+            FetchDirection::All | FetchDirection::ForwardAll => Move::Forward(i64::MAX),
+            FetchDirection::BackwardAll => Move::Backward(i64::MAX),
+            FetchDirection::First => Move::Absolute(1),
+            FetchDirection::Last => Move::Absolute(-1),
+            FetchDirection::Absolute { limit } => Move::Absolute(count(&limit.value)?),
+            FetchDirection::Relative { limit } => Move::Relative(count(&limit.value)?),
+        })
+    }
+}
+
 /// A count in a FETCH direction.
 fn count(value: &Value) -> WeirResult<i64> {
     match value {
@@ -374,14 +354,16 @@ fn count(value: &Value) -> WeirResult<i64> {
 }
 
 fn forward(p: i64, k: i64, n: i64) -> (Vec<i64>, i64) {
-    let rows: Vec<i64> = (p + 1..=(p + k).min(n)).collect();
-    let position = if p + k > n { n + 1 } else { p + k };
+    let end = p.saturating_add(k);
+    let rows: Vec<i64> = (p + 1..=end.min(n)).collect();
+    let position = if end > n { n + 1 } else { end };
     (rows, position)
 }
 
 fn backward(p: i64, k: i64) -> (Vec<i64>, i64) {
-    let rows: Vec<i64> = ((p - k).max(1)..p).rev().collect();
-    let position = if p - k < 1 { 0 } else { p - k };
+    let start = p.saturating_sub(k);
+    let rows: Vec<i64> = (start.max(1)..p).rev().collect();
+    let position = if start < 1 { 0 } else { start };
     (rows, position)
 }
 

@@ -18,14 +18,16 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Decimal128Array, IntervalMonthDayNanoArray};
+use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, IntervalMonthDayNanoArray};
 use datafusion::arrow::compute::kernels::cast::cast;
 use datafusion::arrow::datatypes::{
-    DataType, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit,
+    DataType, Decimal128Type, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType,
+    IntervalUnit,
 };
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::common::{DFSchema, DataFusionError, Result};
+use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
@@ -110,33 +112,26 @@ impl ScalarUDFImpl for IntervalFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if matches!(self.kind, Kind::Multiply | Kind::Divide) {
-            return scale(&args, self.kind == Kind::Divide);
-        }
-        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
-        let input = args.args[0].to_array(args.number_rows.max(1))?;
-        let intervals = cast(&input, &INTERVAL)?;
-        let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
-        let result: ArrayRef = match self.kind {
-            Kind::Length => Arc::new(
-                intervals
-                    .iter()
-                    .map(|v| v.map(length))
-                    .collect::<Decimal128Array>()
-                    .with_precision_and_scale(38, 0)?,
-            ),
-            Kind::JustifyHours => {
-                Arc::new(intervals.unary::<_, IntervalMonthDayNanoType>(justify_hours))
-            }
-            Kind::Multiply | Kind::Divide => unreachable!("scaled above"),
+        let compute = |inputs: &[ArrayRef]| -> Result<ArrayRef> {
+            let intervals = cast(&inputs[0], &INTERVAL)?;
+            let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
+            Ok(match self.kind {
+                Kind::Length => Arc::new(
+                    intervals
+                        .unary::<_, Decimal128Type>(length)
+                        .with_precision_and_scale(38, 0)?,
+                ),
+                Kind::JustifyHours => {
+                    Arc::new(intervals.unary::<_, IntervalMonthDayNanoType>(justify_hours))
+                }
+                Kind::Multiply | Kind::Divide => Arc::new(scale(
+                    intervals,
+                    inputs[1].as_primitive::<Float64Type>(),
+                    self.kind == Kind::Divide,
+                )?),
+            })
         };
-        if scalar {
-            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &result, 0,
-            )?))
-        } else {
-            Ok(ColumnarValue::Array(result))
-        }
+        make_scalar_function(compute, vec![])(&args.args)
     }
 }
 
@@ -163,19 +158,15 @@ fn multiply(value: IntervalMonthDayNano, factor: f64) -> Option<IntervalMonthDay
         .then(|| IntervalMonthDayNano::new(whole_months as i32, day_total as i32, nanos as i64))
 }
 
-/// `interval * n` or `interval / n` over a batch; 22012 for a division by
-/// zero, 22008 for a result out of range.
-fn scale(args: &ScalarFunctionArgs, divide: bool) -> Result<ColumnarValue> {
-    let rows = args.number_rows.max(1);
-    let scalar = args
-        .args
-        .iter()
-        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-    let intervals = args.args[0].to_array(rows)?;
-    let factors = args.args[1].to_array(rows)?;
-    let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
-    let factors = factors.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
-    let result = intervals
+/// `intervals * factors` or `intervals / factors`; 22012 for a division
+/// by zero, 22008 for a result out of range.
+fn scale(
+    intervals: &IntervalMonthDayNanoArray,
+    factors: &Float64Array,
+    divide: bool,
+) -> Result<IntervalMonthDayNanoArray> {
+    let error = |code, message| DataFusionError::External(Box::new(WeirError::new(code, message)));
+    intervals
         .iter()
         .zip(factors.iter())
         .map(|(interval, factor)| {
@@ -183,25 +174,14 @@ fn scale(args: &ScalarFunctionArgs, divide: bool) -> Result<ColumnarValue> {
                 return Ok(None);
             };
             if divide && factor == 0.0 {
-                return Err(datafusion::common::DataFusionError::External(Box::new(
-                    WeirError::new(SqlState::DIVISION_BY_ZERO, "division by zero"),
-                )));
+                return Err(error(SqlState::DIVISION_BY_ZERO, "division by zero"));
             }
             let factor = if divide { 1.0 / factor } else { factor };
-            multiply(interval, factor).map(Some).ok_or_else(|| {
-                datafusion::common::DataFusionError::External(Box::new(WeirError::new(
-                    SqlState("22008"),
-                    "interval out of range",
-                )))
-            })
+            multiply(interval, factor)
+                .map(Some)
+                .ok_or_else(|| error(SqlState("22008"), "interval out of range"))
         })
-        .collect::<Result<IntervalMonthDayNanoArray>>()?;
-    let result: ArrayRef = Arc::new(result);
-    Ok(if scalar {
-        ColumnarValue::Scalar(ScalarValue::try_from_array(&result, 0)?)
-    } else {
-        ColumnarValue::Array(result)
-    })
+        .collect()
 }
 
 /// Plans `interval * number`, `number * interval` and `interval / number`

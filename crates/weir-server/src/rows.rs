@@ -58,28 +58,33 @@ pub fn wire_types(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// `rows` cast to `schema`'s types (see [`wire_types`]); a value that does
-/// not fit fails with 22003 rather than changing.
-pub fn cast_to(rows: RowStream, schema: SchemaRef) -> RowStream {
-    rows.map(move |batch| {
-        let batch = batch?;
-        if batch.schema().fields() == schema.fields() {
-            return Ok(batch);
-        }
-        let options = CastOptions {
-            safe: false,
-            ..Default::default()
-        };
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(schema.fields())
-            .map(|(c, f)| cast_with_options(c, f.data_type(), &options))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| WeirError::new(SqlState::NUMERIC_OUT_OF_RANGE, e.to_string()))?;
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
-    })
-    .boxed()
+/// The rows of a plan whose schema is `planned`, with the types they are
+/// sent as (see [`wire_types`]): cast where those differ, a value that
+/// does not fit failing with 22003 rather than changing.
+pub fn with_wire_types(planned: SchemaRef, rows: RowStream) -> (SchemaRef, RowStream) {
+    let schema = wire_types(&planned);
+    if Arc::ptr_eq(&schema, &planned) {
+        return (schema, rows);
+    }
+    let target = schema.clone();
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let rows = rows
+        .map(move |batch| {
+            let batch = batch?;
+            let columns = batch
+                .columns()
+                .iter()
+                .zip(target.fields())
+                .map(|(c, f)| cast_with_options(c, f.data_type(), &options))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| WeirError::new(SqlState::NUMERIC_OUT_OF_RANGE, e.to_string()))?;
+            Ok(RecordBatch::try_new(target.clone(), columns)?)
+        })
+        .boxed();
+    (schema, rows)
 }
 
 /// All the rows, in memory.

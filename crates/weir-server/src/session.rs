@@ -216,12 +216,10 @@ pub fn session_context(
         SCHEMA,
         Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref(), db)),
     )?;
+    let information_schema =
+        crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
+    catalog.register_schema("information_schema", Arc::new(information_schema))?;
     ctx.register_catalog(DATABASE, Arc::new(catalog));
-    if let Some(catalog) = ctx.catalog(DATABASE) {
-        let information_schema =
-            crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
-        catalog.register_schema("information_schema", Arc::new(information_schema))?;
-    }
     datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
         .map_err(|e| WeirError::from_datafusion(*e))?;
     if let Some(catalog) = ctx.catalog(DATABASE) {
@@ -379,18 +377,39 @@ impl Session {
         bind(plan, params)
     }
 
-    /// Starts a plan; its rows are produced as they are read (see
-    /// [`crate::rows::start`]).
-    pub async fn stream(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, RowStream)> {
-        let frame = self.ctx.execute_logical_plan(plan).await?;
-        let schema = crate::rows::wire_types(&Arc::new(frame.schema().as_arrow().clone()));
-        let rows = crate::rows::start(frame.execute_stream().await?).await?;
-        Ok((schema.clone(), crate::rows::cast_to(rows, schema)))
+    /// Starts a query (a `SELECT`, `EXPLAIN`, a cursor's or `COPY`'s) at
+    /// the session's read snapshot; its rows are produced as they are read,
+    /// under the names and types PostgreSQL gives them.
+    pub async fn query(
+        &self,
+        statement: &Statement,
+        params: &Params,
+    ) -> WeirResult<(SchemaRef, RowStream)> {
+        self.pin_for_read();
+        let plan = self
+            .plan(crate::colnames::disambiguate(statement), params)
+            .await?;
+        let (schema, rows) = self.stream(plan).await?;
+        Ok((crate::colnames::wire_schema(statement, schema), rows))
     }
 
-    /// Runs a plan to completion. The result may take at most as much
-    /// memory as the query memory pool holds (54000 beyond that), since it
-    /// is kept until it is sent.
+    /// Starts a plan; its rows are produced as they are read (see
+    /// [`crate::rows::start`]).
+    async fn stream(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, RowStream)> {
+        let frame = self.ctx.execute_logical_plan(plan).await?;
+        let batches = frame.execute_stream().await?;
+        // The executed plan's schema, after the analyzer rules: they may
+        // change a column's type (`timestamp - timestamp` becomes an
+        // `interval` with days, `intervals.rs`), which the DataFrame's
+        // schema, taken before them, does not show.
+        let executed = batches.schema();
+        let rows = crate::rows::start(batches).await?;
+        Ok(crate::rows::with_wire_types(executed, rows))
+    }
+
+    /// Runs a plan to completion, for a statement that uses the whole
+    /// result at once (DML, `CREATE TABLE AS`). The result may take at most
+    /// as much memory as the query memory pool holds (54000 beyond that).
     pub async fn collect(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, Vec<RecordBatch>)> {
         let frame = self.ctx.execute_logical_plan(plan).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());

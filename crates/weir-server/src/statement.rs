@@ -79,12 +79,7 @@ pub async fn execute(
             crate::mview::explain(session, create).await
         }
         Statement::Query(_) | Statement::Explain { .. } => {
-            session.pin_for_read();
-            let plan = session
-                .plan(crate::colnames::disambiguate(statement), params)
-                .await?;
-            let (schema, rows) = session.stream(plan).await?;
-            let schema = crate::colnames::wire_schema(statement, schema);
+            let (schema, rows) = session.query(statement, params).await?;
             Ok(Output::Rows { schema, rows })
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {

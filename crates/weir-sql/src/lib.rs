@@ -26,10 +26,12 @@ mod fetch;
 mod numbers;
 mod parse;
 mod pg_forms;
+mod selects;
 mod stream_plan;
 mod subquery_ops;
 mod values;
 
 pub use depth::is_deep;
 pub use parse::{parse, ParseError, WeirStatement};
+pub use selects::selects_mut;
 pub use stream_plan::{check_deterministic, stream_plan};

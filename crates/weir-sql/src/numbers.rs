@@ -4,11 +4,7 @@
 //! instead, as if written `'1.7e308'::float8`. Literals within the range
 //! stay exact.
 
-use std::ops::ControlFlow;
-
-use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, CastKind, DataType, Expr, Statement, Value, ValueWithSpan,
-};
+use datafusion::sql::sqlparser::ast::{CastKind, DataType, Expr, Value, ValueWithSpan};
 
 /// The most digits a `numeric` holds, before or after the point.
 const NUMERIC_DIGITS: i64 = 38;
@@ -34,28 +30,25 @@ fn beyond_numeric(text: &str) -> bool {
     before > NUMERIC_DIGITS || after > NUMERIC_DIGITS
 }
 
-/// Rewrites the number literals of `statement` that no `numeric` holds
-/// into `double precision` casts.
-pub fn widen_huge_literals(statement: &mut Statement) {
-    let _ = visit_expressions_mut(statement, |expr| {
-        if let Expr::Value(ValueWithSpan {
-            value: Value::Number(text, _),
-            ..
-        }) = expr
-        {
-            if beyond_numeric(text) {
-                let text = std::mem::take(text);
-                *expr = Expr::Cast {
-                    kind: CastKind::DoubleColon,
-                    array: false,
-                    expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
-                    data_type: DataType::DoublePrecision,
-                    format: None,
-                };
-            }
+/// `expr` as a `double precision` cast if it is a number literal that no
+/// `numeric` holds.
+pub fn widen_huge_literal(expr: &mut Expr) {
+    if let Expr::Value(ValueWithSpan {
+        value: Value::Number(text, _),
+        ..
+    }) = expr
+    {
+        if beyond_numeric(text) {
+            let text = std::mem::take(text);
+            *expr = Expr::Cast {
+                kind: CastKind::DoubleColon,
+                array: false,
+                expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+                data_type: DataType::DoublePrecision,
+                format: None,
+            };
         }
-        ControlFlow::<()>::Continue(())
-    });
+    }
 }
 
 #[cfg(test)]

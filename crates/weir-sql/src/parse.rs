@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{Expr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
@@ -69,7 +69,7 @@ pub fn parse(sql: &str) -> Result<Vec<WeirStatement>, ParseError> {
     let sql = crate::escapes::decode_escape_strings(sql)?;
     let sql = sql.as_ref();
     if let Some(mut insert) = crate::values::parse_insert_values(sql) {
-        crate::numbers::widen_huge_literals(&mut insert);
+        crate::pg_forms::rewrite(&mut insert);
         return Ok(vec![WeirStatement::Sql(Box::new(insert))]);
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
@@ -169,8 +169,6 @@ fn parse_segment(
             let mut parsed = parsed;
             for statement in &mut parsed {
                 crate::depth::check_depth(statement)?;
-                crate::numbers::widen_huge_literals(statement);
-                crate::subquery_ops::rewrite_quantified_subqueries(statement);
                 crate::pg_forms::rewrite(statement);
             }
             out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
@@ -217,6 +215,14 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
             "syntax error at or near \"WITH\"".into(),
         )),
     }
+}
+
+/// One SQL expression, for rewrites that write theirs as text.
+pub(crate) fn parse_expr(sql: &str) -> Option<Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut parser| parser.parse_expr())
+        .ok()
 }
 
 fn parse_one(text: &str) -> Result<Statement, ParseError> {

@@ -1,26 +1,25 @@
 //! PostgreSQL forms that DataFusion plans only when spelled another way,
-//! rewritten in the parsed statement:
+//! rewritten in one pass over the parsed statement:
 //!
 //! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`;
 //! - `EXISTS (subquery)` in a select list (DataFusion plans it only in
-//!   `WHERE`) is `(SELECT count(*) > 0 FROM ...)` over the subquery's own
-//!   `FROM` and `WHERE` where it is a plain select (a correlated one stays
-//!   correlated), else over it as a derived table;
+//!   `WHERE`) is `(SELECT count(*) > 0 FROM ...)`, the subquery's rows
+//!   counted ([`crate::subquery_ops::aggregated`]);
 //! - a one-column table function with an alias and no column list
 //!   (`FROM generate_series(1, 3) x`) names its column after the alias
 //!   (`x(x)`), as PostgreSQL does;
 //! - `mod(a, b)` is `a % b` (its column is then named `?column?` where
-//!   PostgreSQL names it `mod`).
+//!   PostgreSQL names it `mod`);
+//! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
+//!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    GroupByExpr, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, TableAliasColumnDef,
-    TableFactor, VisitMut, VisitorMut,
+    LimitClause, Query, SelectItem, Statement, TableAliasColumnDef, TableFactor, VisitMut,
+    VisitorMut,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 /// Rewrites the forms of the module documentation in `statement`.
 pub fn rewrite(statement: &mut Statement) {
@@ -35,7 +34,18 @@ impl VisitorMut for Forms {
     type Break = ();
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        rewrite_query(query);
+        fetch_first_as_limit(query);
+        for select in crate::selects::selects_mut(&mut query.body) {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
+                {
+                    let _ = visit_expressions_mut(e, |expr| {
+                        exists_as_count(expr);
+                        ControlFlow::<()>::Continue(())
+                    });
+                }
+            }
+        }
         ControlFlow::Continue(())
     }
 
@@ -45,36 +55,10 @@ impl VisitorMut for Forms {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        crate::numbers::widen_huge_literal(expr);
+        crate::subquery_ops::rewrite_quantified(expr);
         mod_as_operator(expr);
         ControlFlow::Continue(())
-    }
-}
-
-/// `FETCH FIRST` and select-list `EXISTS` in `query` and the selects it
-/// is made of (its subqueries are visited on their own).
-fn rewrite_query(query: &mut Query) {
-    fetch_first_as_limit(query);
-    let mut bodies = vec![query.body.as_mut()];
-    while let Some(body) = bodies.pop() {
-        match body {
-            SetExpr::SetOperation { left, right, .. } => {
-                bodies.push(left.as_mut());
-                bodies.push(right.as_mut());
-            }
-            SetExpr::Select(select) => {
-                for item in &mut select.projection {
-                    if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
-                        item
-                    {
-                        let _ = visit_expressions_mut(e, |expr| {
-                            exists_as_count(expr);
-                            ControlFlow::<()>::Continue(())
-                        });
-                    }
-                }
-            }
-            _ => {}
-        }
     }
 }
 
@@ -111,34 +95,13 @@ fn exists_as_count(expr: &mut Expr) {
     };
     // Aliased `exists`, the subquery names its column as `EXISTS` does
     // (`NOT EXISTS`, an operator, leaves it `?column?`).
-    let comparison = if *negated { "= 0" } else { "> 0 AS \"exists\"" };
-    let text = match subquery.body.as_ref() {
-        SetExpr::Select(select)
-            if select.group_by == GroupByExpr::Expressions(vec![], vec![])
-                && select.having.is_none()
-                && select.distinct.is_none()
-                && subquery.limit_clause.is_none()
-                && subquery.with.is_none() =>
-        {
-            let mut counted = subquery.clone();
-            if let SetExpr::Select(select) = counted.body.as_mut() {
-                select.projection = vec![SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(
-                    "weir_exists_count",
-                )))];
-            }
-            counted.order_by = None;
-            format!("({})", counted).replace(
-                "SELECT weir_exists_count",
-                &format!("SELECT count(*) {comparison}"),
-            )
-        }
-        _ => format!("(SELECT count(*) {comparison} FROM ({subquery}) AS weir_exists)"),
+    let (count, alias) = if *negated {
+        ("count(*) = 0", None)
+    } else {
+        ("count(*) > 0", Some("exists"))
     };
-    if let Ok(parsed) = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&text)
-        .and_then(|mut parser| parser.parse_expr())
-    {
-        *expr = parsed;
+    if let Some(counted) = crate::subquery_ops::aggregated(subquery, count, alias, "weir_exists") {
+        *expr = counted;
     }
 }
 

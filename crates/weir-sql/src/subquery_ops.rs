@@ -10,53 +10,53 @@
 //!   `q` is), with SQL's three-valued result: `x > ANY (q)` is false for an
 //!   empty `q`, true if `x > min`, else NULL if `x` or a value of `q` is
 //!   NULL, else false; `ALL` is the dual.
+//!
+//! [`aggregated`], a subquery's rows reduced to one aggregate, also serves
+//! `EXISTS` in a select list ([`crate::pg_forms`]).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, BinaryOperator, Expr, GroupByExpr, Query, SelectItem, SetExpr,
-    Statement, Value,
+    visit_expressions_mut, BinaryOperator, Expr, GroupByExpr, Ident, Query, SelectItem, SetExpr,
+    Value,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
-/// Rewrites the comparisons with a quantified subquery in `statement` (see
+use crate::parse::parse_expr;
+
+/// `expr` rewritten if it compares with `ANY`/`ALL` of a subquery (see
 /// the module documentation).
-pub fn rewrite_quantified_subqueries(statement: &mut Statement) {
-    let _ = visit_expressions_mut(statement, |expr| {
-        let all = match expr {
-            Expr::AnyOp { right, .. } if is_subquery(right) => false,
-            Expr::AllOp { right, .. } if is_subquery(right) => true,
-            _ => return ControlFlow::<()>::Continue(()),
-        };
-        let original = std::mem::replace(expr, Expr::value(Value::Null));
-        let (Expr::AnyOp {
-            left,
-            compare_op,
-            right,
-            ..
-        }
-        | Expr::AllOp {
-            left,
-            compare_op,
-            right,
-        }) = &original
-        else {
-            unreachable!("matched above")
-        };
-        let Expr::Subquery(query) = right.as_ref() else {
-            unreachable!("matched above")
-        };
-        *expr = match (all, compare_op) {
-            (false, BinaryOperator::Eq) | (true, BinaryOperator::NotEq) => Expr::InSubquery {
-                expr: left.clone(),
-                subquery: query.clone(),
-                negated: all,
-            },
-            _ => by_aggregates(left, query, all, compare_op).unwrap_or(original),
-        };
-        ControlFlow::Continue(())
-    });
+pub fn rewrite_quantified(expr: &mut Expr) {
+    let all = match expr {
+        Expr::AnyOp { right, .. } if is_subquery(right) => false,
+        Expr::AllOp { right, .. } if is_subquery(right) => true,
+        _ => return,
+    };
+    let original = std::mem::replace(expr, Expr::value(Value::Null));
+    let (Expr::AnyOp {
+        left,
+        compare_op,
+        right,
+        ..
+    }
+    | Expr::AllOp {
+        left,
+        compare_op,
+        right,
+    }) = &original
+    else {
+        unreachable!("matched above")
+    };
+    let Expr::Subquery(query) = right.as_ref() else {
+        unreachable!("matched above")
+    };
+    *expr = match (all, compare_op) {
+        (false, BinaryOperator::Eq) | (true, BinaryOperator::NotEq) => Expr::InSubquery {
+            expr: left.clone(),
+            subquery: query.clone(),
+            negated: all,
+        },
+        _ => by_aggregates(left, query, all, compare_op).unwrap_or(original),
+    };
 }
 
 fn is_subquery(expr: &Expr) -> bool {
@@ -67,9 +67,9 @@ fn is_subquery(expr: &Expr) -> bool {
 /// column; `None` for an operator that is not a comparison.
 fn by_aggregates(left: &Expr, query: &Query, all: bool, op: &BinaryOperator) -> Option<Expr> {
     let x = format!("({left})");
-    let of = |aggregate: &str| aggregate_of(query, aggregate);
-    let (min, max) = (of("min(v)"), of("max(v)"));
-    let (rows, values) = (of("count(*)"), of("count(v)"));
+    let of = |aggregate: &str| aggregated(query, aggregate, None, "weir_quantified");
+    let (min, max) = (of("min(v)")?, of("max(v)")?);
+    let (rows, values) = (of("count(*)")?, of("count(v)")?);
     // For ANY: some value satisfies the comparison; for ALL: every one does.
     let holds = match (op, all) {
         (BinaryOperator::Gt | BinaryOperator::GtEq, false) => format!("{x} {op} {min}"),
@@ -94,44 +94,79 @@ fn by_aggregates(left: &Expr, query: &Query, all: bool, op: &BinaryOperator) -> 
     };
     // `AND true` keeps the value and makes the column's name `?column?`,
     // the comparison's, rather than `case`.
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&format!("({text}) AND true"))
-        .and_then(|mut parser| parser.parse_expr())
-        .ok()
+    parse_expr(&format!("({text}) AND true"))
 }
 
-/// A scalar subquery computing `aggregate` (of `v`, the value) over the
-/// rows of `query`: the query itself with the aggregate as its select list
-/// where it is a plain select, so that a correlated query stays one DataFusion
-/// decorrelates; else over it as a derived table.
-fn aggregate_of(query: &Query, aggregate: &str) -> String {
-    if let SetExpr::Select(select) = query.body.as_ref() {
-        let plain = select.projection.len() == 1
-            && select.distinct.is_none()
-            && select.having.is_none()
-            && select.group_by == GroupByExpr::Expressions(vec![], vec![])
-            && query.order_by.is_none()
-            && query.limit_clause.is_none()
-            && query.with.is_none();
-        if let (
-            true,
-            SelectItem::UnnamedExpr(value) | SelectItem::ExprWithAlias { expr: value, .. },
-        ) = (plain, &select.projection[0])
-        {
-            let mut aggregated = query.clone();
-            if let SetExpr::Select(select) = aggregated.body.as_mut() {
-                let text = aggregate.replace("(v)", &format!("({value})"));
-                if let Ok(expr) = Parser::new(&PostgreSqlDialect {})
-                    .try_with_sql(&text)
-                    .and_then(|mut parser| parser.parse_expr())
-                {
-                    select.projection = vec![SelectItem::UnnamedExpr(expr)];
-                    return format!("({aggregated})");
+/// A scalar subquery reducing the rows of `query` to `aggregate` (SQL in
+/// which `v` stands for the query's one value), its column named `alias`.
+/// Where `query` is a plain select, the aggregate replaces its select list,
+/// so that a correlated query stays one DataFusion decorrelates; else it is
+/// computed over `query` as a derived table named `derived`.
+pub(crate) fn aggregated(
+    query: &Query,
+    aggregate: &str,
+    alias: Option<&str>,
+    derived: &str,
+) -> Option<Expr> {
+    let mut aggregate_expr = parse_expr(aggregate)?;
+    let mut value_used = false;
+    let _ = visit_expressions_mut(&mut aggregate_expr, |e| {
+        value_used |= matches!(e, Expr::Identifier(i) if i.value == "v");
+        ControlFlow::<()>::Continue(())
+    });
+    if let Some(value) = plain_select_value(query, value_used) {
+        if let Some(value) = value {
+            let _ = visit_expressions_mut(&mut aggregate_expr, |e| {
+                if matches!(e, Expr::Identifier(i) if i.value == "v") {
+                    *e = value.clone();
                 }
-            }
+                ControlFlow::<()>::Continue(())
+            });
         }
+        let mut reduced = query.clone();
+        reduced.order_by = None;
+        if let SetExpr::Select(select) = reduced.body.as_mut() {
+            select.projection = vec![match alias {
+                Some(alias) => SelectItem::ExprWithAlias {
+                    expr: aggregate_expr,
+                    alias: Ident::with_quote('"', alias),
+                },
+                None => SelectItem::UnnamedExpr(aggregate_expr),
+            }];
+        }
+        return Some(Expr::Subquery(Box::new(reduced)));
     }
-    format!("(SELECT {aggregate} FROM ({query}) AS weir_quantified(v))")
+    let alias = alias.map(|a| format!(" AS \"{a}\"")).unwrap_or_default();
+    let columns = if value_used { "(v)" } else { "" };
+    parse_expr(&format!(
+        "(SELECT {aggregate}{alias} FROM ({query}) AS {derived}{columns})"
+    ))
+}
+
+/// For a plain select (no grouping, `DISTINCT`, limit or `WITH`): `Some`,
+/// holding its one value where `value_used`; `None` for any other query, or
+/// when the value is wanted and the select has more than one.
+fn plain_select_value(query: &Query, value_used: bool) -> Option<Option<&Expr>> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let plain = select.distinct.is_none()
+        && select.having.is_none()
+        && select.group_by == GroupByExpr::Expressions(vec![], vec![])
+        && query.limit_clause.is_none()
+        && query.with.is_none();
+    if !plain {
+        return None;
+    }
+    if !value_used {
+        return Some(None);
+    }
+    match select.projection.as_slice() {
+        [SelectItem::UnnamedExpr(value) | SelectItem::ExprWithAlias { expr: value, .. }] => {
+            Some(Some(value))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -280,8 +280,9 @@ where
                 ty.clone(),
             )))?,
         };
-        let fmt = postgres_fraction(fmt, self.timestamp_subsec_nanos());
-        write!(out, "{}", self.format(&fmt))?;
+        write_with_fraction(out, fmt, self.timestamp_subsec_nanos(), |out, f| {
+            write!(out, "{}", self.format(f))
+        })?;
         Ok(IsNull::No)
     }
 }
@@ -307,8 +308,9 @@ impl ToSqlText for NaiveDateTime {
                 ty.clone(),
             )))?,
         };
-        let fmt = postgres_fraction(fmt, self.and_utc().timestamp_subsec_nanos());
-        write!(out, "{}", self.format(&fmt))?;
+        write_with_fraction(out, fmt, self.and_utc().timestamp_subsec_nanos(), |out, f| {
+            write!(out, "{}", self.format(f))
+        })?;
         Ok(IsNull::No)
     }
 }
@@ -352,24 +354,43 @@ impl ToSqlText for NaiveTime {
             )));
         }
         use chrono::Timelike;
-        let fmt = postgres_fraction("%H:%M:%S%.6f", self.nanosecond());
-        write!(out, "{}", self.format(&fmt))?;
+        write_with_fraction(out, "%H:%M:%S%.6f", self.nanosecond(), |out, f| {
+            write!(out, "{}", self.format(f))
+        })?;
         Ok(IsNull::No)
     }
 }
 
-/// Weir: `fmt` with its fixed six fraction digits (`%.6f`) replaced by the
-/// microseconds of `nanos` as PostgreSQL writes them: none when zero, else
-/// without trailing zeros (`10:00:00`, `10:00:00.5`).
+/// Weir: writes a value by `fmt` through `write`, except that the fixed
+/// six fraction digits (`%.6f`) are written as PostgreSQL writes the
+/// microseconds of `nanos`: none when zero, else without trailing zeros
+/// (`10:00:00`, `10:00:00.5`).
 #[cfg(feature = "pg-type-chrono")]
-fn postgres_fraction(fmt: &str, nanos: u32) -> String {
-    let micros = (nanos % 1_000_000_000) / 1_000;
-    let fraction = if micros == 0 {
-        String::new()
-    } else {
-        format!(".{micros:06}").trim_end_matches('0').to_owned()
+fn write_with_fraction(
+    out: &mut BytesMut,
+    fmt: &str,
+    nanos: u32,
+    write: impl Fn(&mut BytesMut, &str) -> fmt::Result,
+) -> fmt::Result {
+    use std::fmt::Write;
+    let Some((head, tail)) = fmt.split_once("%.6f") else {
+        return write(out, fmt);
     };
-    fmt.replace("%.6f", &fraction)
+    write(out, head)?;
+    let mut micros = (nanos % 1_000_000_000) / 1_000;
+    if micros != 0 {
+        let mut digits = 6;
+        while micros % 10 == 0 {
+            micros /= 10;
+            digits -= 1;
+        }
+        write!(out, ".{micros:0digits$}")?;
+    }
+    if tail.is_empty() {
+        Ok(())
+    } else {
+        write(out, tail)
+    }
 }
 
 #[cfg(feature = "pg-type-chrono")]
