@@ -14,6 +14,10 @@
 //! - text to interval and to bytea: PostgreSQL's input forms
 //!   ([`crate::text_input`]).
 //! - float to text: PostgreSQL's output form (`1`, `1e+16`, `Infinity`).
+//! - timestamps to text: PostgreSQL's output form (`2024-03-05
+//!   10:00:00+01`), a `timestamptz` in the session's time zone.
+//! - `timestamptz` to `timestamp` or `date`: the local time in the
+//!   session's time zone (Arrow's cast keeps the UTC time).
 //!
 //! Writes assign values with [`assign_cast`], which applies the same text
 //! casts (a write of literal rows is evaluated without the analyzer).
@@ -57,6 +61,8 @@ enum Step {
     TextToBytea,
     /// A float to text, written as PostgreSQL writes floats.
     FloatToText,
+    /// A timestamp to text, written as PostgreSQL writes timestamps.
+    TimestampToText,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -87,6 +93,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToInterval => "weir_text_to_interval",
             Step::TextToBytea => "weir_text_to_bytea",
             Step::FloatToText => "weir_float_to_text",
+            Step::TimestampToText => "weir_timestamp_to_text",
         }
     }
 
@@ -111,10 +118,19 @@ impl ScalarUDFImpl for CastStep {
                     Ok(cast(&rounded, &self.output)?)
                 }
                 Step::RoundDecimal => round_decimal(input),
-                Step::TextToTimestamp => text_to_timestamp(input, &self.output),
+                Step::TextToTimestamp => text_to_timestamp(
+                    input,
+                    &self.output,
+                    args.config_options.execution.time_zone.as_deref(),
+                ),
                 Step::TextToInterval => text_to_interval(input, &self.output),
                 Step::TextToBytea => text_to_bytea(input, &self.output),
                 Step::FloatToText => float_to_text(input, &self.output),
+                Step::TimestampToText => {
+                    let zone = args.config_options.execution.time_zone.as_deref();
+                    let text = crate::time_zone::timestamps_to_text(input, zone)?;
+                    Ok(cast(&text, &self.output)?)
+                }
             }
         };
         make_scalar_function(step, vec![])(&args.args)
@@ -145,7 +161,16 @@ fn round_decimal(input: &ArrayRef) -> Result<ArrayRef> {
 /// Text cast to a timestamp type. Where Arrow's parser refuses a value,
 /// a time without seconds (`10:00`) gets `:00` and the cast is tried
 /// again; other errors stand.
-fn text_to_timestamp(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+///
+/// Text without an offset cast to a `timestamptz` is a local time in the
+/// session's `zone`, whatever zone the result is labelled with.
+fn text_to_timestamp(input: &ArrayRef, output: &DataType, zone: Option<&str>) -> Result<ArrayRef> {
+    if let (DataType::Timestamp(unit, Some(label)), Some(zone)) = (output, zone) {
+        if label.as_ref() != zone {
+            let local = DataType::Timestamp(*unit, Some(zone.into()));
+            return Ok(cast(&text_to_timestamp(input, &local, None)?, output)?);
+        }
+    }
     let first = match strict_cast(input, output) {
         Ok(result) => return Ok(result),
         Err(e) => e,
@@ -299,6 +324,8 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
         )
     {
         CastStep::udf(Step::TextToBytea, to).call(vec![*inner])
+    } else if matches!(from, DataType::Timestamp(..)) && is_text(&to) {
+        CastStep::udf(Step::TimestampToText, to).call(vec![*inner])
     } else if is_float(from) && is_text(&to) {
         CastStep::udf(Step::FloatToText, to).call(vec![*inner])
     } else if is_float(from) && is_integer(&to) {
@@ -360,20 +387,55 @@ pub struct PostgresCasts;
 
 impl PostgresCasts {
     /// Rewrites one expression node (see the module documentation).
-    fn rewrite_expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    fn rewrite_expr(e: Expr, schema: &DFSchema, zone: &str) -> Result<Transformed<Expr>> {
         let Expr::Cast(cast) = &e else {
             return Ok(Transformed::no(e));
         };
         Ok(match cast.expr.get_type(schema) {
-            Ok(from) => postgres_cast(e, &from),
+            Ok(from) => match local_time(e, &from, zone) {
+                Transformed {
+                    data,
+                    transformed: false,
+                    ..
+                } => postgres_cast(data, &from),
+                local => local,
+            },
             Err(_) => Transformed::no(e),
         })
     }
 }
 
+/// A `timestamptz` cast to `timestamp` is its local time in the session's
+/// `zone` (Arrow's cast keeps the UTC time).
+fn local_time(cast: Expr, from: &DataType, zone: &str) -> Transformed<Expr> {
+    match (&cast, from) {
+        (Expr::Cast(Cast { expr, field }), DataType::Timestamp(unit, Some(_)))
+            if matches!(
+                field.data_type(),
+                DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64
+            ) =>
+        {
+            let zoned = datafusion::logical_expr::cast(
+                expr.as_ref().clone(),
+                DataType::Timestamp(*unit, Some(zone.into())),
+            );
+            let local = datafusion::functions::datetime::to_local_time().call(vec![zoned]);
+            Transformed::yes(datafusion::logical_expr::cast(
+                local,
+                field.data_type().clone(),
+            ))
+        }
+        _ => Transformed::no(cast),
+    }
+}
+
 impl AnalyzerRule for PostgresCasts {
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        crate::plan_rewrite::rewrite_expressions(plan, &Self::rewrite_expr)
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let zone = config.execution.time_zone.clone();
+        let zone = zone.as_deref().unwrap_or("+00:00");
+        crate::plan_rewrite::rewrite_expressions(plan, &|e, schema| {
+            Self::rewrite_expr(e, schema, zone)
+        })
     }
 
     fn name(&self) -> &str {

@@ -78,10 +78,12 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     } else {
         Format::UnifiedText
     };
+    let mut options = FormatOptions::default();
+    options.time_zone = session.settings.lock().arrow_time_zone();
     let fields = Arc::new(arrow_schema_to_pg_fields(
         &schema,
         &wire_format,
-        Some(Arc::new(FormatOptions::default())),
+        Some(Arc::new(options)),
     )?);
     let header = if format.binary {
         Some(binary_header())

@@ -35,6 +35,7 @@ use pgwire::messages::response::{
     EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus,
 };
 use pgwire::messages::simplequery::Query;
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
@@ -131,6 +132,14 @@ async fn lock_session<'a, C: ClientInfo>(
         if let Some(name) = client.metadata().get("application_name") {
             session.settings.lock().set("application_name", name)?;
         }
+        // JDBC sends the client's zone as a startup option.
+        let metadata = client.metadata();
+        if let Some(zone) = metadata
+            .get("TimeZone")
+            .or_else(|| metadata.get("timezone"))
+        {
+            session.settings.lock().set("TimeZone", zone)?;
+        }
         *guard = Some(session);
     }
     Ok(tokio::sync::MutexGuard::map(guard, |s| {
@@ -147,6 +156,8 @@ impl Connection {
     }
 }
 
+/// Sends the NOTICEs a statement queued, and the new `TimeZone` if it
+/// changed.
 async fn send_notices<C>(client: &mut C, session: &mut Session) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -161,11 +172,27 @@ where
             )))
             .await?;
     }
+    // As PostgreSQL does, a changed TimeZone is reported (JDBC and psql
+    // read it).
+    let zone = session.settings.lock().get("timezone")?.to_owned();
+    if zone != session.reported_time_zone {
+        client
+            .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                "TimeZone".into(),
+                zone.clone(),
+            )))
+            .await?;
+        session.reported_time_zone = zone;
+    }
     Ok(())
 }
 
-fn format_options(client: &impl ClientInfo) -> Arc<FormatOptions> {
-    Arc::new(FormatOptions::from_client_metadata(client.metadata()))
+/// How values are written for the client: as its startup options ask, in
+/// the session's time zone.
+fn format_options(client: &impl ClientInfo, session: &Session) -> Arc<FormatOptions> {
+    let mut options = FormatOptions::from_client_metadata(client.metadata());
+    options.time_zone = session.settings.lock().arrow_time_zone();
+    Arc::new(options)
 }
 
 fn fields(
@@ -461,7 +488,6 @@ impl SimpleQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let options = format_options(client);
         let mut session = self.session(client).await?;
         check_alive(&session)?;
         let statements = match weir_sql::parse(query) {
@@ -498,7 +524,8 @@ impl SimpleQueryHandler for Connection {
                 }
             };
             let copying = matches!(output, Output::CopyIn { .. });
-            let response = into_response(output, &Format::UnifiedText, options.clone())?;
+            let options = format_options(client, &session);
+            let response = into_response(output, &Format::UnifiedText, options)?;
             // Until the rows are all sent the statement is running: an
             // error or a cancel among them fails the block.
             session.statement_running = true;
@@ -871,7 +898,7 @@ impl ExtendedQueryHandler for Connection {
                 } else {
                     Format::UnifiedText
                 };
-                let fields = fields(&schema, &format, format_options(client))?;
+                let fields = fields(&schema, &format, format_options(client, &session))?;
                 drop(session);
                 return send_describe_response(client, &DescribePortalResponse::new(fields)).await;
             }
@@ -949,13 +976,13 @@ impl ExtendedQueryHandler for Connection {
                 )?,
             )
         };
-        let options = format_options(client);
         let mut session = self.session(client).await?;
         check_alive(&session)?;
         let result = self
             .run_reporting(client, &mut session, statement, &params)
             .await?;
         send_notices(client, &mut session).await?;
+        let options = format_options(client, &session);
         into_response(result?, &portal.result_column_format, options)
     }
 }

@@ -55,6 +55,7 @@ mod source;
 mod statement;
 mod system;
 mod text_input;
+mod time_zone;
 pub mod tls;
 mod to_char;
 pub mod transaction;

@@ -70,7 +70,11 @@ pub async fn plan_view(
     names: &[ViewColumnDef],
 ) -> WeirResult<PlannedView> {
     let catalog = session.pinned.get().catalog.clone();
-    plan_view_in(&session.ctx.state(), &catalog, query, names).await
+    // A view computes in UTC, whatever the creating session's zone.
+    session.use_time_zone("+00:00");
+    let planned = plan_view_in(&session.ctx.state(), &catalog, query, names).await;
+    session.apply_time_zone();
+    planned
 }
 
 /// Plans `query` as a materialized view with `state` (a context from

@@ -82,6 +82,14 @@ impl PublicSchema {
         }
     }
 
+    /// The session's time zone, as Arrow labels timestamps.
+    fn time_zone(&self) -> String {
+        self.session
+            .upgrade()
+            .and_then(|state| state.read().config().options().execution.time_zone.clone())
+            .unwrap_or_else(|| "+00:00".into())
+    }
+
     async fn view(&self, view: &ViewDef) -> Result<Arc<dyn TableProvider>> {
         let state = self
             .session
@@ -129,7 +137,9 @@ impl SchemaProvider for PublicSchema {
                 snapshot.tables.get(&def.id).cloned().ok_or_else(|| {
                     DataFusionError::Internal(format!("no snapshot of table {name}"))
                 })?;
-            return Ok(Some(Arc::new(SnapshotTable::new(table, false))));
+            return Ok(Some(Arc::new(
+                SnapshotTable::new(table, false).in_zone(&self.time_zone()),
+            )));
         }
         if let Some(view) = snapshot.catalog.views.get(name) {
             return self.view(view).await.map(Some);
@@ -150,10 +160,15 @@ impl SchemaProvider for PublicSchema {
             let table = snapshot.tables.get(&view.id).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("no snapshot of materialized view {name}"))
             })?;
+            let zone = self.time_zone();
             if view.key.is_some() {
-                return Ok(Some(Arc::new(SnapshotTable::new(table, false))));
+                return Ok(Some(Arc::new(
+                    SnapshotTable::new(table, false).in_zone(&zone),
+                )));
             }
-            return Ok(Some(Arc::new(SnapshotTable::counted(table, view.schema()))));
+            return Ok(Some(Arc::new(
+                SnapshotTable::counted(table, view.schema()).in_zone(&zone),
+            )));
         }
         if let Some(source) = snapshot.catalog.sources.get(name) {
             return Ok(Some(Arc::new(crate::source::SourceTable::new(source))));
@@ -193,6 +208,9 @@ pub struct SnapshotTable {
     with_positions: bool,
     /// A materialized view's rows: the last column counts each row.
     counted: bool,
+    /// `timestamptz` columns are shown in the session's zone: scans
+    /// relabel them (the stored label is UTC).
+    relabelled: bool,
 }
 
 impl SnapshotTable {
@@ -205,6 +223,7 @@ impl SnapshotTable {
             schema,
             with_positions: false,
             counted: true,
+            relabelled: false,
         }
     }
 
@@ -227,7 +246,17 @@ impl SnapshotTable {
             schema,
             with_positions,
             counted: false,
+            relabelled: false,
         }
+    }
+
+    /// The table read in time zone `zone` (`time_zone.rs`).
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        if let Some(schema) = crate::time_zone::relabel_schema(&self.schema, zone) {
+            self.schema = schema;
+            self.relabelled = true;
+        }
+        self
     }
 }
 
@@ -273,6 +302,14 @@ impl TableProvider for SnapshotTable {
         let schema = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
+        };
+        let batches = if self.relabelled {
+            batches
+                .iter()
+                .map(|batch| crate::time_zone::relabel_batch(batch, &schema))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            batches
         };
         Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?)
     }

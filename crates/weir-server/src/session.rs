@@ -179,6 +179,8 @@ pub struct Session {
     pub timed_out_idle: bool,
     /// While a statement runs: NOTICEs sent to the client at once (progress).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// The `TimeZone` the client was last told of (ParameterStatus).
+    pub reported_time_zone: String,
 }
 
 /// A DataFusion context that plans against `pinned`, configured as every
@@ -288,6 +290,7 @@ impl Session {
             statements_run: 0,
             timed_out_idle: false,
             progress: None,
+            reported_time_zone: "UTC".into(),
         })
     }
 
@@ -299,6 +302,23 @@ impl Session {
             None => self.db.committed(),
         };
         self.pinned.pin(snapshot);
+    }
+
+    /// Plans in the session's `TimeZone`: `now()`, `timestamptz`
+    /// literals and casts take it from DataFusion's `execution.time_zone`.
+    pub fn apply_time_zone(&self) {
+        let zone = self.settings.lock().arrow_time_zone();
+        self.use_time_zone(&zone);
+    }
+
+    /// Plans in time zone `zone` (an Arrow zone) until
+    /// [`Session::apply_time_zone`].
+    pub fn use_time_zone(&self, zone: &str) {
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        if state.config().options().execution.time_zone.as_deref() != Some(zone) {
+            state.config_mut().options_mut().execution.time_zone = Some(zone.to_owned());
+        }
     }
 
     /// Queues a NOTICE for the client.
@@ -373,6 +393,7 @@ impl Session {
 
     /// Plans a statement against the pinned snapshot and binds `params`.
     pub async fn plan(&self, statement: Statement, params: &Params) -> WeirResult<LogicalPlan> {
+        self.apply_time_zone();
         let plan = plan_statement(&self.ctx.state(), statement).await?;
         bind(plan, params)
     }

@@ -1,8 +1,9 @@
 //! Session settings for `SET`, `SHOW` and `RESET`.
 //!
 //! Weir keeps the parameters clients commonly set on connect so that
-//! drivers work; the ones that change how values are written out (DateStyle,
-//! TimeZone) accept only the values Weir actually produces.
+//! drivers work; the ones that change how values are written out
+//! (DateStyle, IntervalStyle) accept only the values Weir actually
+//! produces. TimeZone takes any zone (`time_zone.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -47,10 +48,6 @@ const DEFAULTS: &[(&str, &str)] = &[
 /// Parameters that only accept the values listed (what Weir produces).
 const FIXED: &[(&str, &[&str])] = &[
     ("client_encoding", &["utf8", "utf-8", "unicode"]),
-    (
-        "timezone",
-        &["utc", "etc/utc", "gmt", "z", "+00:00", "0", "zulu"],
-    ),
     ("bytea_output", &["hex"]),
     ("intervalstyle", &["postgres"]),
     ("standard_conforming_strings", &["on", "true"]),
@@ -176,11 +173,24 @@ impl Settings {
             .ok_or_else(|| unknown(name))
     }
 
-    /// Sets `name` to `value`.
+    /// Sets `name` to `value` (a time zone as `SHOW` prints it).
     pub fn set(&mut self, name: &str, value: &str) -> WeirResult<()> {
         let key = self.checked_key(name, value)?;
-        self.values.insert(key, value.to_owned());
+        let value = match key.as_str() {
+            "timezone" => zone(value)?.shown,
+            _ => value.to_owned(),
+        };
+        self.values.insert(key, value);
         Ok(())
+    }
+
+    /// The session's time zone as Arrow names it (`Europe/Paris`,
+    /// `-07:00`).
+    pub fn arrow_time_zone(&self) -> String {
+        self.values
+            .get("timezone")
+            .and_then(|value| crate::time_zone::parse(value))
+            .map_or_else(|| "UTC".to_owned(), |zone| zone.arrow)
     }
 
     /// The key of parameter `name`, once `value` is known to be one it may
@@ -195,6 +205,9 @@ impl Settings {
         }
         if !self.values.contains_key(&key) {
             return Err(unknown(name));
+        }
+        if key == "timezone" {
+            zone(value)?;
         }
         if DURATIONS.contains(&key.as_str()) && parse_duration(value).is_none() {
             return Err(WeirError::new(
@@ -246,6 +259,17 @@ impl Settings {
     }
 }
 
+/// `value` read as a time zone, or 22023.
+fn zone(value: &str) -> WeirResult<crate::time_zone::Zone> {
+    crate::time_zone::parse(value).ok_or_else(|| {
+        WeirError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"TimeZone\": \"{value}\""),
+        )
+        .with_detail(format!("time zone \"{value}\" not recognized"))
+    })
+}
+
 fn unknown(name: &str) -> WeirError {
     WeirError::new(
         SqlState::UNDEFINED_OBJECT,
@@ -267,10 +291,12 @@ mod tests {
         assert_eq!(s.set("nope", "1").unwrap_err().code.0, "42704");
         assert_eq!(s.set("server_version", "1").unwrap_err().code.0, "55P02");
         assert_eq!(
-            s.set("TimeZone", "Europe/Paris").unwrap_err().code.0,
+            s.set("TimeZone", "Mars/Olympus").unwrap_err().code.0,
             "22023"
         );
-        s.set("TimeZone", "UTC").unwrap();
+        s.set("TimeZone", "europe/paris").unwrap();
+        assert_eq!(s.get("timezone").unwrap(), "Europe/Paris");
+        assert_eq!(s.arrow_time_zone(), "Europe/Paris");
     }
 
     #[test]

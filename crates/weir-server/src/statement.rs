@@ -20,6 +20,7 @@ pub async fn execute(
     statement: &WeirStatement,
     params: &Params,
 ) -> WeirResult<Output> {
+    session.apply_time_zone();
     if let (Some(_), Some(ddl)) = (&session.transaction, ddl_name(statement)) {
         return Err(WeirError::new(
             SqlState::ACTIVE_SQL_TRANSACTION,
@@ -256,7 +257,10 @@ fn set_variable(session: &mut Session, set: &Set) -> WeirResult<Output> {
         }
     };
     let mut settings = session.settings.lock();
-    if value.eq_ignore_ascii_case("default") {
+    // `SET TIME ZONE LOCAL` is the server's zone, its default.
+    if value.eq_ignore_ascii_case("default")
+        || (name == "timezone" && value.eq_ignore_ascii_case("local"))
+    {
         settings.reset(&name)?;
     } else if local {
         if !settings.set_local(&name, &value)? {

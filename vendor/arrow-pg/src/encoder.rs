@@ -447,6 +447,16 @@ fn get_numeric_128_value(
     Some(crate::numeric::PgNumeric::from_i128(array.value(idx), scale))
 }
 
+/// Weir: the zone a `timestamptz` is written in: the session's (its format
+/// options' `time_zone`), else the column's.
+fn display_zone(column_zone: &str, pg_field: &FieldInfo) -> Result<Tz, ToSqlError> {
+    let session_zone = &pg_field.format_options().time_zone;
+    match Tz::from_str(session_zone) {
+        Ok(tz) if !session_zone.is_empty() => Ok(tz),
+        _ => Tz::from_str(column_zone).map_err(ToSqlError::from),
+    }
+}
+
 pub fn encode_value<T: Encoder>(
     encoder: &mut T,
     arr: &Arc<dyn Array>,
@@ -574,7 +584,7 @@ pub fn encode_value<T: Encoder>(
                 }
                 let ts_array = arr.as_any().downcast_ref::<TimestampSecondArray>().unwrap();
                 if let Some(tz) = timezone {
-                    let tz = Tz::from_str(tz.as_ref()).map_err(ToSqlError::from)?;
+                    let tz = display_zone(tz, pg_field)?;
                     let value = ts_array
                         .value_as_datetime_with_tz(idx, tz)
                         .map(|d| d.fixed_offset());
@@ -594,7 +604,7 @@ pub fn encode_value<T: Encoder>(
                     .downcast_ref::<TimestampMillisecondArray>()
                     .unwrap();
                 if let Some(tz) = timezone {
-                    let tz = Tz::from_str(tz.as_ref()).map_err(ToSqlError::from)?;
+                    let tz = display_zone(tz, pg_field)?;
                     let value = ts_array
                         .value_as_datetime_with_tz(idx, tz)
                         .map(|d| d.fixed_offset());
@@ -613,7 +623,7 @@ pub fn encode_value<T: Encoder>(
                     .downcast_ref::<TimestampMicrosecondArray>()
                     .unwrap();
                 if let Some(tz) = timezone {
-                    let tz = Tz::from_str(tz.as_ref()).map_err(ToSqlError::from)?;
+                    let tz = display_zone(tz, pg_field)?;
                     let value = ts_array
                         .value_as_datetime_with_tz(idx, tz)
                         .map(|d| d.fixed_offset());
@@ -632,7 +642,7 @@ pub fn encode_value<T: Encoder>(
                     .downcast_ref::<TimestampNanosecondArray>()
                     .unwrap();
                 if let Some(tz) = timezone {
-                    let tz = Tz::from_str(tz.as_ref()).map_err(ToSqlError::from)?;
+                    let tz = display_zone(tz, pg_field)?;
                     let value = ts_array
                         .value_as_datetime_with_tz(idx, tz)
                         .map(|d| d.fixed_offset());

@@ -866,3 +866,20 @@ SELECT id FROM orders ORDER BY id OFFSET 2 ROWS FETCH FIRST 2 ROWS ONLY;
 -- differs: `mod(a, b)` is planned as `a % b`, so its column is named `?column?`; `ceiling` of a `numeric` keeps the argument's scale (`-1.0`)
 SELECT mod(-7, 3), mod(7.5, 2), ceiling(-1.5);
 SELECT mod(1, 0);
+-- Time zones: timestamptz in the session's zone.
+SET TIME ZONE 'Europe/Paris';
+SHOW TIME ZONE;
+SELECT tz FROM times ORDER BY id;
+SELECT tz::timestamp, tz::date FROM times ORDER BY id;
+SELECT tz::text FROM times ORDER BY id;
+SELECT '2024-07-01 12:00'::timestamptz, '2024-01-01 12:00:00+00'::timestamptz;
+SELECT '2024-03-05 10:00:00'::timestamp::timestamptz;
+SELECT date_trunc('day', TIMESTAMPTZ '2024-07-01 23:30:00+00');
+SET TIME ZONE 'Asia/Kolkata';
+SELECT TIMESTAMPTZ '2024-03-05 10:00:00.25+00';
+SET TIME ZONE -7;
+SHOW TIME ZONE;
+SELECT TIMESTAMPTZ '2024-03-05 10:00:00+00';
+SET TIME ZONE 'Mars/Olympus_Mons';
+SET TIME ZONE 'UTC';
+SELECT tz FROM times ORDER BY id;

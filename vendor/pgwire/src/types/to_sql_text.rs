@@ -272,6 +272,12 @@ where
 
         let fmt = match *ty {
             Type::TIMESTAMP | Type::TIMESTAMP_ARRAY => date_style.full_format_str(),
+            // Weir: an offset with minutes (India's +05:30) keeps them.
+            Type::TIMESTAMPTZ | Type::TIMESTAMPTZ_ARRAY
+                if chrono::Offset::fix(self.offset()).local_minus_utc() % 3600 != 0 =>
+            {
+                &date_style.full_tz_format_str().replace("%:::z", "%:z")
+            }
             Type::TIMESTAMPTZ | Type::TIMESTAMPTZ_ARRAY => &date_style.full_tz_format_smolstr(),
             Type::DATE | Type::DATE_ARRAY => date_style.date_format_str(),
             Type::TIME | Type::TIME_ARRAY => "%H:%M:%S%.6f",
