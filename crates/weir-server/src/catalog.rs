@@ -261,6 +261,21 @@ pub struct ColumnDef {
     /// `json` or `jsonb`, for a column of JSON text.
     #[serde(default)]
     pub json: Option<crate::json::JsonKind>,
+    /// The PostgreSQL type the column was declared with, where its Arrow
+    /// type does not say (`varchar(20)`, `numeric(10,2)`): what
+    /// `pg_attribute` reports.
+    #[serde(default)]
+    pub declared: Option<DeclaredType>,
+}
+
+/// A column's PostgreSQL type as declared: its `pg_type` OID and type
+/// modifier (`atttypmod`: -1 for none, `n + 4` for `varchar(n)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredType {
+    /// The type's OID.
+    pub oid: u32,
+    /// The type modifier.
+    pub typmod: i32,
 }
 
 impl ColumnDef {

@@ -65,6 +65,10 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
             nullable: field.is_nullable() && !primary_key.contains(&i),
             default,
             max_chars: create.columns.get(i).and_then(|c| char_limit(&c.data_type)),
+            declared: create
+                .columns
+                .get(i)
+                .and_then(|c| declared_type(&c.data_type)),
             json: crate::json::JsonKind::of(field),
         });
     }
@@ -99,6 +103,32 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
     drop(working);
     db.wait_committed(epoch).await?;
     Ok(tag)
+}
+
+/// The `pg_type` OID and typmod of a declared type whose Arrow type does
+/// not tell them: character types and `numeric`.
+fn declared_type(
+    data_type: &datafusion::sql::sqlparser::ast::DataType,
+) -> Option<crate::catalog::DeclaredType> {
+    use datafusion::sql::sqlparser::ast::{DataType as Sql, ExactNumberInfo};
+    let (oid, typmod) = match data_type {
+        Sql::Varchar(_) | Sql::CharacterVarying(_) | Sql::CharVarying(_) => {
+            (1043, char_limit(data_type).map_or(-1, |n| n as i32 + 4))
+        }
+        Sql::Char(_) | Sql::Character(_) => {
+            (1042, char_limit(data_type).map_or(5, |n| n as i32 + 4))
+        }
+        Sql::Numeric(info) | Sql::Decimal(info) | Sql::Dec(info) => {
+            let typmod = match info {
+                ExactNumberInfo::None => -1,
+                ExactNumberInfo::Precision(p) => ((*p as i32) << 16) + 4,
+                ExactNumberInfo::PrecisionAndScale(p, s) => ((*p as i32) << 16) + (*s as i32) + 4,
+            };
+            (1700, typmod)
+        }
+        _ => return None,
+    };
+    Some(crate::catalog::DeclaredType { oid, typmod })
 }
 
 /// The `n` of `varchar(n)`, `char(n)` and their spellings.

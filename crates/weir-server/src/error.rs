@@ -161,7 +161,11 @@ fn postgres_wording(code: SqlState, message: &str) -> Option<String> {
         }
         SqlState::UNDEFINED_COLUMN => {
             let rest = message.strip_prefix("No field named ")?;
-            let end = rest.find(". ").unwrap_or(rest.len());
+            let end = [". ", ".\n"]
+                .iter()
+                .filter_map(|end| rest.find(end))
+                .min()
+                .unwrap_or(rest.len());
             let name = rest[..end].trim_end_matches('.').replace('"', "");
             Some(format!("column \"{name}\" does not exist"))
         }

@@ -253,6 +253,11 @@ fn into_response(
             response.set_command_tag("FETCH");
             Response::Query(response)
         }
+        Output::Returned { tag, schema, rows } => {
+            let mut response = rows_response(&schema, rows, format, options)?;
+            response.set_command_tag(if tag == "INSERT" { "INSERT 0" } else { tag });
+            Response::Query(response)
+        }
         Output::TransactionStart => Response::TransactionStart(Tag::new("BEGIN")),
         Output::TransactionEnd(tag) => Response::TransactionEnd(Tag::new(tag)),
         Output::CopyIn { binary, columns } => Response::CopyIn(CopyResponse::new(
@@ -795,6 +800,8 @@ async fn describe(
             types[n] = t;
         }
     };
+    // The columns of a DML statement's RETURNING list.
+    let mut returned = None;
     let plan = match sql.as_ref() {
         Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(c) if c.materialized) =>
         {
@@ -811,7 +818,8 @@ async fn describe(
             Some(crate::parameters::type_open_parameters(plan, declared)?)
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
-            let (hints, plan) = dml::describe(session, sql).await?;
+            let (hints, plan, returning) = dml::describe(session, sql).await?;
+            returned = returning;
             for hint in hints {
                 if wire_types.len() <= hint.index {
                     wire_types.resize(hint.index + 1, None);
@@ -847,7 +855,7 @@ async fn describe(
         return Ok(Described {
             types,
             wire_types,
-            schema: None,
+            schema: returned,
         });
     };
     for (name, t) in plan.get_parameter_types()? {
@@ -864,7 +872,8 @@ async fn describe(
     .then(|| {
         let types = crate::rows::wire_types(&Arc::new(plan.schema().as_arrow().clone()));
         crate::colnames::wire_schema(sql, types)
-    });
+    })
+    .or(returned);
     Ok(Described {
         types,
         wire_types,

@@ -147,6 +147,7 @@ pub(crate) async fn plan_view_in(
             nullable: field.is_nullable(),
             default: None,
             max_chars: None,
+            declared: None,
             json: crate::json::JsonKind::of(field),
         });
     }

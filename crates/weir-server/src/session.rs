@@ -47,6 +47,16 @@ pub enum Output {
         /// Rows affected, where the tag has a count.
         rows: Option<usize>,
     },
+    /// Rows of a DML statement's `RETURNING` list, under its tag (`tag`,
+    /// then the row count).
+    Returned {
+        /// The tag's words.
+        tag: &'static str,
+        /// Their schema.
+        schema: SchemaRef,
+        /// The rows.
+        rows: RowStream,
+    },
     /// `BEGIN`.
     TransactionStart,
     /// `COMMIT` or `ROLLBACK`.
@@ -222,16 +232,18 @@ pub fn session_context(
         crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
     catalog.register_schema("information_schema", Arc::new(information_schema))?;
     ctx.register_catalog(DATABASE, Arc::new(catalog));
+    let names = crate::catalog_rows::CatalogOids::default();
     datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
         .map_err(|e| WeirError::from_datafusion(*e))?;
     if let Some(catalog) = ctx.catalog(DATABASE) {
         if let Some(pg_catalog) = catalog.schema("pg_catalog") {
-            let wrapped = crate::relkind::PgCatalog::new(pg_catalog, pinned.clone());
+            let wrapped =
+                crate::catalog_rows::PgCatalog::new(pg_catalog, pinned.clone(), names.clone());
             catalog.register_schema("pg_catalog", Arc::new(wrapped))?;
         }
     }
     crate::json::register(&ctx)?;
-    crate::catalog_functions::register(&ctx);
+    crate::catalog_functions::register(&ctx, &pinned, &names);
     crate::intervals::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());

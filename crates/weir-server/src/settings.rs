@@ -19,6 +19,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
     ("datestyle", "ISO, MDY"),
+    ("default_table_access_method", "heap"),
     ("default_transaction_isolation", "read committed"),
     ("default_transaction_read_only", "off"),
     ("extra_float_digits", "1"),

@@ -75,6 +75,7 @@ pub async fn create(
             nullable: false,
             default: None,
             max_chars: None,
+            declared: None,
             json: crate::json::JsonKind::of(field),
         })
         .collect();

@@ -10,6 +10,8 @@
 //!   (`x(x)`), as PostgreSQL does;
 //! - `mod(a, b)` is `a % b` (its column is then named `?column?` where
 //!   PostgreSQL names it `mod`);
+//! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
+//!   array_length(a, 1)))`;
 //! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
 //!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
@@ -20,6 +22,8 @@ use datafusion::sql::sqlparser::ast::{
     LimitClause, Query, SelectItem, Statement, TableAliasColumnDef, TableFactor, VisitMut,
     VisitorMut,
 };
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 
 /// Rewrites the forms of the module documentation in `statement`.
 pub fn rewrite(statement: &mut Statement) {
@@ -58,6 +62,7 @@ impl VisitorMut for Forms {
         crate::numbers::widen_huge_literal(expr);
         crate::subquery_ops::rewrite_quantified(expr);
         mod_as_operator(expr);
+        generate_subscripts_as_unnest(expr);
         ControlFlow::Continue(())
     }
 }
@@ -164,6 +169,33 @@ fn mod_as_operator(expr: &mut Expr) {
     }
 }
 
+/// `generate_subscripts(a, 1)` as `unnest(generate_series(1,
+/// array_length(a, 1)))`: the subscripts of a one-dimensional array, a row
+/// each (SQLAlchemy's reflection reads a key's column order so).
+fn generate_subscripts_as_unnest(expr: &mut Expr) {
+    let Expr::Function(function) = expr else {
+        return;
+    };
+    let name = function.name.to_string().to_ascii_lowercase();
+    if name != "generate_subscripts" && name != "pg_catalog.generate_subscripts" {
+        return;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return;
+    };
+    if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(array)), FunctionArg::Unnamed(FunctionArgExpr::Expr(dimension))] =
+        list.args.as_slice()
+    {
+        let sql = format!("unnest(generate_series(1, array_length({array}, {dimension})))");
+        if let Ok(rewritten) = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&sql)
+            .and_then(|mut parser| parser.parse_expr())
+        {
+            *expr = rewritten;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::parse::parsed_text as rewritten;
@@ -177,6 +209,10 @@ mod tests {
         assert_eq!(
             rewritten("SELECT exists(SELECT 1 FROM u WHERE u.k = t.k), mod(7, 3) FROM t"),
             "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT generate_subscripts(k, 1) FROM t"),
+            "SELECT unnest(generate_series(1, array_length(k, 1))) FROM t"
         );
         assert_eq!(
             rewritten("SELECT x FROM generate_series(1, 3) x, unnest(ARRAY[1]) AS u, generate_series(1, 2) AS g(n)"),

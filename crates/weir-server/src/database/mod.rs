@@ -436,6 +436,7 @@ mod tests {
                 nullable: false,
                 default: None,
                 max_chars: None,
+                declared: None,
                 json: None,
             }],
             primary_key: vec![0],

@@ -61,12 +61,7 @@ pub(super) async fn insert_rows(
     working: &mut WorkingState,
     insert: &Insert,
     params: &Params,
-) -> WeirResult<usize> {
-    if insert.returning.is_some() {
-        return Err(WeirError::unsupported(
-            "INSERT ... RETURNING is not supported yet",
-        ));
-    }
+) -> WeirResult<Written> {
     let def = insert_target(&working.catalog, insert)?.clone();
     let columns = insert_columns(&def, insert)?;
     let literal = insert
@@ -94,9 +89,8 @@ pub(super) async fn insert_rows(
     let table = working.table_mut(def.id)?;
     match &insert.on {
         None => {
-            let count = rows.num_rows();
             check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-            Ok(count)
+            Ok(Written::rows(rows))
         }
         Some(OnInsert::OnConflict(on_conflict)) => {
             check_conflict_target(
@@ -113,9 +107,8 @@ pub(super) async fn insert_rows(
                         .map(|m| Some(m.existing.is_none() && !m.repeated))
                         .collect();
                     let rows = filter_record_batch(&rows, &fresh)?;
-                    let count = rows.num_rows();
                     check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-                    Ok(count)
+                    Ok(Written::rows(rows))
                 }
                 OnConflictAction::DoUpdate(update) => {
                     if matches.iter().any(|m| m.repeated) {
@@ -161,9 +154,8 @@ pub(super) async fn insert_rows(
                         .collect();
                     let fresh_rows = filter_record_batch(&rows, &fresh)?;
                     let all = concat_batches(&def.schema(), [&fresh_rows, &updated])?;
-                    let count = all.num_rows();
                     check_write(&def, &all, table.write(&positions, Some(&all))?)?;
-                    Ok(count)
+                    Ok(Written::rows(all))
                 }
             }
         }
@@ -300,10 +292,11 @@ pub async fn insert_batch(
     batch: RecordBatch,
 ) -> WeirResult<usize> {
     let target = |catalog: &Catalog| catalog.table(table).cloned();
-    write(session, "COPY FROM", target, async |session, working| {
+    let written = write(session, "COPY FROM", target, async |session, working| {
         write_batch(session, working, table, columns, batch).await
     })
-    .await
+    .await?;
+    Ok(written.count)
 }
 
 /// Inserts a batch into `working`'s table `table`.
@@ -313,11 +306,10 @@ async fn write_batch(
     table: &str,
     columns: &[usize],
     batch: RecordBatch,
-) -> WeirResult<usize> {
+) -> WeirResult<Written> {
     let def = working.catalog.table(table)?.clone();
     let rows = batch_rows(session, &def, batch, columns).await?;
-    let count = rows.num_rows();
     let table = working.table_mut(def.id)?;
     check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-    Ok(count)
+    Ok(Written::rows(rows))
 }

@@ -12,13 +12,15 @@
 
 mod constraints;
 mod insert;
+mod returning;
 mod target;
 mod upsert;
 mod values;
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::{cast, lit, when, Expr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, Expr as SqlExpr, SetExpr, Statement, Value,
@@ -50,22 +52,57 @@ pub async fn execute(
         Statement::Delete(_) => "DELETE",
         other => return Err(WeirError::internal(format!("not DML: {other}"))),
     };
-    let target = |catalog: &Catalog| -> WeirResult<TableDef> {
-        Ok(match statement {
-            Statement::Insert(insert) => insert_target(catalog, insert)?.clone(),
-            Statement::Update(update) => update_target(catalog, &update.table)?.0.clone(),
-            Statement::Delete(delete) => delete_query(catalog, delete)?.0,
-            other => return Err(WeirError::internal(format!("not DML: {other}"))),
-        })
-    };
-    let rows = write(session, tag, target, async |session, working| {
+    if returning::items(statement).is_some() {
+        // A RETURNING list that does not plan fails before anything is
+        // written.
+        session.pin_for_read();
+        let def = target_def(&session.pinned.get().catalog, statement)?;
+        returning::schema(session, statement, &def).await?;
+    }
+    let target = |catalog: &Catalog| target_def(catalog, statement);
+    let mut def = None;
+    let written = write(session, tag, target, async |session, working| {
+        def = Some(target_def(&working.catalog, statement)?);
         apply(session, working, statement, params).await
     })
     .await?;
-    Ok(Output::Command {
-        tag,
-        rows: Some(rows),
+    match (returning::items(statement), def, written.rows) {
+        (Some(_), Some(def), Some(rows)) => {
+            returning::output(session, statement, tag, &def, rows).await
+        }
+        _ => Ok(Output::Command {
+            tag,
+            rows: Some(written.count),
+        }),
+    }
+}
+
+/// The table a DML statement writes.
+fn target_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef> {
+    Ok(match statement {
+        Statement::Insert(insert) => insert_target(catalog, insert)?.clone(),
+        Statement::Update(update) => update_target(catalog, &update.table)?.0.clone(),
+        Statement::Delete(delete) => delete_query(catalog, delete)?.0,
+        other => return Err(WeirError::internal(format!("not DML: {other}"))),
     })
+}
+
+/// What a statement wrote.
+pub(super) struct Written {
+    /// The number of rows it inserted, updated or deleted.
+    count: usize,
+    /// The rows, for `RETURNING`: the new rows of an INSERT or UPDATE, the
+    /// old rows of a DELETE (only when it has a `RETURNING` list).
+    rows: Option<RecordBatch>,
+}
+
+impl Written {
+    fn rows(rows: RecordBatch) -> Self {
+        Written {
+            count: rows.num_rows(),
+            rows: Some(rows),
+        }
+    }
 }
 
 /// Runs `change` (which returns the rows it changed) where a write of
@@ -78,8 +115,8 @@ async fn write(
     session: &mut Session,
     verb: &str,
     target: impl FnOnce(&Catalog) -> WeirResult<TableDef>,
-    change: impl AsyncFnOnce(&Session, &mut WorkingState) -> WeirResult<usize>,
-) -> WeirResult<usize> {
+    change: impl AsyncFnOnce(&Session, &mut WorkingState) -> WeirResult<Written>,
+) -> WeirResult<Written> {
     if let Some(mut block) = session.transaction.take() {
         let result = match target(block.catalog()).and_then(|def| block.prepare_write(&def, verb)) {
             Ok(()) => {
@@ -94,22 +131,22 @@ async fn write(
     let db = session.db.clone();
     let mut working = db.working().await;
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let rows = change(session, &mut working).await?;
+    let written = change(session, &mut working).await?;
     let epoch = working.epoch;
     drop(working);
-    if rows > 0 {
+    if written.count > 0 {
         db.wait_committed(epoch).await?;
     }
-    Ok(rows)
+    Ok(written)
 }
 
-/// Applies a DML statement to `working`; returns the rows it changed.
+/// Applies a DML statement to `working`; returns what it wrote.
 async fn apply(
     session: &Session,
     working: &mut WorkingState,
     statement: &Statement,
     params: &Params,
-) -> WeirResult<usize> {
+) -> WeirResult<Written> {
     match statement {
         Statement::Insert(insert) => insert_rows(session, working, insert, params).await,
         Statement::Update(update) => update_rows(session, working, update, params).await,
@@ -137,9 +174,13 @@ pub(super) fn column_index(def: &TableDef, column: &str) -> WeirResult<usize> {
 pub async fn describe(
     session: &Session,
     statement: &Statement,
-) -> WeirResult<(Vec<ParameterHint>, Option<LogicalPlan>)> {
+) -> WeirResult<(Vec<ParameterHint>, Option<LogicalPlan>, Option<SchemaRef>)> {
     let catalog = session.pinned.get().catalog.clone();
     let hints = parameter_hints(&catalog, statement);
+    let returned = match returning::items(statement) {
+        Some(_) => returning::schema(session, statement, &target_def(&catalog, statement)?).await?,
+        None => None,
+    };
     let plan = match statement {
         Statement::Insert(insert) => match &insert.source {
             Some(query) => Some(session.plan(Statement::Query(query.clone()), &None).await?),
@@ -155,7 +196,7 @@ pub async fn describe(
         }
         _ => None,
     };
-    Ok((hints, plan))
+    Ok((hints, plan, returned))
 }
 
 /// The type of a `$n` parameter (`index` = n - 1) that stands alone in an

@@ -49,11 +49,6 @@ pub(super) fn quoted(name: &str) -> String {
 
 /// The query an UPDATE runs: each target row's position and new values.
 pub(super) fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(TableDef, String)> {
-    if update.returning.is_some() {
-        return Err(WeirError::unsupported(
-            "UPDATE ... RETURNING is not supported yet",
-        ));
-    }
     let (def, alias) = update_target(catalog, &update.table)?;
     let mut values: Vec<Option<String>> = vec![None; def.columns.len()];
     for assignment in &update.assignments {
@@ -88,11 +83,6 @@ pub(super) fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(Ta
 
 /// The query a DELETE runs: the positions of the rows to delete.
 pub(super) fn delete_query(catalog: &Catalog, delete: &Delete) -> WeirResult<(TableDef, String)> {
-    if delete.returning.is_some() {
-        return Err(WeirError::unsupported(
-            "DELETE ... RETURNING is not supported yet",
-        ));
-    }
     let tables = match &delete.from {
         FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => t,
     };
@@ -165,7 +155,7 @@ pub(super) async fn update_rows(
     working: &mut WorkingState,
     update: &Update,
     params: &Params,
-) -> WeirResult<usize> {
+) -> WeirResult<Written> {
     let (def, sql) = update_query(&working.catalog, update)?;
     let plan = plan_target_query(session, &def, &sql, params).await?;
     let schema = plan.schema().clone();
@@ -179,7 +169,7 @@ pub(super) async fn update_rows(
     let (_, batches) = session.collect(plan).await?;
     let (positions, first_rows) = distinct_positions(&batches);
     if positions.is_empty() {
-        return Ok(0);
+        return Ok(Written::rows(RecordBatch::new_empty(def.schema())));
     }
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let new_rows = datafusion::arrow::compute::interleave_record_batch(&refs, &first_rows)?;
@@ -187,7 +177,7 @@ pub(super) async fn update_rows(
     let new_rows = conform(&def, &[new_rows.project(&columns)?])?;
     let table = working.table_mut(def.id)?;
     check_write(&def, &new_rows, table.write(&positions, Some(&new_rows))?)?;
-    Ok(positions.len())
+    Ok(Written::rows(new_rows))
 }
 
 pub(super) async fn delete_rows(
@@ -195,17 +185,24 @@ pub(super) async fn delete_rows(
     working: &mut WorkingState,
     delete: &Delete,
     params: &Params,
-) -> WeirResult<usize> {
+) -> WeirResult<Written> {
     let (def, sql) = delete_query(&working.catalog, delete)?;
     let plan = plan_target_query(session, &def, &sql, params).await?;
     let (_, batches) = session.collect(plan).await?;
     let (positions, _) = distinct_positions(&batches);
-    if positions.is_empty() {
-        return Ok(0);
-    }
     let table = working.table_mut(def.id)?;
-    table
-        .write(&positions, None)?
-        .map_err(|_| WeirError::internal("a delete cannot violate a key"))?;
-    Ok(positions.len())
+    // RETURNING reads the rows as they were.
+    let old_rows = match delete.returning {
+        Some(_) => Some(table.rows_at(&positions)?),
+        None => None,
+    };
+    if !positions.is_empty() {
+        table
+            .write(&positions, None)?
+            .map_err(|_| WeirError::internal("a delete cannot violate a key"))?;
+    }
+    Ok(Written {
+        count: positions.len(),
+        rows: old_rows,
+    })
 }

@@ -642,7 +642,6 @@ SELECT numeric_precision, numeric_scale FROM information_schema.columns WHERE ta
 CREATE TABLE kv (k INT PRIMARY KEY, v TEXT NOT NULL, n INT DEFAULT 7);
 INSERT INTO kv VALUES (1, 'a');
 INSERT INTO kv (k, v) VALUES (2, 'b'), (3, 'c');
--- differs: `RETURNING` is not supported yet
 INSERT INTO kv VALUES (4, 'd', 40) RETURNING k, n;
 INSERT INTO kv VALUES (1, 'dup');
 INSERT INTO kv VALUES (9, NULL);
@@ -653,11 +652,8 @@ INSERT INTO kv VALUES (6, 'f', 2147483648);
 INSERT INTO kv VALUES (1, 'a2') ON CONFLICT (k) DO UPDATE SET v = excluded.v;
 INSERT INTO kv VALUES (1, 'a3') ON CONFLICT (k) DO NOTHING;
 INSERT INTO kv VALUES (7, 'g') ON CONFLICT DO NOTHING;
--- differs: follows from the refused `INSERT ... RETURNING` above (a row PostgreSQL inserted)
 SELECT * FROM kv ORDER BY k;
--- differs: follows from the refused `INSERT ... RETURNING` above (a row PostgreSQL inserted)
 UPDATE kv SET n = n + 1 WHERE k > 2;
--- differs: `RETURNING` is not supported yet
 UPDATE kv SET v = upper(v) WHERE k = 2 RETURNING v;
 UPDATE kv SET v = NULL WHERE k = 2;
 UPDATE kv SET n = 1 WHERE false;
@@ -665,15 +661,12 @@ UPDATE kv SET k = 3 WHERE k = 2;
 UPDATE kv SET no_such_column = 1;
 DELETE FROM kv WHERE k = 7;
 DELETE FROM kv WHERE k = 100;
--- differs: `RETURNING` is not supported yet
 DELETE FROM kv WHERE k = 4 RETURNING *;
--- differs: follows from the refused `UPDATE ... RETURNING` above
 SELECT * FROM kv ORDER BY k;
 INSERT INTO kv SELECT id + 10, w, id FROM words WHERE w IS NOT NULL;
 SELECT count(*), sum(n) FROM kv;
 DELETE FROM kv WHERE k > 10;
 UPDATE kv SET n = n * 1000000000 WHERE k = 1;
--- differs: follows from the refused `UPDATE ... RETURNING` above
 SELECT * FROM kv ORDER BY k;
 INSERT INTO no_such_table VALUES (1);
 INSERT INTO kv VALUES (8, 'h', 1, 2);

@@ -18,8 +18,10 @@ from typing import Optional
 from sqlalchemy import (
     Date,
     Integer,
+    MetaData,
     Numeric,
     String,
+    Table,
     create_engine,
     func,
     insert,
@@ -47,6 +49,7 @@ class Order(Base):
     customer: Mapped[str] = mapped_column(String, nullable=False)
     amount: Mapped[Optional[decimal.Decimal]] = mapped_column(Numeric(10, 2))
     placed: Mapped[Optional[datetime.date]] = mapped_column(Date)
+    note: Mapped[Optional[str]] = mapped_column(String(12), server_default="none")
 
 
 def main(dsn):
@@ -59,12 +62,26 @@ def main(dsn):
         conn.execute(text("DROP TABLE IF EXISTS sa_orders"))
         Base.metadata.create_all(conn)
 
-    # The catalog: the table is listed. (Column reflection, get_columns,
-    # is not supported yet: docs/drivers.md.)
+    # The catalog: the table is listed, and reflected as it was declared.
     inspector = inspect(engine)
     check("tables", "sa_orders" in inspector.get_table_names(), True)
     check("has table", inspector.has_table("sa_orders"), True)
     check("no such table", inspector.has_table("sa_missing"), False)
+    columns = {c["name"]: c for c in inspector.get_columns("sa_orders")}
+    check("reflected columns", list(columns), ["id", "customer", "amount", "placed", "note"])
+    check("reflected numeric", (columns["amount"]["type"].precision, columns["amount"]["type"].scale), (10, 2))
+    check("reflected varchar", columns["note"]["type"].length, 12)
+    check("reflected default", columns["note"]["default"], "'none'::character varying")
+    check("reflected nullability", (columns["customer"]["nullable"], columns["amount"]["nullable"]), (False, True))
+    check(
+        "reflected key",
+        inspector.get_pk_constraint("sa_orders"),
+        {"constrained_columns": ["id"], "name": "sa_orders_pkey", "comment": None, "dialect_options": {"postgresql_include": []}},
+    )
+    check("reflected indexes", inspector.get_indexes("sa_orders"), [])
+    reflected = Table("sa_orders", MetaData(), autoload_with=engine)
+    check("autoloaded key", [c.name for c in reflected.primary_key.columns], ["id"])
+    check("autoloaded types", str(reflected.c.placed.type), "DATE")
     orders = Order.__table__
 
     # Core: parameters in, typed rows out.
@@ -88,7 +105,11 @@ def main(dsn):
 
     # ORM: a unit of work, a rollback, a failed savepoint.
     with Session(engine) as session:
-        session.add(Order(id=3, customer="cy", amount=decimal.Decimal("5.25"), placed=datetime.date(2024, 1, 3)))
+        fresh = Order(id=3, customer="cy", amount=decimal.Decimal("5.25"), placed=datetime.date(2024, 1, 3))
+        session.add(fresh)
+        session.flush()
+        # The server default came back through INSERT ... RETURNING.
+        check("server default returned", fresh.__dict__.get("note"), "none")
         session.commit()
         order = session.get(Order, 3)
         check("orm get", (order.customer, order.amount), ("cy", decimal.Decimal("5.25")))

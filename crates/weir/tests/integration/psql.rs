@@ -88,6 +88,100 @@ async fn meta_commands_describe_the_catalog() {
     assert!(out.starts_with("PostgreSQL 16"), "{out}");
 }
 
+/// psql's output with each line's trailing blanks removed.
+fn described(server: &TestServer, command: &str) -> String {
+    let (ok, out, err) = psql(server, &["-c", command]);
+    assert!(ok, "{command}: {err}");
+    out.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `\d`, `\d+` and `\di` print what PostgreSQL 15's psql prints for the same
+/// objects (captured from PostgreSQL): primary keys, their indexes, column
+/// defaults and declared types, and views' columns without NOT NULL.
+#[tokio::test]
+async fn meta_commands_show_keys_defaults_and_declared_types() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id INT PRIMARY KEY, customer TEXT NOT NULL, amount NUMERIC(10,2), note VARCHAR(20) DEFAULT 'none', at TIMESTAMPTZ);
+             CREATE TABLE pairs (a INT, b TEXT, v INT, PRIMARY KEY (a, b));
+             CREATE MATERIALIZED VIEW totals AS SELECT customer, sum(amount) AS total FROM orders GROUP BY customer",
+        )
+        .await
+        .unwrap();
+    let expected_orders = r#"                                 Table "public.orders"
+  Column  |           Type           | Collation | Nullable |          Default
+----------+--------------------------+-----------+----------+---------------------------
+ id       | integer                  |           | not null |
+ customer | text                     |           | not null |
+ amount   | numeric(10,2)            |           |          |
+ note     | character varying(20)    |           |          | 'none'::character varying
+ at       | timestamp with time zone |           |          |
+Indexes:
+    "orders_pkey" PRIMARY KEY, btree (id)
+"#;
+    assert_eq!(described(&server, "\\d orders"), expected_orders);
+    let expected_pairs = r#"               Table "public.pairs"
+ Column |  Type   | Collation | Nullable | Default
+--------+---------+-----------+----------+---------
+ a      | integer |           | not null |
+ b      | text    |           | not null |
+ v      | integer |           |          |
+Indexes:
+    "pairs_pkey" PRIMARY KEY, btree (a, b)
+"#;
+    assert_eq!(described(&server, "\\d pairs"), expected_pairs);
+    let expected_key = r#"      Index "public.pairs_pkey"
+ Column |  Type   | Key? | Definition
+--------+---------+------+------------
+ a      | integer | yes  | a
+ b      | text    | yes  | b
+primary key, btree, for table "public.pairs"
+"#;
+    assert_eq!(described(&server, "\\d pairs_pkey"), expected_key);
+    let expected_indexes = r#"                List of relations
+ Schema |    Name     | Type  |  Owner   | Table
+--------+-------------+-------+----------+--------
+ public | orders_pkey | index | postgres | orders
+ public | pairs_pkey  | index | postgres | pairs
+(2 rows)
+"#;
+    assert_eq!(described(&server, "\\di"), expected_indexes);
+    let expected_plus = r#"                                                            Table "public.orders"
+  Column  |           Type           | Collation | Nullable |          Default          | Storage  | Compression | Stats target | Description
+----------+--------------------------+-----------+----------+---------------------------+----------+-------------+--------------+-------------
+ id       | integer                  |           | not null |                           | plain    |             |              |
+ customer | text                     |           | not null |                           | extended |             |              |
+ amount   | numeric(10,2)            |           |          |                           | main     |             |              |
+ note     | character varying(20)    |           |          | 'none'::character varying | extended |             |              |
+ at       | timestamp with time zone |           |          |                           | plain    |             |              |
+Indexes:
+    "orders_pkey" PRIMARY KEY, btree (id)
+Access method: heap
+"#;
+    assert_eq!(described(&server, "\\d+ orders"), expected_plus);
+    let expected_view = r#"          Materialized view "public.totals"
+  Column  |  Type   | Collation | Nullable | Default
+----------+---------+-----------+----------+---------
+ customer | text    |           |          |
+ total    | numeric |           |          |
+"#;
+    assert_eq!(described(&server, "\\d totals"), expected_view);
+    let (ok, out, err) = psql(&server, &["-c", "\\d+ totals"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("View definition:") && out.contains("GROUP BY customer"),
+        "{out}"
+    );
+    // A dropped key's objects go with its table.
+    client.batch_execute("DROP TABLE pairs").await.unwrap();
+    assert!(!described(&server, "\\di").contains("pairs_pkey"));
+}
+
 #[tokio::test]
 async fn backslash_copy_loads_csv_and_text_files() {
     let server = TestServer::start().await;

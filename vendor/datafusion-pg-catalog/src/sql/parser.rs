@@ -54,6 +54,14 @@ use super::rules::StripCollate;
 /// instead -- those are preferred because they are metadata-aware and
 /// order-independent.
 const BLACKLIST_SQL_MAPPING: &[(&str, &str)] = &[
+    // Weir: psql's `\d+` -- a table's options with its TOAST table's.
+    //
+    // Blocked by: `array(<correlated subquery>)`, and `pg_class` has no
+    //   `reloptions`. Weir's relations have no storage options.
+    (
+        "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
+        "''",
+    ),
     // pgcli -- foreign-key column lookup
     //
     // Blocked by: `unnest(<scalar subquery>)` -- DataFusion cannot unnest the

@@ -1112,6 +1112,182 @@ impl RemoveSubqueryFromProjectionVisitor {
     }
 }
 
+// Weir: a correlated subquery in a select list that reads one table,
+// returns one expression and is joined to the outer query by column
+// equalities keeps its value (psql's `\d` and SQLAlchemy read a column's
+// default so): its expression becomes `max(expr)` and its conditions on
+// the outer query alone move out into a CASE, a form DataFusion
+// decorrelates, where a catalog lookup by key finds at most one row.
+// Other correlated subqueries still become NULL.
+fn decorrelatable(subquery: &Query) -> bool {
+    const AGGREGATES: &[&str] = &[
+        "count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or",
+    ];
+    let SetExpr::Select(select) = subquery.body.as_ref() else {
+        return false;
+    };
+    let one_table = select.from.len() == 1 && select.from[0].joins.is_empty();
+    let grouped = !matches!(
+        &select.group_by,
+        datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty()
+    ) || select.having.is_some();
+    if !one_table || grouped || select.projection.len() != 1 || select.distinct.is_some() {
+        return false;
+    }
+    let item = match &select.projection[0] {
+        SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => expr,
+        _ => return false,
+    };
+    let mut aggregated = false;
+    let _ = datafusion::logical_expr::sqlparser::ast::visit_expressions(item, |e| {
+        if let Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if AGGREGATES.contains(&name.trim_start_matches("pg_catalog.")) {
+                aggregated = true;
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    if aggregated {
+        return false;
+    }
+    let inner_names = inner_names(select);
+    let mut conjuncts = Vec::new();
+    if let Some(selection) = &select.selection {
+        split_and(selection.clone(), &mut conjuncts);
+    }
+    conjuncts.iter().all(|c| {
+        let (outer, inner) = sides(c, &inner_names);
+        let column_equality = matches!(c, Expr::BinaryOp { left, op: BinaryOperator::Eq, right }
+            if matches!(**left, Expr::CompoundIdentifier(_) | Expr::Identifier(_))
+                && matches!(**right, Expr::CompoundIdentifier(_) | Expr::Identifier(_)));
+        !(outer && inner) || column_equality
+    })
+}
+
+// Weir: the subquery's one select item becomes `max(item)` (see
+// `decorrelatable`).
+fn aggregate_correlated(subquery: &mut Query) {
+    let SetExpr::Select(select) = subquery.body.as_mut() else {
+        return;
+    };
+    let (SelectItem::UnnamedExpr(item) | SelectItem::ExprWithAlias { expr: item, .. }) =
+        &mut select.projection[0]
+    else {
+        return;
+    };
+    let inner = std::mem::replace(item, Expr::Value(Value::Null.with_empty_span()));
+    *item = Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new("max")]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(inner))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    });
+    subquery.limit_clause = None;
+}
+
+// Weir: the names a subquery's own columns are qualified with.
+fn inner_names(select: &Select) -> HashSet<String> {
+    let mut names = HashSet::new();
+    for table in &select.from {
+        if let TableFactor::Table { name, alias, .. } = &table.relation {
+            if let Some(last) = name.0.last() {
+                names.insert(last.to_string());
+            }
+            if let Some(alias) = alias {
+                names.insert(alias.name.value.clone());
+            }
+        }
+    }
+    names
+}
+
+// Weir: whether `e` reads the outer query's columns, and whether it reads
+// the subquery's own (or unqualified ones, or a subquery).
+fn sides(e: &Expr, inner_names: &HashSet<String>) -> (bool, bool) {
+    let (mut outer, mut inner) = (false, false);
+    let _ = datafusion::logical_expr::sqlparser::ast::visit_expressions(e, |e| {
+        match e {
+            Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                if inner_names.contains(&parts[parts.len() - 2].value) {
+                    inner = true;
+                } else {
+                    outer = true;
+                }
+            }
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Subquery(_) => inner = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    (outer, inner)
+}
+
+// Weir: the conjuncts of a subquery's WHERE that read only the outer
+// query's columns, taken out of it (DataFusion cannot decorrelate a
+// subquery filtered by them), ANDed.
+fn outer_conjuncts(subquery: &mut Query) -> Option<Expr> {
+    let SetExpr::Select(select) = subquery.body.as_mut() else {
+        return None;
+    };
+    let inner_names = inner_names(select);
+    let mut conjuncts = Vec::new();
+    split_and(select.selection.take()?, &mut conjuncts);
+    let (outer, inner): (Vec<Expr>, Vec<Expr>) = conjuncts.into_iter().partition(|c| {
+        let (outer, inner) = sides(c, &inner_names);
+        outer && !inner
+    });
+    select.selection = inner.into_iter().reduce(and);
+    outer.into_iter().reduce(and)
+}
+
+fn split_and(e: Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            split_and(*left, out);
+            split_and(*right, out);
+        }
+        Expr::Nested(inner) if matches!(*inner, Expr::BinaryOp { op: BinaryOperator::And, .. }) => {
+            split_and(*inner, out)
+        }
+        other => out.push(other),
+    }
+}
+
+fn and(left: Expr, right: Expr) -> Expr {
+    Expr::BinaryOp {
+        left: Box::new(left),
+        op: BinaryOperator::And,
+        right: Box::new(right),
+    }
+}
+
+// Weir: `CASE WHEN condition THEN value END`.
+fn when(condition: Expr, value: Expr) -> Expr {
+    Expr::Case {
+        case_token: datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+        end_token: datafusion::sql::sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+        operand: None,
+        conditions: vec![datafusion::sql::sqlparser::ast::CaseWhen {
+            condition,
+            result: value,
+        }],
+        else_result: None,
+    }
+}
+
 struct CorrelationCheckVisitor<'a>(&'a mut bool, &'a HashSet<String>);
 
 impl Visitor for CorrelationCheckVisitor<'_> {
@@ -1143,43 +1319,51 @@ impl VisitorMut for RemoveSubqueryFromProjectionVisitor {
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<Self::Break> {
         if let SetExpr::Select(select) = query.body.as_mut() {
             for projection in &mut select.projection {
-                match projection {
-                    SelectItem::UnnamedExpr(expr) => {
-                        if let Expr::Subquery(subquery) = expr {
-                            if self.has_correlation(subquery) {
-                                *expr = Expr::Value(Value::Null.with_empty_span());
-                            } else if !self.has_limit(subquery) {
-                                subquery.limit_clause = Some(LimitClause::LimitOffset {
-                                    limit: Some(Expr::Value(
-                                        Value::Number("1".to_string(), false).with_empty_span(),
-                                    )),
-                                    offset: None,
-                                    limit_by: vec![],
-                                });
-                            }
-                        }
-                    }
-                    SelectItem::ExprWithAlias { expr, .. } => {
-                        if let Expr::Subquery(subquery) = expr {
-                            if self.has_correlation(subquery) {
-                                *expr = Expr::Value(Value::Null.with_empty_span());
-                            } else if !self.has_limit(subquery) {
-                                subquery.limit_clause = Some(LimitClause::LimitOffset {
-                                    limit: Some(Expr::Value(
-                                        Value::Number("1".to_string(), false).with_empty_span(),
-                                    )),
-                                    offset: None,
-                                    limit_by: vec![],
-                                });
-                            }
-                        }
-                    }
-                    _ => {}
+                if let SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } =
+                    projection
+                {
+                    // Weir: scalar subqueries anywhere in a select item
+                    // (SQLAlchemy's sit in CASE), not only at its top.
+                    let _ = datafusion::logical_expr::sqlparser::ast::visit_expressions_mut(
+                        expr,
+                        |e| {
+                            self.fix_scalar_subquery(e);
+                            ControlFlow::<()>::Continue(())
+                        },
+                    );
                 }
             }
         }
 
         ControlFlow::Continue(())
+    }
+}
+
+impl RemoveSubqueryFromProjectionVisitor {
+    /// A correlated scalar subquery is decorrelated (Weir: see
+    /// `decorrelatable`) or becomes NULL; an uncorrelated one returns at
+    /// most one row.
+    fn fix_scalar_subquery(&self, expr: &mut Expr) {
+        let Expr::Subquery(subquery) = expr else {
+            return;
+        };
+        if self.has_correlation(subquery) && decorrelatable(subquery) {
+            let outer = outer_conjuncts(subquery);
+            aggregate_correlated(subquery);
+            if let Some(outer) = outer {
+                *expr = when(outer, expr.clone());
+            }
+        } else if self.has_correlation(subquery) {
+            *expr = Expr::Value(Value::Null.with_empty_span());
+        } else if !self.has_limit(subquery) {
+            subquery.limit_clause = Some(LimitClause::LimitOffset {
+                limit: Some(Expr::Value(
+                    Value::Number("1".to_string(), false).with_empty_span(),
+                )),
+                offset: None,
+                limit_by: vec![],
+            });
+        }
     }
 }
 
