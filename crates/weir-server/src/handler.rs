@@ -992,8 +992,38 @@ impl ExtendedQueryHandler for Connection {
             .await?;
         send_notices(client, &mut session).await?;
         let options = format_options(client, &session);
-        into_response(result?, &portal.result_column_format, options)
+        let output = result?;
+        if let (Output::Rows { schema, .. }, Some(described)) = (&output, &prepared.schema) {
+            check_result_types(described, schema)?;
+        }
+        into_response(output, &portal.result_column_format, options)
     }
+}
+
+/// A prepared query's rows must have the types its Describe announced:
+/// after the tables it reads changed (dropped and created again), the
+/// client would read them wrongly. PostgreSQL answers 0A000 then, and
+/// drivers prepare the statement again.
+fn check_result_types(described: &SchemaRef, executed: &SchemaRef) -> PgWireResult<()> {
+    let types = |schema: &SchemaRef| -> PgWireResult<Vec<u32>> {
+        schema
+            .fields()
+            .iter()
+            .map(|field| arrow_pg::datatypes::field_into_pg_type(field).map(|t| t.oid()))
+            .collect()
+    };
+    if types(described)? != types(executed)? {
+        let mut info = ErrorInfo::new(
+            "ERROR".into(),
+            SqlState::FEATURE_NOT_SUPPORTED.0.into(),
+            "cached plan must not change result type".into(),
+        );
+        // pgjdbc recognises the error by PostgreSQL's routine name and
+        // prepares the statement again.
+        info.routine = Some("RevalidateCachedQuery".into());
+        return Err(PgWireError::UserError(Box::new(info)));
+    }
+    Ok(())
 }
 
 #[async_trait]

@@ -89,7 +89,12 @@ fn plan(
             }
         }
     }
-    Ok(LogicalPlanBuilder::from(scan).project(exprs)?.build()?)
+    let plan = LogicalPlanBuilder::from(scan).project(exprs)?.build()?;
+    // As every statement is planned (`session::plan_statement`): integer
+    // literals that fit are `integer`.
+    Ok(crate::aggregates::cast_arguments(crate::literals::narrow(
+        plan,
+    )?)?)
 }
 
 /// A `SELECT` of `items`, for naming their columns as PostgreSQL does.

@@ -67,6 +67,58 @@ async fn parameters_and_prepared_statements() {
     assert_eq!(err.code().unwrap().code(), "23505");
 }
 
+/// Statements without result columns are described with NoData (pgjdbc
+/// takes a RowDescription of none for a query), those with a RETURNING list
+/// with its columns; a prepared query whose table changed type under it is
+/// refused (0A000), as PostgreSQL refuses it, rather than sending rows the
+/// client would read with the old types.
+#[tokio::test]
+async fn described_results_match_the_rows() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE d (id INT PRIMARY KEY, v SMALLINT)")
+        .await
+        .unwrap();
+    let insert = client
+        .prepare("INSERT INTO d VALUES ($1, $2)")
+        .await
+        .unwrap();
+    assert!(insert.columns().is_empty());
+    let returning = client
+        .prepare("INSERT INTO d VALUES ($1, $2) RETURNING v, id * 2 AS twice")
+        .await
+        .unwrap();
+    let described: Vec<_> = returning
+        .columns()
+        .iter()
+        .map(|c| (c.name().to_owned(), c.type_().clone()))
+        .collect();
+    assert_eq!(
+        described,
+        vec![("v".into(), Type::INT2), ("twice".into(), Type::INT4)]
+    );
+    let row = client.query_one(&returning, &[&7i32, &3i16]).await.unwrap();
+    assert_eq!((row.get::<_, i16>(0), row.get::<_, i32>(1)), (3, 14));
+
+    let select = client.prepare("SELECT v FROM d").await.unwrap();
+    assert_eq!(select.columns()[0].type_(), &Type::INT2);
+    client
+        .batch_execute("DROP TABLE d; CREATE TABLE d (id INT PRIMARY KEY, v BIGINT)")
+        .await
+        .unwrap();
+    let error = client.query(&select, &[]).await.unwrap_err();
+    assert_eq!(error.code().unwrap().code(), "0A000", "{error}");
+    // Prepared again, it reads the new type.
+    client
+        .execute("INSERT INTO d VALUES (1, 5)", &[])
+        .await
+        .unwrap();
+    let select = client.prepare("SELECT v FROM d").await.unwrap();
+    let row = client.query_one(&select, &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 5);
+}
+
 #[tokio::test]
 async fn every_type_round_trips_in_binary() {
     let server = TestServer::start().await;

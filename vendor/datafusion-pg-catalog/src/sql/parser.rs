@@ -54,6 +54,16 @@ use super::rules::StripCollate;
 /// instead -- those are preferred because they are metadata-aware and
 /// order-independent.
 const BLACKLIST_SQL_MAPPING: &[(&str, &str)] = &[
+    // Weir: pgjdbc's `DatabaseMetaData.getPrimaryKeys`.
+    //
+    // Blocked by: `information_schema._pg_expandarray`, a set-returning
+    //   function of a composite type. The key's columns and their positions
+    //   come from a join with the index's `indkey` unnested instead.
+    (
+        "(information_schema._pg_expandarray(i.indkey)).n AS KEY_SEQ, ci.relname AS PK_NAME, information_schema._pg_expandarray(i.indkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_class ct JOIN pg_catalog.pg_attribute a ON (ct.oid = a.attrelid) JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid) JOIN pg_catalog.pg_index i ON ( a.attrelid = i.indrelid)",
+        "k.n AS KEY_SEQ, ci.relname AS PK_NAME, k.x AS KEYS_X, a.attnum AS A_ATTNUM FROM pg_catalog.pg_class ct JOIN pg_catalog.pg_attribute a ON (ct.oid = a.attrelid) JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid) JOIN pg_catalog.pg_index i ON ( a.attrelid = i.indrelid) JOIN (SELECT indexrelid AS k_index, unnest(indkey) AS x, unnest(generate_series(1, array_length(indkey, 1))) AS n FROM pg_catalog.pg_index) k ON (k.k_index = i.indexrelid)",
+    ),
+    ("result.A_ATTNUM = (result.KEYS).x", "result.A_ATTNUM = result.KEYS_X"),
     // Weir: psql's `\d+` -- a table's options with its TOAST table's.
     //
     // Blocked by: `array(<correlated subquery>)`, and `pg_class` has no

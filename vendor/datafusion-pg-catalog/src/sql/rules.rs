@@ -1041,6 +1041,21 @@ impl VisitorMut for RewriteRegCastToSubqueryVisitor<'_> {
             && Self::is_name_operand(operand)
             && let Some(template) = self.templates.get(&Self::normalize_type_name(data_type))
         {
+            // Weir: the static `pg_type` keeps its procedures (`typinput`,
+            // `typoutput`, ...) as names, so a function name cast to
+            // `regproc` stays its name, unqualified: pgjdbc's
+            // `typinput = 'pg_catalog.array_in'::regproc` compares names.
+            if Self::normalize_type_name(data_type) == "regproc"
+                && let Expr::Value(ValueWithSpan {
+                    value: Value::SingleQuotedString(name),
+                    ..
+                }) = operand.as_ref()
+                && Self::numeric_string_to_literal(operand).is_none()
+            {
+                let bare = name.strip_prefix("pg_catalog.").unwrap_or(name);
+                *expr = Expr::Value(Value::SingleQuotedString(bare.to_owned()).with_empty_span());
+                return ControlFlow::Continue(());
+            }
             *expr = if let Some(lit) = Self::numeric_string_to_literal(operand) {
                 lit
             } else {
@@ -1818,7 +1833,7 @@ mod tests {
         assert_rewrite!(
             &rules,
             "SELECT 'array_in'::regproc",
-            "SELECT (SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'array_in')"
+            "SELECT 'array_in'"
         );
         assert_rewrite!(
             &rules,

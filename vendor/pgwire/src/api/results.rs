@@ -748,8 +748,12 @@ impl DescribeResponse for DescribeStatementResponse {
     }
 
     /// Return true if the `DescribeStatementResponse` is empty/nodata
+    // Weir: a statement without result columns is NoData even when it has
+    // parameters (its ParameterDescription is sent first either way), as
+    // PostgreSQL answers; a RowDescription of no columns made pgjdbc take
+    // an INSERT for a query.
     fn is_no_data(&self) -> bool {
-        self.parameters.is_empty() && self.fields.is_empty()
+        self.fields.is_empty()
     }
 }
 

@@ -328,7 +328,12 @@ impl<'a> FromSqlText<'a> for NaiveTime {
     where
         Self: Sized,
     {
-        let time = NaiveTime::parse_from_str(to_str(value)?, "%H:%M:%S%.6f")?;
+        // Weir: any number of fraction digits, or none, or no seconds
+        // (`10:11:12.5`, `10:11`), as PostgreSQL reads a time; the release
+        // wanted exactly six.
+        let text = to_str(value)?.trim();
+        let time = NaiveTime::parse_from_str(text, "%H:%M:%S%.f")
+            .or_else(|_| NaiveTime::parse_from_str(text, "%H:%M"))?;
         Ok(time)
     }
 }
