@@ -870,7 +870,7 @@ async fn describe(
         Statement::Query(_) | Statement::Explain { .. }
     )
     .then(|| {
-        let types = crate::rows::wire_types(&Arc::new(plan.schema().as_arrow().clone()));
+        let types = crate::rows::wire_types(&session.result_schema(&plan));
         crate::colnames::wire_schema(sql, types)
     })
     .or(returned);

@@ -44,9 +44,11 @@ mod mview;
 #[cfg(test)]
 mod numeric_wire;
 mod parameters;
+mod pg_functions;
 mod plan_rewrite;
 pub mod provider;
 mod regtype;
+mod result_types;
 mod rows;
 pub mod server;
 pub mod session;

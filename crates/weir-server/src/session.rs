@@ -222,6 +222,7 @@ pub fn session_context(
     state.add_analyzer_rule(crate::checked::rule());
     state.add_analyzer_rule(crate::casts::rule());
     state.add_analyzer_rule(crate::intervals::rule());
+    state.add_analyzer_rule(crate::result_types::rule());
     let ctx = SessionContext::new_with_state(state);
     let catalog = MemoryCatalogProvider::new();
     catalog.register_schema(
@@ -245,6 +246,7 @@ pub fn session_context(
     crate::json::register(&ctx)?;
     crate::catalog_functions::register(&ctx, &pinned, &names);
     crate::intervals::register(&ctx)?;
+    crate::pg_functions::register(&ctx);
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
@@ -408,6 +410,21 @@ impl Session {
         self.apply_time_zone();
         let plan = plan_statement(&self.ctx.state(), statement).await?;
         bind(plan, params)
+    }
+
+    /// The columns `plan` returns once the analyzer rules have run (they
+    /// may change a column's type: a timestamp difference becomes an
+    /// interval with days, a function PostgreSQL types otherwise is cast),
+    /// as Describe reports them; the planner's if the analyzer fails here.
+    pub fn result_schema(&self, plan: &LogicalPlan) -> SchemaRef {
+        let state = self.ctx.state();
+        match state
+            .analyzer()
+            .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+        {
+            Ok(analyzed) => Arc::new(analyzed.schema().as_arrow().clone()),
+            Err(_) => Arc::new(plan.schema().as_arrow().clone()),
+        }
     }
 
     /// Starts a query (a `SELECT`, `EXPLAIN`, a cursor's or `COPY`'s) at

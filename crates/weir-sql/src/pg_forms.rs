@@ -12,15 +12,18 @@
 //!   PostgreSQL names it `mod`);
 //! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
 //!   array_length(a, 1)))`;
+//! - `~x` is `(-1 - x)`;
+//! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
+//!   ([`extract_as_numeric`]);
 //! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
 //!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    LimitClause, Query, SelectItem, Statement, TableAliasColumnDef, TableFactor, VisitMut,
-    VisitorMut,
+    visit_expressions_mut, BinaryOperator, DataType, Expr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, LimitClause, Query, SelectItem, Statement, TableAliasColumnDef,
+    TableFactor, UnaryOperator, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -36,6 +39,21 @@ struct Forms;
 
 impl VisitorMut for Forms {
     type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        // `extract(...)` becomes a cast below; its column keeps the name.
+        for select in crate::selects::selects_mut(&mut query.body) {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(e @ Expr::Extract { .. }) = item {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e.clone(),
+                        alias: Ident::new("extract"),
+                    };
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         fetch_first_as_limit(query);
@@ -63,6 +81,8 @@ impl VisitorMut for Forms {
         crate::subquery_ops::rewrite_quantified(expr);
         mod_as_operator(expr);
         generate_subscripts_as_unnest(expr);
+        bitwise_not_as_subtraction(expr);
+        extract_as_numeric(expr);
         ControlFlow::Continue(())
     }
 }
@@ -187,13 +207,64 @@ fn generate_subscripts_as_unnest(expr: &mut Expr) {
         list.args.as_slice()
     {
         let sql = format!("unnest(generate_series(1, array_length({array}, {dimension})))");
-        if let Ok(rewritten) = Parser::new(&PostgreSqlDialect {})
-            .try_with_sql(&sql)
-            .and_then(|mut parser| parser.parse_expr())
-        {
-            *expr = rewritten;
-        }
+        replace_with(expr, &sql);
     }
+}
+
+/// `expr` replaced by the expression `sql` spells, if it parses.
+fn replace_with(expr: &mut Expr, sql: &str) {
+    if let Ok(rewritten) = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut parser| parser.parse_expr())
+    {
+        *expr = rewritten;
+    }
+}
+
+/// `~x` (bitwise NOT, which DataFusion lacks) as `(-1 - x)`, its value in
+/// two's complement, of `x`'s type.
+fn bitwise_not_as_subtraction(expr: &mut Expr) {
+    if let Expr::UnaryOp {
+        op: UnaryOperator::BitwiseNot,
+        expr: operand,
+    } = expr
+    {
+        let sql = format!("(-1 - ({operand}))");
+        replace_with(expr, &sql);
+    }
+}
+
+/// `extract(field FROM x)` as PostgreSQL 14 computes it: a `numeric`, with
+/// the fraction of seconds for `second`, `milliseconds` and `epoch`
+/// (DataFusion's `date_part` gives whole seconds for `second`, a
+/// `double precision` epoch). The epoch of a `date` (a literal or a cast
+/// to `date`: the type is known here only when written) is whole seconds.
+fn extract_as_numeric(expr: &mut Expr) {
+    let Expr::Extract {
+        field, expr: value, ..
+    } = expr
+    else {
+        return;
+    };
+    let field = field.to_string().to_ascii_lowercase();
+    let is_date = matches!(value.as_ref(),
+        Expr::TypedString(typed) if matches!(typed.data_type, DataType::Date))
+        || matches!(
+            value.as_ref(),
+            Expr::Cast {
+                data_type: DataType::Date,
+                ..
+            }
+        );
+    let micros = format!("CAST(date_part('microsecond', {value}) AS BIGINT)");
+    let sql = match field.as_str() {
+        "second" | "seconds" => format!("(CAST({micros} AS NUMERIC(38, 0)) * 0.000001)"),
+        "millisecond" | "milliseconds" => format!("(CAST({micros} AS NUMERIC(38, 0)) * 0.001)"),
+        "epoch" if is_date => format!("CAST(date_part('epoch', {value}) AS NUMERIC(38, 0))"),
+        "epoch" => format!("CAST(date_part('epoch', {value}) AS NUMERIC(38, 6))"),
+        _ => format!("CAST(date_part('{field}', {value}) AS NUMERIC(38, 0))"),
+    };
+    replace_with(expr, &sql);
 }
 
 #[cfg(test)]

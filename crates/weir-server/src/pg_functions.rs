@@ -1,0 +1,226 @@
+//! PostgreSQL functions DataFusion does not provide: `width_bucket`,
+//! `quote_literal`, `div` and `sign`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int32Array, StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::functions::utils::make_scalar_function;
+use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+use crate::error::{SqlState, WeirError};
+
+/// Registers the functions in `ctx`.
+pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(width_bucket());
+    ctx.register_udf(quote_literal());
+    ctx.register_udf(div());
+    ctx.register_udf(sign());
+}
+
+/// A function of `args.len()` arguments, each cast to its type in `args`
+/// first (so any number or text converts), giving `output`.
+fn udf(
+    name: &str,
+    args: Vec<DataType>,
+    output: DataType,
+    f: impl Fn(&[ArrayRef]) -> Result<ArrayRef> + Send + Sync + 'static,
+) -> ScalarUDF {
+    let signature = Signature::any(args.len(), Volatility::Immutable);
+    let f = make_scalar_function(
+        move |inputs: &[ArrayRef]| {
+            let cast_inputs = inputs
+                .iter()
+                .zip(&args)
+                .map(|(input, to)| Ok(cast(input, to)?))
+                .collect::<Result<Vec<_>>>()?;
+            f(&cast_inputs)
+        },
+        vec![],
+    );
+    ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        name,
+        signature,
+        output,
+        Arc::new(move |args: &[ColumnarValue]| f(args)),
+    ))
+}
+
+/// `width_bucket(operand, low, high, count)`: the bucket of `operand` among
+/// `count` equal buckets from `low` to `high` (0 below, `count + 1` above).
+fn width_bucket() -> ScalarUDF {
+    let f64s = vec![DataType::Float64; 3];
+    let args = [f64s, vec![DataType::Int32]].concat();
+    udf("width_bucket", args, DataType::Int32, |args| {
+        let [operand, low, high] = [0, 1, 2].map(|i| args[i].as_primitive::<Float64Type>().clone());
+        let count = args[3].as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let buckets = (0..operand.len())
+            .map(|row| {
+                if [
+                    operand.is_null(row),
+                    low.is_null(row),
+                    high.is_null(row),
+                    count.is_null(row),
+                ]
+                .contains(&true)
+                {
+                    return Ok(None);
+                }
+                let (x, low, high, n) = (
+                    operand.value(row),
+                    low.value(row),
+                    high.value(row),
+                    count.value(row),
+                );
+                if n <= 0 {
+                    return Err(invalid("count must be greater than zero"));
+                }
+                if low == high || !low.is_finite() || !high.is_finite() {
+                    return Err(invalid("lower bound cannot equal upper bound"));
+                }
+                let bucket = if low < high {
+                    match x {
+                        x if x < low => 0,
+                        x if x >= high => n + 1,
+                        x => ((x - low) / (high - low) * n as f64) as i32 + 1,
+                    }
+                } else {
+                    match x {
+                        x if x > low => 0,
+                        x if x <= high => n + 1,
+                        x => ((low - x) / (low - high) * n as f64) as i32 + 1,
+                    }
+                };
+                Ok(Some(bucket))
+            })
+            .collect::<Result<Int32Array>>()?;
+        Ok(Arc::new(buckets))
+    })
+}
+
+fn invalid(message: &str) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(
+        SqlState("2201G"),
+        message.to_owned(),
+    )))
+}
+
+/// `quote_literal(text)`: the text as a string literal (`'it''s'`; with a
+/// backslash, an `E'...'` literal with it doubled).
+fn quote_literal() -> ScalarUDF {
+    udf(
+        "quote_literal",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        |args| {
+            let quoted: StringArray = args[0]
+                .as_string::<i32>()
+                .iter()
+                .map(|text| {
+                    text.map(|text| {
+                        let body = text.replace('\'', "''");
+                        if text.contains('\\') {
+                            format!("E'{}'", body.replace('\\', "\\\\"))
+                        } else {
+                            format!("'{body}'")
+                        }
+                    })
+                })
+                .collect();
+            Ok(Arc::new(quoted))
+        },
+    )
+}
+
+/// `div(a, b)`: the integer quotient of two `numeric`s, truncated toward
+/// zero (22012 for a zero divisor).
+fn div() -> ScalarUDF {
+    let numeric = DataType::Decimal128(38, 10);
+    udf(
+        "div",
+        vec![numeric.clone(), numeric],
+        DataType::Decimal128(38, 0),
+        |args| {
+            let (a, b) = (
+                args[0].as_primitive::<Decimal128Type>(),
+                args[1].as_primitive::<Decimal128Type>(),
+            );
+            let quotients = (0..a.len())
+                .map(|row| {
+                    if a.is_null(row) || b.is_null(row) {
+                        return Ok(None);
+                    }
+                    if b.value(row) == 0 {
+                        return Err(DataFusionError::External(Box::new(WeirError::new(
+                            SqlState::DIVISION_BY_ZERO,
+                            "division by zero",
+                        ))));
+                    }
+                    // Both at scale 10: the quotient of the raw values.
+                    Ok(Some(a.value(row) / b.value(row)))
+                })
+                .collect::<Result<Decimal128Array>>()?;
+            Ok(Arc::new(quotients.with_precision_and_scale(38, 0)?))
+        },
+    )
+}
+
+/// `sign(x)`: -1, 0 or 1, a `numeric` for a `numeric` argument, else a
+/// `double precision`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Sign {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Sign {
+    fn name(&self) -> &str {
+        "sign"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(match args.first() {
+            Some(DataType::Decimal128(..)) => DataType::Decimal128(38, 0),
+            _ => DataType::Float64,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let sign = |inputs: &[ArrayRef]| -> Result<ArrayRef> {
+            let input = &inputs[0];
+            Ok(match input.data_type() {
+                DataType::Decimal128(..) => {
+                    let signs: Decimal128Array = input
+                        .as_primitive::<Decimal128Type>()
+                        .unary(|v: i128| v.signum());
+                    Arc::new(signs.with_precision_and_scale(38, 0)?)
+                }
+                _ => {
+                    let floats = cast(input, &DataType::Float64)?;
+                    let signs: Float64Array = floats
+                        .as_primitive::<Float64Type>()
+                        .unary(|v: f64| if v == 0.0 { 0.0 } else { v.signum() });
+                    Arc::new(signs)
+                }
+            })
+        };
+        make_scalar_function(sign, vec![])(&args.args)
+    }
+}
+
+fn sign() -> ScalarUDF {
+    ScalarUDF::new_from_impl(Sign {
+        signature: Signature::any(1, Volatility::Immutable),
+    })
+}
