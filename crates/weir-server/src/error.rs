@@ -140,9 +140,105 @@ impl WeirError {
             DataFusionError::Internal(_) => SqlState::INTERNAL_ERROR,
             _ => message_code(&message),
         };
+        if let Some((code, message)) = postgres_error(&message) {
+            return WeirError::new(code, message);
+        }
         let message = postgres_wording(code, &message).unwrap_or(message);
         WeirError::new(code, message)
     }
+}
+
+/// DataFusion and Arrow errors PostgreSQL reports with another SQLSTATE
+/// than the wording alone suggests, with PostgreSQL's code and message.
+fn postgres_error(message: &str) -> Option<(SqlState, String)> {
+    let quoted = |prefix: &str| -> Option<&str> {
+        let rest = message.split(prefix).nth(1)?;
+        rest.split('\'').next()
+    };
+    // Text that has a date's shape but no such day is out of range (22008);
+    // text without that shape is not a date at all (22007).
+    let date_text = |text: &str, type_name: &str| {
+        let bytes = text.trim().as_bytes();
+        let digits = |range: std::ops::Range<usize>| {
+            bytes
+                .get(range)
+                .is_some_and(|b| b.iter().all(u8::is_ascii_digit))
+        };
+        if digits(0..4) && bytes.get(4) == Some(&b'-') && digits(5..6) {
+            (
+                SqlState("22008"),
+                format!("date/time field value out of range: \"{text}\""),
+            )
+        } else {
+            (
+                SqlState("22007"),
+                format!("invalid input syntax for type {type_name}: \"{text}\""),
+            )
+        }
+    };
+    if let Some(text) = quoted("Cannot cast string '") {
+        let target = message
+            .rsplit("value of ")
+            .next()?
+            .trim_end_matches(" type");
+        if target.starts_with("Date") {
+            return Some(date_text(text, "date"));
+        }
+        let integer = match target {
+            "Int16" => Some("smallint"),
+            "Int32" => Some("integer"),
+            "Int64" => Some("bigint"),
+            _ => None,
+        };
+        let digits = text.trim().trim_start_matches(['+', '-']);
+        if let Some(type_name) = integer {
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Some((
+                    SqlState::NUMERIC_OUT_OF_RANGE,
+                    format!(
+                        "value \"{}\" is out of range for type {type_name}",
+                        text.trim()
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(text) = quoted("Error parsing timestamp from '") {
+        return Some(date_text(text, "timestamp"));
+    }
+    if message.starts_with("Cannot create filter with non-boolean predicate") {
+        let type_name = message
+            .rsplit("returning ")
+            .next()
+            .and_then(|t| t.trim().parse::<DataType>().ok())
+            .map(|t| crate::types::pg_type_name(&t))
+            .unwrap_or_else(|| "unknown".into());
+        return Some((
+            SqlState::DATATYPE_MISMATCH,
+            format!("argument of WHERE must be type boolean, not type {type_name}"),
+        ));
+    }
+    if message.starts_with("LIMIT must be >= 0") {
+        return Some((SqlState("2201W"), "LIMIT must not be negative".into()));
+    }
+    if message.starts_with("OFFSET must be >= 0") {
+        return Some((SqlState("2201X"), "OFFSET must not be negative".into()));
+    }
+    if let Some(value) = message.strip_prefix("invalid Unicode scalar value: ") {
+        let text = if value.trim().starts_with('-') {
+            "character number must be positive"
+        } else {
+            "requested character too large for encoding"
+        };
+        return Some((SqlState::INVALID_PARAMETER_VALUE, text.into()));
+    }
+    if message.contains("cannot take square root of a negative number") {
+        return Some((
+            SqlState("2201F"),
+            "cannot take square root of a negative number".into(),
+        ));
+    }
+    None
 }
 
 /// PostgreSQL's wording for the most common errors, so that messages match

@@ -62,6 +62,7 @@ pub mod tls;
 mod to_char;
 pub mod transaction;
 mod types;
+mod unknown_literals;
 mod views;
 
 pub use auth::Auth;

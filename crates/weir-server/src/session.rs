@@ -247,6 +247,7 @@ pub fn session_context(
     crate::catalog_functions::register(&ctx, &pinned, &names);
     crate::intervals::register(&ctx)?;
     crate::pg_functions::register(&ctx);
+    crate::unknown_literals::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());

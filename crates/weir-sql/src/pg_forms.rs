@@ -13,6 +13,8 @@
 //! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
 //!   array_length(a, 1)))`;
 //! - `~x` is `(-1 - x)`;
+//! - a `VALUES` column of integer literals that fit `integer` is
+//!   `integer` ([`integer_values`]);
 //! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
 //!   ([`extract_as_numeric`]);
 //! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
@@ -21,9 +23,9 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, BinaryOperator, DataType, Expr, FunctionArg, FunctionArgExpr,
-    FunctionArguments, Ident, LimitClause, Query, SelectItem, Statement, TableAliasColumnDef,
-    TableFactor, UnaryOperator, VisitMut, VisitorMut,
+    visit_expressions_mut, BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, LimitClause, Query, SelectItem, SetExpr, Statement,
+    TableAliasColumnDef, TableFactor, UnaryOperator, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -73,6 +75,17 @@ impl VisitorMut for Forms {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         name_function_column(factor);
+        if let TableFactor::Derived { subquery, .. } = factor {
+            integer_values(subquery);
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_statement(&mut self, statement: &mut Statement) -> ControlFlow<()> {
+        // A VALUES statement; an INSERT's VALUES take their columns' types.
+        if let Statement::Query(query) = statement {
+            integer_values(query);
+        }
         ControlFlow::Continue(())
     }
 
@@ -208,6 +221,64 @@ fn generate_subscripts_as_unnest(expr: &mut Expr) {
     {
         let sql = format!("unnest(generate_series(1, array_length({array}, {dimension})))");
         replace_with(expr, &sql);
+    }
+}
+
+/// A `VALUES` column of integer literals that all fit `integer` is
+/// `integer`, as in PostgreSQL (DataFusion fixes `VALUES` types when it
+/// plans them, so the literal narrowing of select lists cannot reach
+/// them): each literal is cast.
+fn integer_values(query: &mut Query) {
+    let SetExpr::Values(values) = query.body.as_mut() else {
+        return;
+    };
+    let width = values.rows.first().map_or(0, |row| row.content.len());
+    for column in 0..width {
+        let mut numbers = 0;
+        let all_fit = values.rows.iter().all(|row| match row.content.get(column) {
+            Some(Expr::Value(v)) if v.value == Value::Null => true,
+            Some(e) => match integer_literal(e) {
+                Some(n) if i32::try_from(n).is_ok() => {
+                    numbers += 1;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        });
+        if !all_fit || numbers == 0 {
+            continue;
+        }
+        for row in values.rows.iter_mut() {
+            if let Some(e) = row
+                .content
+                .get_mut(column)
+                .filter(|e| integer_literal(e).is_some())
+            {
+                *e = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(e.clone()),
+                    data_type: DataType::Integer(None),
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+    }
+}
+
+/// The value of an integer literal (`5`, `-5`).
+fn integer_literal(expr: &Expr) -> Option<i64> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.parse().ok(),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => integer_literal(expr).map(|n| -n),
+        _ => None,
     }
 }
 

@@ -74,7 +74,6 @@ SELECT 1::float4 / 3;
 SELECT 1::float8 / 3;
 SELECT -0.0::float8;
 SELECT sqrt(2::float8);
--- differs: the error is reported with SQLSTATE 42601 where PostgreSQL uses 2201F
 SELECT sqrt(-1::float8);
 SELECT power(2::float8, 0.5);
 SELECT 'abc'::float8;
@@ -215,9 +214,7 @@ SELECT DATE '2024-03-05' + 1;
 SELECT DATE '2024-03-05' - DATE '2024-01-01';
 -- differs: `date + interval` is a `date` in DataFusion; PostgreSQL gives a `timestamp`
 SELECT DATE '2024-03-05' + INTERVAL '1 month';
--- differs: the error is reported with SQLSTATE 22P02 where PostgreSQL uses 22008
 SELECT '2024-02-30'::date;
--- differs: the error is reported with SQLSTATE 22P02 where PostgreSQL uses 22007
 SELECT 'not a date'::date;
 SELECT '2024-03-05 10:00'::timestamp;
 SELECT '2024-03-05 10:00:00'::timestamp;
@@ -329,7 +326,6 @@ SELECT '42'::int;
 SELECT ' 42 '::int;
 SELECT '4.2'::int;
 SELECT 'x'::int;
--- differs: the error is reported with SQLSTATE 22P02 where PostgreSQL uses 22003
 SELECT '99999999999'::int;
 SELECT 2.5::int;
 SELECT 3.5::int;
@@ -522,11 +518,8 @@ SELECT s.x FROM generate_series(1, 3) AS s(x) ORDER BY x DESC;
 -- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT * FROM generate_series(0, 10, 5);
 SELECT count(*) FROM generate_series(1, 1000);
--- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v(n, s) ORDER BY n;
--- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 VALUES (1, 'one'), (2, 'two');
--- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT * FROM (VALUES (1), (NULL)) AS v(x) ORDER BY x;
 
 -- Math functions.
@@ -690,7 +683,6 @@ SELECT no_such_column FROM nums;
 SELECT id FROM nums, words;
 SELEC 1;
 SELECT 1 +;
--- differs: the error is reported with SQLSTATE 42804 where PostgreSQL uses 22P02
 SELECT 'a' + 1;
 SELECT no_such_function(1);
 SELECT sum(w) FROM words;
@@ -706,21 +698,17 @@ SELECT substring('abc', 'x');
 -- differs: `ARRAY[...][n]` without parentheses is accepted; PostgreSQL requires them (42601)
 SELECT ARRAY[1, 2][1];
 SELECT (SELECT id FROM nums);
--- differs: the error is reported with SQLSTATE 42601 where PostgreSQL uses 42804
 SELECT 1 WHERE 1;
--- differs: the error is reported with SQLSTATE 42601 where PostgreSQL uses 2201W
 SELECT * FROM nums LIMIT -1;
 SELECT * FROM nums ORDER BY 99;
 SELECT CAST(1 AS no_such_type);
 SELECT 1::int / 0::int;
 SELECT 'abc'::int;
--- differs: the error is reported with SQLSTATE 22P02 where PostgreSQL uses 22008
 SELECT DATE '2024-13-01';
 SELECT TIMESTAMP 'yesterday noon x';
 SELECT INTERVAL 'forever';
 SELECT E'\xff';
 SELECT repeat('x', -1);
--- differs: the error is reported with SQLSTATE 42601 where PostgreSQL uses 22023
 SELECT chr(-1);
 SELECT 1/0 FROM nums WHERE id = 1;
 
