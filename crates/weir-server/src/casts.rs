@@ -18,6 +18,8 @@
 //!   10:00:00+01`), a `timestamptz` in the session's time zone.
 //! - `timestamptz` to `timestamp` or `date`: the local time in the
 //!   session's time zone (Arrow's cast keeps the UTC time).
+//! - `regtype` to text: the type's name (the value is the type's OID); to
+//!   a number: the OID.
 //!
 //! Writes assign values with [`assign_cast`], which applies the same text
 //! casts (a write of literal rows is evaluated without the analyzer).
@@ -63,6 +65,10 @@ enum Step {
     FloatToText,
     /// A timestamp to text, written as PostgreSQL writes timestamps.
     TimestampToText,
+    /// A `regtype` to text: the type's name.
+    RegtypeToText,
+    /// A `regtype` to a number: its OID, no longer a `regtype`.
+    RegtypeToNumber,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -94,6 +100,8 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToBytea => "weir_text_to_bytea",
             Step::FloatToText => "weir_float_to_text",
             Step::TimestampToText => "weir_timestamp_to_text",
+            Step::RegtypeToText => "weir_regtype_to_text",
+            Step::RegtypeToNumber => "weir_regtype_to_number",
         }
     }
 
@@ -126,6 +134,8 @@ impl ScalarUDFImpl for CastStep {
                 Step::TextToInterval => text_to_interval(input, &self.output),
                 Step::TextToBytea => text_to_bytea(input, &self.output),
                 Step::FloatToText => float_to_text(input, &self.output),
+                Step::RegtypeToText => Ok(cast(&crate::regtype::names(input)?, &self.output)?),
+                Step::RegtypeToNumber => Ok(cast(input, &self.output)?),
                 Step::TimestampToText => {
                     let zone = args.config_options.execution.time_zone.as_deref();
                     let text = crate::time_zone::timestamps_to_text(input, zone)?;
@@ -391,6 +401,20 @@ impl PostgresCasts {
         let Expr::Cast(cast) = &e else {
             return Ok(Transformed::no(e));
         };
+        if let Ok(field) = cast.expr.to_field(schema) {
+            let to = cast.field.data_type();
+            if crate::regtype::is_regtype(&field.1) && (is_text(to) || to.is_integer()) {
+                let step = if is_text(to) {
+                    Step::RegtypeToText
+                } else {
+                    Step::RegtypeToNumber
+                };
+                let inner = cast.expr.as_ref().clone();
+                return Ok(Transformed::yes(
+                    CastStep::udf(step, to.clone()).call(vec![inner]),
+                ));
+            }
+        }
         Ok(match cast.expr.get_type(schema) {
             Ok(from) => match local_time(e, &from, zone) {
                 Transformed {

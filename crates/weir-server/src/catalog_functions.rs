@@ -16,10 +16,13 @@ use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, StringArray,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
-use datafusion::common::Result;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
-use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Signature, Volatility};
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
 use datafusion::prelude::SessionContext;
 
 use crate::catalog::Catalog;
@@ -35,6 +38,8 @@ pub fn register(ctx: &SessionContext, pinned: &Arc<PinnedSnapshot>, names: &Cata
     ctx.register_udf(always("pg_collation_is_visible", true));
     ctx.register_udf(pg_get_expr());
     ctx.register_udf(pg_size_pretty());
+    ctx.register_udf(name_constant("current_database", crate::catalog::DATABASE));
+    ctx.register_udf(name_constant("current_schema", crate::catalog::SCHEMA));
     // Weir has no comments on objects (`COMMENT ON`), and no user-defined
     // functions for `\df` to describe.
     for name in [
@@ -189,6 +194,53 @@ fn zero_size(name: &str) -> ScalarUDF {
             )))
         }),
     )
+}
+
+/// A function of no arguments whose value is the identifier `value`, of
+/// PostgreSQL's `name` type (`current_database()`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NameConstant {
+    function: &'static str,
+    value: &'static str,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for NameConstant {
+    fn name(&self) -> &str {
+        self.function
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        let metadata = std::collections::HashMap::from([(
+            arrow_pg::datatypes::PG_TYPE_KEY.to_owned(),
+            "name".to_owned(),
+        )]);
+        Ok(Arc::new(
+            Field::new(self.function, DataType::Utf8, false).with_metadata(metadata),
+        ))
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            self.value.to_owned(),
+        ))))
+    }
+}
+
+fn name_constant(function: &'static str, value: &'static str) -> ScalarUDF {
+    ScalarUDF::new_from_impl(NameConstant {
+        function,
+        value,
+        signature: Signature::nullary(Volatility::Stable),
+    })
 }
 
 /// `pg_size_pretty(bytes)`: a size in bytes, kB, MB, GB or TB, as

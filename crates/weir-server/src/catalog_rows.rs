@@ -16,6 +16,7 @@
 //!   vector columns (`indkey`, `conkey`) as arrays, which drivers `unnest`;
 //! - `pg_attrdef`: a row for each column default, whose `adbin` is the
 //!   default's SQL text (Weir's `pg_get_expr` returns it as it is);
+//! - identifiers (`relname`, `attname`, `typname`, ...) are typed `name`;
 //! - `pg_attribute`: a declared type's OID and typmod (`varchar(20)`,
 //!   `numeric(10,2)`), `atthasdef`, and no `attnotnull` on the columns of
 //!   views, which have no constraints in PostgreSQL.
@@ -163,6 +164,8 @@ enum Corrected {
     Constraint,
     Attrdef,
     Attribute,
+    /// Only its identifier columns typed `name`.
+    Named,
 }
 
 impl Corrected {
@@ -173,10 +176,18 @@ impl Corrected {
             "pg_constraint" => Corrected::Constraint,
             "pg_attrdef" => Corrected::Attrdef,
             "pg_attribute" => Corrected::Attribute,
+            "pg_type" | "pg_namespace" | "pg_proc" | "pg_database" | "pg_roles" => Corrected::Named,
             _ => return None,
         })
     }
 }
+
+/// The catalog columns of PostgreSQL's `name` type (identifiers), which
+/// the crate keeps as text; their fields carry arrow-pg's `pg.type`
+/// metadata, so clients see `name` (OID 19).
+const NAME_COLUMNS: &[&str] = &[
+    "relname", "attname", "typname", "nspname", "conname", "proname", "datname", "rolname",
+];
 
 #[async_trait]
 impl SchemaProvider for PgCatalog {
@@ -235,6 +246,7 @@ impl TableProvider for WeirRows {
         let rows = read(self.inner.as_ref(), state).await?;
         let catalog = &self.pinned.get().catalog;
         let batches = match self.kind {
+            Corrected::Named => rows,
             Corrected::Class => {
                 self.record(&rows, catalog)?;
                 class_rows(&rows, catalog)?
@@ -265,7 +277,7 @@ impl TableProvider for WeirRows {
                         batches
                     }
                     Corrected::Attribute => attribute_rows(&rows, catalog, &oids)?,
-                    Corrected::Class => unreachable!("handled above"),
+                    Corrected::Class | Corrected::Named => unreachable!("handled above"),
                 }
             }
         };
@@ -330,12 +342,10 @@ fn vector_columns(kind: Corrected) -> &'static [(&'static str, DataType)] {
     }
 }
 
-/// `schema` with [`vector_columns`] as lists.
+/// `schema` with [`vector_columns`] as lists and [`NAME_COLUMNS`] typed
+/// `name`.
 fn vector_schema(kind: Corrected, schema: &SchemaRef) -> SchemaRef {
     let vectors = vector_columns(kind);
-    if vectors.is_empty() {
-        return schema.clone();
-    }
     let list = |name: &str, element: &DataType| {
         Field::new(name, DataType::new_list(element.clone(), true), true)
     };
@@ -345,6 +355,11 @@ fn vector_schema(kind: Corrected, schema: &SchemaRef) -> SchemaRef {
         .map(
             |field| match vectors.iter().find(|(name, _)| name == field.name()) {
                 Some((_, element)) => list(field.name(), element),
+                None if NAME_COLUMNS.contains(&field.name().as_str()) => {
+                    let mut metadata = field.metadata().clone();
+                    metadata.insert(arrow_pg::datatypes::PG_TYPE_KEY.into(), "name".into());
+                    field.as_ref().clone().with_metadata(metadata)
+                }
                 None => field.as_ref().clone(),
             },
         )

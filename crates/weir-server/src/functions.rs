@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
-use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
+use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type};
 use datafusion::common::{exec_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
-    Volatility,
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 use futures::future::BoxFuture;
@@ -176,14 +176,19 @@ impl ScalarUDFImpl for PgTypeof {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
+        Ok(DataType::Int32)
     }
 
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(crate::regtype::regtype_field(self.name()))
+    }
+
+    /// The argument's type as a `regtype`: its OID, as the wire reports it.
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let name = crate::types::pg_field_type_name(&args.arg_fields[0]);
-        // A type modifier is not part of the type's name.
-        let name = name.split('(').next().unwrap_or(&name).to_owned();
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+        let oid = arrow_pg::datatypes::field_into_pg_type(&args.arg_fields[0])
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .oid();
+        Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(oid as i32))))
     }
 }
 

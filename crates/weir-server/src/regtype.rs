@@ -1,4 +1,7 @@
-//! `to_regtype(name)`: the `pg_type` OID of a type name, or NULL.
+//! `regtype`: a type's OID, written as the type's name.
+//!
+//! `to_regtype(name)` gives the `pg_type` OID of a type name, or NULL, as a
+//! `regtype` ([`regtype_field`]); `pg_typeof` returns one too.
 //!
 //! psycopg's `TypeInfo.fetch` (behind its adapters for named types) looks
 //! types up with it. The names are PostgreSQL's own (`int4`, `_int4`) and
@@ -8,12 +11,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, AsArray, Int32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int32Type};
 use datafusion::common::Result;
-use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
-use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility};
+use datafusion::functions::utils::make_scalar_function;
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
 use pgwire::api::Type;
 
 /// The SQL spellings of built-in types, by the name `pg_type` has.
@@ -62,28 +68,85 @@ fn oid_of(name: &str) -> Option<i32> {
     OIDS.get(&key).copied()
 }
 
+/// A `regtype` result column: the type's OID, which the wire writes as
+/// the type's name in text (the patched arrow-pg's `regtype_name`) and as
+/// the OID in binary.
+pub fn regtype_field(name: &str) -> FieldRef {
+    Arc::new(
+        Field::new(name, DataType::Int32, true).with_metadata(HashMap::from([
+            (
+                arrow_pg::datatypes::PG_OID_ALIAS_KEY.to_owned(),
+                "regtype".to_owned(),
+            ),
+            (
+                arrow_pg::datatypes::PG_TYPE_KEY.to_owned(),
+                "regtype".to_owned(),
+            ),
+        ])),
+    )
+}
+
+/// Whether `field` holds `regtype` values (not a catalog column of type
+/// OIDs, which datafusion-pg-catalog tags `regtype` too).
+pub fn is_regtype(field: &Field) -> bool {
+    field
+        .metadata()
+        .get(arrow_pg::datatypes::PG_TYPE_KEY)
+        .is_some_and(|kind| kind == "regtype")
+}
+
+/// `to_regtype(text)`: the type's OID as a `regtype`, or NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToRegtype {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for ToRegtype {
+    fn name(&self) -> &str {
+        "to_regtype"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(regtype_field(self.name()))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let lookup = |inputs: &[ArrayRef]| -> Result<ArrayRef> {
+            let names = cast(&inputs[0], &DataType::Utf8)?;
+            let names = names.as_string::<i32>();
+            let oids: Int32Array = (0..names.len())
+                .map(|i| names.is_valid(i).then(|| oid_of(names.value(i))).flatten())
+                .collect();
+            Ok(Arc::new(oids))
+        };
+        make_scalar_function(lookup, vec![])(&args.args)
+    }
+}
+
 /// The `to_regtype(text)` function.
 pub fn to_regtype() -> ScalarUDF {
-    let function = |args: &[ColumnarValue]| -> Result<ColumnarValue> {
-        let names = cast(&args[0].to_array(1)?, &DataType::Utf8)?;
-        let names = names.as_string::<i32>();
-        let oids: Int32Array = (0..names.len())
-            .map(|i| names.is_valid(i).then(|| oid_of(names.value(i))).flatten())
-            .collect();
-        Ok(match &args[0] {
-            ColumnarValue::Scalar(_) => {
-                ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&oids, 0)?)
-            }
-            ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(oids)),
-        })
-    };
-    ScalarUDF::from(SimpleScalarUDF::new(
-        "to_regtype",
-        vec![DataType::Utf8],
-        DataType::Int32,
-        Volatility::Stable,
-        Arc::new(function),
-    ))
+    ScalarUDF::new_from_impl(ToRegtype {
+        signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
+    })
+}
+
+/// `regtype` values as text: each type's name (`regtype::text`).
+pub fn names(oids: &ArrayRef) -> Result<ArrayRef> {
+    let oids = cast(oids, &DataType::Int32)?;
+    let names: StringArray = oids
+        .as_primitive::<Int32Type>()
+        .iter()
+        .map(|oid| oid.map(|oid| arrow_pg::datatypes::regtype_name(oid as u32)))
+        .collect();
+    Ok(Arc::new(names))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! `'a' + 1` fails with 22P02 (invalid input syntax for type integer).
 //! DataFusion types the literal as text and refuses the arithmetic (42804).
 //! [`UnknownLiterals`], an expression planner, casts a string literal
-//! operand of `+`, `-`, `*`, `/` or `%` to the other operand's numeric type.
+//! operand of `+`, `-`, `*`, `/` or `%` to the other operand's numeric type,
+//! and reads one compared with a `regtype` as a type name.
 
 use std::sync::Arc;
 
@@ -36,6 +37,29 @@ impl ExprPlanner for UnknownLiterals {
         mut expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
+        let comparison = matches!(
+            expr.op,
+            BinaryOperator::Eq
+                | BinaryOperator::NotEq
+                | BinaryOperator::Lt
+                | BinaryOperator::LtEq
+                | BinaryOperator::Gt
+                | BinaryOperator::GtEq
+        );
+        if comparison {
+            // A type name compared with a `regtype` (`pg_typeof(x) =
+            // 'integer'`) is read as one.
+            let regtype = |e: &Expr| {
+                e.to_field(schema)
+                    .is_ok_and(|(_, field)| crate::regtype::is_regtype(&field))
+            };
+            if is_string_literal(&expr.right) && regtype(&expr.left) {
+                expr.right = crate::regtype::to_regtype().call(vec![expr.right]);
+            } else if is_string_literal(&expr.left) && regtype(&expr.right) {
+                expr.left = crate::regtype::to_regtype().call(vec![expr.left]);
+            }
+            return Ok(PlannerResult::Original(expr));
+        }
         if !matches!(
             expr.op,
             BinaryOperator::Plus

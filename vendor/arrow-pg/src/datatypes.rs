@@ -180,6 +180,53 @@ pub const JSON_EXTENSION: &str = "arrow.json";
 /// jsonb's normal form).
 pub const JSONB_EXTENSION: &str = "pg.jsonb";
 
+/// Weir: field metadata naming a PostgreSQL type the Arrow type does not
+/// tell: `name` on a UTF-8 field (catalog identifiers, text on the wire),
+/// `regtype` on an `Int32` OID-alias field (a type's OID, written as the
+/// type's name in text).
+pub const PG_TYPE_KEY: &str = "pg.type";
+
+/// Weir: the type a field's [`PG_TYPE_KEY`] names.
+fn pg_named_type(field: &Field) -> Option<Type> {
+    match field.metadata().get(PG_TYPE_KEY)?.as_str() {
+        "name" => Some(Type::NAME),
+        _ => None,
+    }
+}
+
+/// Weir: how `regtype` writes the type with OID `oid` in text: its SQL
+/// name (`integer`, `double precision`, `text[]`), else the OID's digits,
+/// as PostgreSQL writes an OID it does not know.
+pub fn regtype_name(oid: u32) -> String {
+    const SQL_NAMES: &[(&str, &str)] = &[
+        ("int2", "smallint"),
+        ("int4", "integer"),
+        ("int8", "bigint"),
+        ("float4", "real"),
+        ("float8", "double precision"),
+        ("bool", "boolean"),
+        ("varchar", "character varying"),
+        ("bpchar", "character"),
+        ("timestamp", "timestamp without time zone"),
+        ("timestamptz", "timestamp with time zone"),
+        ("time", "time without time zone"),
+        ("timetz", "time with time zone"),
+    ];
+    let Some(t) = Type::from_oid(oid) else {
+        return oid.to_string();
+    };
+    let sql = |name: &str| {
+        SQL_NAMES
+            .iter()
+            .find(|(pg, _)| *pg == name)
+            .map_or_else(|| name.to_owned(), |(_, sql)| (*sql).to_owned())
+    };
+    match t.kind() {
+        Kind::Array(element) => format!("{}[]", sql(element.name())),
+        _ => sql(t.name()),
+    }
+}
+
 /// The JSON type (`json` or `jsonb`) a field's extension name names. An
 /// extension name, unlike other metadata, is dropped by a plain cast, so
 /// `j::text` is text again.
@@ -263,9 +310,12 @@ pub fn field_into_pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
         return Ok(Type::CHAR);
     }
 
-    // Weir: JSON text tagged with its PostgreSQL type.
+    // Weir: JSON text tagged with its PostgreSQL type, and `name`.
     if let Some(json) = pg_json_type(field) {
         return Ok(json);
+    }
+    if let Some(named) = pg_named_type(field) {
+        return Ok(named);
     }
 
     // A pg.vector-tagged list column is reported as the pgvector `vector` type

@@ -517,14 +517,25 @@ pub fn encode_value<T: Encoder>(
     // Postgres `oid` columns are `u32` on the wire but stored as Arrow Int32.
     // Over the binary protocol the value must be sent as `u32` (the `i32` ToSql
     // impl does not accept the OID type); text keeps the existing Int32 path.
-    if pg_field.format() == FieldFormat::Binary
-        && matches!(arrow_type, DataType::Int32)
-        && arrow_field
-            .metadata()
-            .get(crate::datatypes::PG_OID_ALIAS_KEY)
-            .is_some_and(|kind| kind == "oid")
-    {
+    // Weir: every OID alias (`regtype`, `regclass`, ...) is a `u32` in
+    // binary; a `regtype` value is written as its type's name in text.
+    let alias = arrow_field
+        .metadata()
+        .get(crate::datatypes::PG_OID_ALIAS_KEY)
+        .filter(|_| matches!(arrow_type, DataType::Int32));
+    if pg_field.format() == FieldFormat::Binary && alias.is_some() {
         return encode_pg_oid_binary(encoder, arr, idx, pg_field);
+    }
+    // (Weir's own `regtype` values carry `pg.type = regtype`; the catalog
+    // crate tags `oid` columns that point at types, such as
+    // `pg_attribute.atttypid`, `regtype` too, which stay numbers.)
+    let weir_regtype = arrow_field
+        .metadata()
+        .get(crate::datatypes::PG_TYPE_KEY)
+        .is_some_and(|t| t == "regtype");
+    if alias.is_some() && weir_regtype {
+        let name = get_i32_value(arr, idx).map(|oid| crate::datatypes::regtype_name(oid as u32));
+        return encoder.encode_field(&name, pg_field);
     }
 
     match arrow_type {

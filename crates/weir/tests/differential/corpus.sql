@@ -346,27 +346,17 @@ SELECT 12::numeric(5,1);
 SELECT '2024-03-05'::date::text;
 -- differs: `varchar(n)` is stored as `text`: the column's type is `text` and its length is not enforced
 SELECT 5::varchar;
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(1);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(1.5);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof('a'::text);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(2147483648);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(1::int2 + 1::int2);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(1 + 1.5);
 -- differs: `pg_typeof` returns `text`, not `regtype` (the same text); `real + integer` is `real` in DataFusion, `double precision` in PostgreSQL
 SELECT pg_typeof(1::float4 + 1);
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(now());
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(sum(i8)) FROM nums;
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(sum(i4)) FROM nums;
--- differs: `pg_typeof` returns `text`, not `regtype` (the same text)
 SELECT pg_typeof(avg(i4)) FROM nums;
 
 -- Reading tables.
@@ -558,7 +548,6 @@ SELECT current_setting('search_path');
 SELECT current_setting('no_such_setting');
 -- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT current_database();
--- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT current_schema();
 SELECT current_setting('TimeZone');
 SHOW DateStyle;
@@ -582,9 +571,7 @@ SELECT pg_try_advisory_lock(43);
 SELECT pg_advisory_unlock_all();
 -- differs: `regtype` values are shown as OIDs, not type names
 SELECT 'int4'::regtype;
--- differs: `regtype` values are shown as OIDs, not type names
 SELECT to_regtype('integer');
--- differs: `regtype` values are shown as OIDs, not type names
 SELECT to_regtype('no_such_type');
 SELECT has_table_privilege('nums', 'SELECT');
 
@@ -595,13 +582,10 @@ SELECT column_name, data_type FROM information_schema.columns WHERE table_name =
 SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = 'orders' ORDER BY ordinal_position;
 -- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name;
--- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT relname FROM pg_class WHERE relname = 'orders';
--- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
+-- differs: a column cast to `regtype` is written as the OID (the cast keeps no mark of its type); `to_regtype` and `pg_typeof` are written as names
 SELECT attname, atttypid::regtype FROM pg_attribute WHERE attrelid = 'orders'::regclass AND attnum > 0 ORDER BY attnum;
--- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT typname FROM pg_type WHERE oid = 23;
--- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT nspname FROM pg_namespace WHERE nspname = 'public';
 SELECT count(*) > 0 FROM pg_catalog.pg_tables WHERE tablename = 'words';
 -- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type

@@ -1045,6 +1045,30 @@ impl VisitorMut for RewriteRegCastToSubqueryVisitor<'_> {
             // `typoutput`, ...) as names, so a function name cast to
             // `regproc` stays its name, unqualified: pgjdbc's
             // `typinput = 'pg_catalog.array_in'::regproc` compares names.
+            // Weir: a type name cast to `regtype` is Weir's `to_regtype`,
+            // which reads SQL names (`integer`, `double precision`) and
+            // gives a `regtype` the wire writes as the type's name.
+            if Self::normalize_type_name(data_type) == "regtype"
+                && Self::numeric_string_to_literal(operand).is_none()
+            {
+                *expr = Expr::Function(Function {
+                    name: ObjectName::from(vec![Ident::new("to_regtype")]),
+                    uses_odbc_syntax: false,
+                    parameters: FunctionArguments::None,
+                    args: FunctionArguments::List(FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                            operand.as_ref().clone(),
+                        ))],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+                return ControlFlow::Continue(());
+            }
             if Self::normalize_type_name(data_type) == "regproc"
                 && let Expr::Value(ValueWithSpan {
                     value: Value::SingleQuotedString(name),
@@ -1838,7 +1862,7 @@ mod tests {
         assert_rewrite!(
             &rules,
             "SELECT 'integer'::regtype",
-            "SELECT (SELECT oid FROM pg_catalog.pg_type WHERE typname = 'integer')"
+            "SELECT to_regtype('integer')"
         );
 
         // Works inside a comparison, where clients actually use it.
