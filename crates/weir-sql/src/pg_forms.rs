@@ -13,6 +13,8 @@
 //! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
 //!   array_length(a, 1)))`;
 //! - `~x` is `(-1 - x)`;
+//! - `generate_series(...)` in a select list is `unnest(generate_series(...))`,
+//!   a row per value;
 //! - a `VALUES` column of integer literals that fit `integer` is
 //!   `integer` ([`integer_values`]);
 //! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
@@ -51,6 +53,20 @@ impl VisitorMut for Forms {
                         expr: e.clone(),
                         alias: Ident::new("extract"),
                     };
+                }
+                // A set-returning `generate_series` in a select list gives
+                // a row per value, as in PostgreSQL (DataFusion's scalar
+                // `generate_series` gives one array).
+                if let SelectItem::UnnamedExpr(e @ Expr::Function(_)) = item {
+                    if is_function(e, "generate_series") {
+                        let sql = format!("unnest({e})");
+                        let mut expr = e.clone();
+                        replace_with(&mut expr, &sql);
+                        *item = SelectItem::ExprWithAlias {
+                            expr,
+                            alias: Ident::new("generate_series"),
+                        };
+                    }
                 }
             }
         }
@@ -206,13 +222,12 @@ fn mod_as_operator(expr: &mut Expr) {
 /// array_length(a, 1)))`: the subscripts of a one-dimensional array, a row
 /// each (SQLAlchemy's reflection reads a key's column order so).
 fn generate_subscripts_as_unnest(expr: &mut Expr) {
+    if !is_function(expr, "generate_subscripts") {
+        return;
+    }
     let Expr::Function(function) = expr else {
         return;
     };
-    let name = function.name.to_string().to_ascii_lowercase();
-    if name != "generate_subscripts" && name != "pg_catalog.generate_subscripts" {
-        return;
-    }
     let FunctionArguments::List(list) = &function.args else {
         return;
     };
@@ -280,6 +295,15 @@ fn integer_literal(expr: &Expr) -> Option<i64> {
         } => integer_literal(expr).map(|n| -n),
         _ => None,
     }
+}
+
+/// Whether `expr` calls the function `name` (perhaps `pg_catalog.`-qualified).
+fn is_function(expr: &Expr, name: &str) -> bool {
+    let Expr::Function(function) = expr else {
+        return false;
+    };
+    let called = function.name.to_string().to_ascii_lowercase();
+    called == name || called.strip_prefix("pg_catalog.") == Some(name)
 }
 
 /// `expr` replaced by the expression `sql` spells, if it parses.
@@ -351,6 +375,10 @@ mod tests {
         assert_eq!(
             rewritten("SELECT exists(SELECT 1 FROM u WHERE u.k = t.k), mod(7, 3) FROM t"),
             "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT generate_series(1, 3)"),
+            "SELECT unnest(generate_series(1, 3)) AS generate_series"
         );
         assert_eq!(
             rewritten("SELECT generate_subscripts(k, 1) FROM t"),

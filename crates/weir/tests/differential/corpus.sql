@@ -499,7 +499,7 @@ SELECT id, first_value(id) OVER (PARTITION BY customer ORDER BY id) FROM orders 
 -- Set-returning functions.
 -- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT * FROM generate_series(1, 3);
--- differs: a set-returning function in the select list returns one array; PostgreSQL returns a row per element
+-- differs: `generate_series` of integers gives `bigint`s (DataFusion's takes only `bigint`); PostgreSQL's gives `integer`s
 SELECT generate_series(1, 3);
 -- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT x FROM generate_series(1, 3) x;
