@@ -15,9 +15,8 @@
 //! - `~x` is `(-1 - x)`;
 //! - `generate_series(...)` in a select list is `unnest(generate_series(...))`,
 //!   a row per value;
-//! - a `VALUES` column, or a one-column set operation, of integer literals
-//!   that fit `integer` is `integer` ([`integer_values`],
-//!   [`integer_set_operation`]);
+//! - a `VALUES` column of integer literals that fit `integer` is
+//!   `integer` ([`integer_values`]);
 //! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
 //!   ([`extract_as_numeric`]);
 //! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
@@ -46,7 +45,6 @@ impl VisitorMut for Forms {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        integer_set_operation(query);
         // `extract(...)` becomes a cast below; its column keeps the name.
         for select in crate::selects::selects_mut(&mut query.body) {
             for item in &mut select.projection {
@@ -281,62 +279,6 @@ fn integer_values(query: &mut Query) {
                 };
             }
         }
-    }
-}
-
-/// A one-column set operation whose every branch gives an integer literal
-/// that fits `integer` is `integer`, as in PostgreSQL (DataFusion types the
-/// set operation when it plans it, as `bigint`): each literal is cast and
-/// keeps PostgreSQL's column name.
-fn integer_set_operation(query: &mut Query) {
-    if !matches!(query.body.as_ref(), SetExpr::SetOperation { .. }) || !all_selects(&query.body) {
-        return;
-    }
-    let mut selects = crate::selects::selects_mut(&mut query.body);
-    // One column: its name, `?column?` for a bare literal, is then the
-    // only one of the select list (two would clash).
-    if selects.iter().any(|s| s.projection.len() != 1) {
-        return;
-    }
-    let width = 1;
-    let literal = |item: &SelectItem| match item {
-        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-            integer_literal(e).is_some_and(|n| i32::try_from(n).is_ok())
-        }
-        _ => false,
-    };
-    let columns: Vec<usize> = (0..width)
-        .filter(|&j| selects.iter().all(|s| literal(&s.projection[j])))
-        .collect();
-    for select in selects.iter_mut() {
-        for &j in &columns {
-            let item = &mut select.projection[j];
-            let (expr, alias) = match item {
-                SelectItem::UnnamedExpr(e) => (e.clone(), Ident::new("?column?")),
-                SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.clone()),
-                _ => continue,
-            };
-            *item = SelectItem::ExprWithAlias {
-                expr: Expr::Cast {
-                    kind: CastKind::Cast,
-                    expr: Box::new(expr),
-                    data_type: DataType::Integer(None),
-                    array: false,
-                    format: None,
-                },
-                alias,
-            };
-        }
-    }
-}
-
-/// Whether every branch of a set operation is a `SELECT`.
-fn all_selects(body: &SetExpr) -> bool {
-    match body {
-        SetExpr::SetOperation { left, right, .. } => all_selects(left) && all_selects(right),
-        SetExpr::Query(inner) => all_selects(&inner.body),
-        SetExpr::Select(_) => true,
-        _ => false,
     }
 }
 
