@@ -407,7 +407,10 @@ fn numbers(text: &str) -> Vec<Option<i32>> {
 }
 
 /// Every row of `table`.
-async fn read(table: &dyn TableProvider, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+pub(crate) async fn read(
+    table: &dyn TableProvider,
+    state: &dyn Session,
+) -> Result<Vec<RecordBatch>> {
     let plan = table.scan(state, None, &[], None).await?;
     collect(plan, state.task_ctx()).await
 }

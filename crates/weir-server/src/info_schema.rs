@@ -141,8 +141,7 @@ impl TableProvider for Columns {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let plan = self.inner.scan(state, None, &[], None).await?;
-        let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+        let batches = crate::catalog_rows::read(self.inner.as_ref(), state).await?;
         let rewritten = batches
             .iter()
             .map(|b| self.rewrite(b))

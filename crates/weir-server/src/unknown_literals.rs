@@ -31,22 +31,26 @@ fn is_string_literal(expr: &Expr) -> bool {
     )
 }
 
+/// Whether `op` compares its operands (`=`, `<>`, `<`, `<=`, `>`, `>=`).
+pub(crate) fn is_comparison(op: &BinaryOperator) -> bool {
+    matches!(
+        op,
+        BinaryOperator::Eq
+            | BinaryOperator::NotEq
+            | BinaryOperator::Lt
+            | BinaryOperator::LtEq
+            | BinaryOperator::Gt
+            | BinaryOperator::GtEq
+    )
+}
+
 impl ExprPlanner for UnknownLiterals {
     fn plan_binary_op(
         &self,
         mut expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
-        let comparison = matches!(
-            expr.op,
-            BinaryOperator::Eq
-                | BinaryOperator::NotEq
-                | BinaryOperator::Lt
-                | BinaryOperator::LtEq
-                | BinaryOperator::Gt
-                | BinaryOperator::GtEq
-        );
-        if comparison {
+        if is_comparison(&expr.op) {
             // A type name compared with a `regtype` (`pg_typeof(x) =
             // 'integer'`) is read as one.
             let regtype = |e: &Expr| {

@@ -48,15 +48,7 @@ impl ExprPlanner for JsonOperators {
         // Only these operators can involve JSON; others (long AND/OR and
         // arithmetic chains among them) are passed on without computing
         // their operands' types, which costs a walk of each operand.
-        let comparison = matches!(
-            expr.op,
-            BinaryOperator::Eq
-                | BinaryOperator::NotEq
-                | BinaryOperator::Lt
-                | BinaryOperator::LtEq
-                | BinaryOperator::Gt
-                | BinaryOperator::GtEq
-        );
+        let comparison = crate::unknown_literals::is_comparison(&expr.op);
         let json_op = json_operator(&expr.op);
         if json_op.is_none() && !comparison {
             return Ok(PlannerResult::Original(expr));
