@@ -258,8 +258,7 @@ impl TableProvider for WeirRows {
                     .await?
                     .ok_or_else(|| DataFusionError::Internal("no pg_class".into()))?;
                 let class = read(class.as_ref(), state).await?;
-                self.record(&class, catalog)?;
-                let oids = relation_oids(&class, catalog)?;
+                let oids = self.record(&class, catalog)?;
                 match kind {
                     Corrected::Index => {
                         let mut batches = rows;
@@ -295,8 +294,13 @@ impl TableProvider for WeirRows {
 }
 
 impl WeirRows {
-    /// Records the OIDs `pg_class` shows (see [`SessionOids`]).
-    fn record(&self, class: &[RecordBatch], catalog: &Catalog) -> Result<()> {
+    /// Records the OIDs `pg_class` shows (see [`SessionOids`]); returns
+    /// Weir's relations' rows.
+    fn record(
+        &self,
+        class: &[RecordBatch],
+        catalog: &Catalog,
+    ) -> Result<HashMap<String, Relation>> {
         let weir = relation_oids(class, catalog)?;
         let mut oids = self.names.write();
         oids.names = weir.iter().map(|(name, r)| (r.oid, name.clone())).collect();
@@ -320,7 +324,7 @@ impl WeirRows {
                 }
             }
         }
-        Ok(())
+        Ok(weir)
     }
 }
 
