@@ -1,7 +1,7 @@
 //! Casts as PostgreSQL does them, where DataFusion's differ.
 //!
 //! The analyzer rule [`PostgresCasts`] runs after type coercion and
-//! rewrites three kinds of cast:
+//! rewrites these casts:
 //!
 //! - text to `real`/`double precision`: DataFusion reads `'1e400'` as
 //!   infinity; PostgreSQL fails with 22003 unless the text names infinity.
@@ -9,6 +9,10 @@
 //!   to the nearest, ties to even (`2.5` → 2, `3.5` → 4).
 //! - numeric to integer: PostgreSQL rounds half away from zero (`2.5` →
 //!   3); DataFusion truncates.
+//! - text to `numeric`: PostgreSQL reads scientific notation (`1.5e3`),
+//!   which Arrow's parser refuses; text and decimal literals keep every
+//!   digit in an unconstrained `numeric` or fail with 22003 (Weir's holds
+//!   10 fraction digits; PostgreSQL's never rounds an input value).
 //! - text to timestamp: PostgreSQL reads `'2024-03-05 10:00'` (no
 //!   seconds); Arrow's parser wants them.
 //! - text to interval and to bytea: PostgreSQL's input forms
@@ -51,6 +55,12 @@ use crate::types::pg_type_name;
 enum Step {
     /// Text to float, failing on out-of-range text.
     TextToFloat,
+    /// Text to numeric, also in scientific notation (`1.5e3`).
+    TextToNumeric,
+    /// A decimal literal with more fraction digits to an unconstrained
+    /// numeric: exactly, or 22003 (a computed value is rounded, as
+    /// PostgreSQL rounds a quotient).
+    ExactNumeric,
     /// Round a float to the nearest integer, ties to even.
     RoundTiesEven,
     /// Round a decimal to a whole number, half away from zero.
@@ -93,6 +103,8 @@ impl ScalarUDFImpl for CastStep {
     fn name(&self) -> &str {
         match self.step {
             Step::TextToFloat => "weir_text_to_float",
+            Step::TextToNumeric => "weir_text_to_numeric",
+            Step::ExactNumeric => "weir_exact_numeric",
             Step::RoundTiesEven => "weir_round_ties_even",
             Step::RoundDecimal => "weir_round_decimal",
             Step::TextToTimestamp => "weir_text_to_timestamp",
@@ -118,6 +130,8 @@ impl ScalarUDFImpl for CastStep {
             let input = &inputs[0];
             match self.step {
                 Step::TextToFloat => text_to_float(input, &self.output),
+                Step::TextToNumeric => text_to_numeric(input, &self.output),
+                Step::ExactNumeric => exact_numeric(input, &self.output),
                 Step::RoundTiesEven => {
                     let floats = cast(input, &DataType::Float64)?;
                     let rounded: Float64Array = floats
@@ -213,6 +227,94 @@ where
                 .transpose()
         })
         .collect()
+}
+
+/// Text cast to `numeric(p, s)`, read as PostgreSQL reads it (Arrow's
+/// parser refuses `1e3`): 22P02 for text that is no number, 22003 for a
+/// number that does not fit; rounded half away from zero to the scale.
+fn text_to_numeric(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let DataType::Decimal128(precision, scale) = *output else {
+        return Ok(strict_cast(input, output)?);
+    };
+    let text = cast(input, &DataType::Utf8)?;
+    let values = text
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.map(|v| numeric_value(v, precision, scale)).transpose())
+        .collect::<std::result::Result<Decimal128Array, WeirError>>()
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    Ok(Arc::new(values.with_precision_and_scale(precision, scale)?))
+}
+
+/// One text value as a `numeric(precision, scale)`'s unscaled integer.
+fn numeric_value(text: &str, precision: u8, scale: i8) -> std::result::Result<i128, WeirError> {
+    let number = arrow_pg::numeric::PgNumeric::parse(text).map_err(|message| {
+        let state = if message.contains("overflows") {
+            SqlState::NUMERIC_OUT_OF_RANGE
+        } else {
+            SqlState::INVALID_TEXT_REPRESENTATION
+        };
+        WeirError::new(state, message)
+    })?;
+    number
+        .to_numeric(precision, scale)
+        .ok_or_else(|| numeric_overflow(text.trim(), precision, scale))
+}
+
+/// 22003 for `value`, which does not fit `numeric(precision, scale)`: an
+/// unconstrained `numeric` holds 10 fraction digits and 28 before the
+/// point, and keeps values exactly.
+fn numeric_overflow(value: &str, precision: u8, scale: i8) -> WeirError {
+    if (precision, scale) == arrow_pg::numeric::UNCONSTRAINED {
+        return WeirError::new(
+            SqlState::NUMERIC_OUT_OF_RANGE,
+            format!("numeric value {value} does not fit Weir's unconstrained numeric"),
+        )
+        .with_detail(
+            "An unconstrained numeric holds up to 28 digits before the point and 10 after it, exactly.",
+        )
+        .with_hint("Declare the type with a precision and scale, such as numeric(38,20), to round to it.");
+    }
+    WeirError::new(
+        SqlState::NUMERIC_OUT_OF_RANGE,
+        format!("numeric field overflow: {value} does not fit numeric({precision},{scale})"),
+    )
+}
+
+/// A decimal cast to an unconstrained numeric, which holds fewer fraction
+/// digits: exactly (PostgreSQL keeps every digit of such a value), or
+/// 22003 for a value whose digits beyond them are not zero.
+fn exact_numeric(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
+    let (DataType::Decimal128(_, scale), DataType::Decimal128(_, kept)) =
+        (input.data_type(), output)
+    else {
+        return Ok(strict_cast(input, output)?);
+    };
+    let dropped = u32::try_from(scale - kept).unwrap_or(0);
+    let unit = 10i128.pow(dropped);
+    let decimals = input.as_primitive::<Decimal128Type>();
+    if let Some(inexact) = decimals.iter().flatten().find(|v| v % unit != 0) {
+        let value = arrow_pg::numeric::PgNumeric::from_i128(inexact, *scale).to_text();
+        let (precision, scale) = arrow_pg::numeric::UNCONSTRAINED;
+        return Err(DataFusionError::External(Box::new(numeric_overflow(
+            &value, precision, scale,
+        ))));
+    }
+    Ok(strict_cast(input, output)?)
+}
+
+/// Whether `t` is an unconstrained `numeric`.
+fn is_unconstrained(t: &DataType) -> bool {
+    let (precision, scale) = arrow_pg::numeric::UNCONSTRAINED;
+    t == &DataType::Decimal128(precision, scale)
+}
+
+/// A decimal type's scale (0 for other types).
+fn to_scale(t: &DataType) -> i8 {
+    match t {
+        DataType::Decimal128(_, s) => *s,
+        _ => 0,
+    }
 }
 
 /// Text cast to an interval, read as PostgreSQL reads it; 22007 for text
@@ -323,6 +425,13 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
     };
     Transformed::yes(if is_text(from) && is_float(&to) {
         CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
+    } else if is_text(from) && matches!(to, DataType::Decimal128(..)) {
+        CastStep::udf(Step::TextToNumeric, to).call(vec![*inner])
+    } else if is_unconstrained(&to)
+        && matches!(from, DataType::Decimal128(_, s) if *s > to_scale(&to))
+        && matches!(inner.as_ref(), Expr::Literal(..))
+    {
+        CastStep::udf(Step::ExactNumeric, to).call(vec![*inner])
     } else if is_text(from) && matches!(to, DataType::Timestamp(..)) {
         CastStep::udf(Step::TextToTimestamp, to).call(vec![*inner])
     } else if is_text(from) && matches!(to, DataType::Interval(_)) {

@@ -247,7 +247,7 @@ impl Decoder {
                         format!("incorrect binary data format: {e}"),
                     )
                 })?;
-                let unscaled = value.to_i128(*p, *s).ok_or_else(|| {
+                let unscaled = value.to_numeric(*p, *s).ok_or_else(|| {
                     WeirError::new(SqlState::NUMERIC_OUT_OF_RANGE, "numeric field overflow")
                 })?;
                 b.append_value(unscaled)

@@ -59,16 +59,18 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
                 _ => None,
             })
         });
+        let declared = create
+            .columns
+            .get(i)
+            .and_then(|c| declared_type(&c.data_type));
         columns.push(ColumnDef {
             name: field.name().clone(),
             data_type: storage_type(field.data_type()),
             nullable: field.is_nullable() && !primary_key.contains(&i),
             default,
             max_chars: create.columns.get(i).and_then(|c| char_limit(&c.data_type)),
-            declared: create
-                .columns
-                .get(i)
-                .and_then(|c| declared_type(&c.data_type)),
+            display_scale: crate::numeric_display::stored_scale(field.data_type(), declared),
+            declared,
             json: crate::json::JsonKind::of(field),
         });
     }

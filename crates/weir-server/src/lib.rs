@@ -41,6 +41,7 @@ mod json;
 mod literals;
 pub mod metrics;
 mod mview;
+mod numeric_display;
 #[cfg(test)]
 mod numeric_wire;
 mod parameters;

@@ -129,6 +129,7 @@ pub(crate) async fn plan_view_in(
             "CREATE MATERIALIZED VIEW specifies more column names than columns",
         ));
     }
+    let display_scales = crate::numeric_display::scales(&plan, &schema);
     let mut columns: Vec<ColumnDef> = Vec::new();
     for (i, field) in schema.fields().iter().enumerate() {
         let name = names
@@ -149,6 +150,7 @@ pub(crate) async fn plan_view_in(
             max_chars: None,
             declared: None,
             json: crate::json::JsonKind::of(field),
+            display_scale: display_scales[i],
         });
     }
     // Plain views are inlined by the planner; the query text names them.

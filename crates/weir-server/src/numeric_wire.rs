@@ -81,3 +81,23 @@ fn decimals_round_half_away_from_zero_or_refuse() {
     assert_eq!(PgNumeric::from_i128(5, -2).to_text(), "500");
     assert_eq!(PgNumeric::from_i128(0, 2).to_text(), "0.00");
 }
+
+#[test]
+fn unconstrained_numerics_keep_every_digit_or_refuse() {
+    let n = |t: &str| PgNumeric::parse(t).unwrap();
+    let (p, s) = arrow_pg::numeric::UNCONSTRAINED;
+    assert_eq!(n("1.5e-9").to_numeric(p, s), Some(15));
+    assert_eq!(n("0.00000000120").to_numeric(p, s), Some(12));
+    assert_eq!(n("-1.234E-9").to_numeric(p, s), None);
+    assert_eq!(n("-1.234E-9").to_numeric(20, 10), Some(-12));
+}
+
+#[test]
+fn a_minimum_display_scale_drops_only_trailing_zeros() {
+    let n = |v: i128| PgNumeric::from_i128(v, 4);
+    assert_eq!(n(199000).with_min_scale(0).to_text(), "19.9");
+    assert_eq!(n(199000).with_min_scale(2).to_text(), "19.90");
+    assert_eq!(n(50000).with_min_scale(0).to_text(), "5");
+    assert_eq!(n(12345).with_min_scale(1).to_text(), "1.2345");
+    assert_eq!(n(0).with_min_scale(0).to_text(), "0");
+}

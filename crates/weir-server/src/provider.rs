@@ -15,7 +15,7 @@ use datafusion::logical_expr::{col, Expr, LogicalPlanBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use weir_state::TableSnapshot;
 
-use crate::catalog::ViewDef;
+use crate::catalog::{ColumnDef, ViewDef};
 use crate::database::{Database, DbSnapshot};
 use crate::system;
 
@@ -138,7 +138,9 @@ impl SchemaProvider for PublicSchema {
                     DataFusionError::Internal(format!("no snapshot of table {name}"))
                 })?;
             return Ok(Some(Arc::new(
-                SnapshotTable::new(table, false).in_zone(&self.time_zone()),
+                SnapshotTable::new(table, false)
+                    .in_zone(&self.time_zone())
+                    .displayed(&def.columns),
             )));
         }
         if let Some(view) = snapshot.catalog.views.get(name) {
@@ -163,11 +165,15 @@ impl SchemaProvider for PublicSchema {
             let zone = self.time_zone();
             if view.key.is_some() {
                 return Ok(Some(Arc::new(
-                    SnapshotTable::new(table, false).in_zone(&zone),
+                    SnapshotTable::new(table, false)
+                        .in_zone(&zone)
+                        .displayed(&view.columns),
                 )));
             }
             return Ok(Some(Arc::new(
-                SnapshotTable::counted(table, view.schema()).in_zone(&zone),
+                SnapshotTable::counted(table, view.schema())
+                    .in_zone(&zone)
+                    .displayed(&view.columns),
             )));
         }
         if let Some(source) = snapshot.catalog.sources.get(name) {
@@ -211,6 +217,8 @@ pub struct SnapshotTable {
     /// `timestamptz` columns are shown in the session's zone: scans
     /// relabel them (the stored label is UTC).
     relabelled: bool,
+    /// Each column's [`ColumnDef::display_scale`] (empty: none).
+    display_scales: Vec<Option<u8>>,
 }
 
 impl SnapshotTable {
@@ -224,6 +232,7 @@ impl SnapshotTable {
             with_positions: false,
             counted: true,
             relabelled: false,
+            display_scales: Vec::new(),
         }
     }
 
@@ -247,7 +256,21 @@ impl SnapshotTable {
             with_positions,
             counted: false,
             relabelled: false,
+            display_scales: Vec::new(),
         }
+    }
+
+    /// The table whose columns are `columns`, their `numeric` values
+    /// written with their display scales (`numeric_display.rs`).
+    pub fn displayed(mut self, columns: &[ColumnDef]) -> Self {
+        self.display_scales = columns.iter().map(|c| c.display_scale).collect();
+        self
+    }
+
+    /// The fewest fraction digits column `index`'s values are written
+    /// with, if its definition says.
+    pub fn display_scale(&self, index: usize) -> Option<u8> {
+        self.display_scales.get(index).copied().flatten()
     }
 
     /// The table read in time zone `zone` (`time_zone.rs`).

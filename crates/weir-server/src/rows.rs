@@ -36,6 +36,16 @@ pub async fn start(mut batches: SendableRecordBatchStream) -> WeirResult<RowStre
     Ok(stream::iter(first.map(Ok)).chain(rest).boxed())
 }
 
+/// `rows`, whose schema is `schema`, under `relabeled`: the same columns
+/// with more field metadata (how they are written, `numeric_display.rs`).
+pub fn relabeled(schema: &SchemaRef, relabeled: SchemaRef, rows: RowStream) -> RowStream {
+    if Arc::ptr_eq(schema, &relabeled) {
+        return rows;
+    }
+    rows.map(move |batch| Ok(batch?.with_schema(relabeled.clone())?))
+        .boxed()
+}
+
 /// `schema` with the types its rows are sent as: PostgreSQL has no
 /// unsigned integers, so DataFusion's `UInt64` results (`row_number()`,
 /// `array_length`) are sent as `bigint`, not `numeric`.

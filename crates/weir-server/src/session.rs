@@ -447,15 +447,17 @@ impl Session {
     /// Starts a plan; its rows are produced as they are read (see
     /// [`crate::rows::start`]).
     async fn stream(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, RowStream)> {
-        let frame = self.ctx.execute_logical_plan(plan).await?;
+        let frame = self.ctx.execute_logical_plan(plan.clone()).await?;
         let batches = frame.execute_stream().await?;
         // The executed plan's schema, after the analyzer rules: they may
         // change a column's type (`timestamp - timestamp` becomes an
         // `interval` with days, `intervals.rs`), which the DataFrame's
         // schema, taken before them, does not show.
         let executed = batches.schema();
+        let displayed = crate::numeric_display::annotate(&plan, &executed);
         let rows = crate::rows::start(batches).await?;
-        Ok(crate::rows::with_wire_types(executed, rows))
+        let rows = crate::rows::relabeled(&executed, displayed.clone(), rows);
+        Ok(crate::rows::with_wire_types(displayed, rows))
     }
 
     /// Runs a plan to completion, for a statement that uses the whole

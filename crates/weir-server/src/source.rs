@@ -70,6 +70,7 @@ pub async fn create(
         .fields()
         .iter()
         .map(|field| ColumnDef {
+            display_scale: None,
             name: field.name().clone(),
             data_type: crate::ddl::storage_type(field.data_type()),
             nullable: false,

@@ -186,6 +186,18 @@ pub const JSONB_EXTENSION: &str = "pg.jsonb";
 /// type's name in text).
 pub const PG_TYPE_KEY: &str = "pg.type";
 
+/// Weir: field metadata on a `Decimal128` field whose values PostgreSQL
+/// writes each with its own scale: the fewest fraction digits a value is
+/// written with (its trailing zeros beyond them are dropped). Without it a
+/// value is written with the Arrow type's scale.
+pub const PG_NUMERIC_SCALE_KEY: &str = "pg.numeric_min_scale";
+
+/// Weir: the fewest fraction digits a field's [`PG_NUMERIC_SCALE_KEY`]
+/// asks for.
+pub fn numeric_min_scale(field: &Field) -> Option<usize> {
+    field.metadata().get(PG_NUMERIC_SCALE_KEY)?.parse().ok()
+}
+
 /// Weir: the type a field's [`PG_TYPE_KEY`] names.
 fn pg_named_type(field: &Field) -> Option<Type> {
     match field.metadata().get(PG_TYPE_KEY)?.as_str() {

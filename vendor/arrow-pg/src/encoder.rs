@@ -434,17 +434,23 @@ fn get_time64_nanosecond_value(arr: &Arc<dyn Array>, idx: usize) -> Option<Naive
         .value_as_time(idx)
 }
 
-// Weir: exact, through `PgNumeric` (see `numeric.rs`).
+// Weir: exact, through `PgNumeric` (see `numeric.rs`), with the display
+// scale the field's metadata asks for (`PG_NUMERIC_SCALE_KEY`).
 fn get_numeric_128_value(
     arr: &Arc<dyn Array>,
     idx: usize,
     scale: i8,
+    field: &Field,
 ) -> Option<crate::numeric::PgNumeric> {
     if arr.is_null(idx) {
         return None;
     }
     let array = arr.as_any().downcast_ref::<Decimal128Array>().unwrap();
-    Some(crate::numeric::PgNumeric::from_i128(array.value(idx), scale))
+    let value = crate::numeric::PgNumeric::from_i128(array.value(idx), scale);
+    Some(match crate::datatypes::numeric_min_scale(field) {
+        Some(min) => value.with_min_scale(min),
+        None => value,
+    })
 }
 
 /// Weir: the zone a `timestamptz` is written in: the session's (its format
@@ -558,7 +564,7 @@ pub fn encode_value<T: Encoder>(
         DataType::Float32 => encoder.encode_field(&get_f32_value(arr, idx), pg_field)?,
         DataType::Float64 => encoder.encode_field(&get_f64_value(arr, idx), pg_field)?,
         DataType::Decimal128(_, s) => {
-            encoder.encode_field(&get_numeric_128_value(arr, idx, *s), pg_field)?
+            encoder.encode_field(&get_numeric_128_value(arr, idx, *s, arrow_field), pg_field)?
         }
         DataType::Utf8 => encoder.encode_field(&get_utf8_value(arr, idx), pg_field)?,
         DataType::Utf8View => encoder.encode_field(&get_utf8_view_value(arr, idx), pg_field)?,

@@ -29,6 +29,12 @@ pub struct PgNumeric {
     frac: String,
 }
 
+/// Weir: the precision and scale of an unconstrained `numeric` (as
+/// DataFusion plans `numeric` without a typmod). PostgreSQL keeps such a
+/// value exactly, so a value with more fraction digits than its scale is
+/// refused rather than rounded (see [`PgNumeric::to_numeric`]).
+pub const UNCONSTRAINED: (u8, i8) = (38, 10);
+
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;
 
@@ -47,6 +53,16 @@ impl PgNumeric {
         }
         let frac = digits.split_off(digits.len() - scale);
         Self::new(negative, digits, frac)
+    }
+
+    /// The same value written with at least `scale` fraction digits: the
+    /// trailing zeros beyond it are dropped, never a nonzero digit (how a
+    /// column whose values PostgreSQL would print with their own scale is
+    /// written, see `PG_NUMERIC_SCALE_KEY`).
+    pub fn with_min_scale(mut self, scale: usize) -> Self {
+        let kept = self.frac.trim_end_matches('0').len().max(scale);
+        self.frac.truncate(kept);
+        self
     }
 
     fn new(negative: bool, int: String, frac: String) -> Self {
@@ -150,6 +166,18 @@ impl PgNumeric {
             return None;
         }
         Some(if self.negative { -value } else { value })
+    }
+
+    /// The value as a `numeric(precision, scale)`'s unscaled integer: rounded
+    /// to the scale as PostgreSQL rounds into a typmod, but exactly for an
+    /// unconstrained `numeric` ([`UNCONSTRAINED`]), which PostgreSQL never
+    /// rounds; `None` if it does not fit.
+    pub fn to_numeric(&self, precision: u8, scale: i8) -> Option<i128> {
+        let beyond = usize::try_from(scale).map_or("", |s| self.frac.get(s..).unwrap_or(""));
+        if (precision, scale) == UNCONSTRAINED && beyond.bytes().any(|b| b != b'0') {
+            return None;
+        }
+        self.to_i128(precision, scale)
     }
 
     /// The number of digits and the scale a decimal needs to hold this

@@ -431,6 +431,7 @@ mod tests {
             id: 0,
             name: "t".into(),
             columns: vec![ColumnDef {
+                display_scale: None,
                 name: "x".into(),
                 data_type: DataType::Int32,
                 nullable: false,

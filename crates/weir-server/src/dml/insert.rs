@@ -185,10 +185,33 @@ pub(super) fn replace_default_keyword(
                         .and_then(|mut p| p.parse_expr())
                         .map_err(|e| WeirError::internal(format!("stored default {sql}: {e}")))?;
                 }
+                assign_numeric(expr, &def.columns[column].data_type);
             }
         }
     }
     Ok(query)
+}
+
+/// A value of a `VALUES` list for a `numeric` column, cast to the
+/// column's type, as PostgreSQL casts each value of an INSERT's `VALUES`
+/// to its column: planned as a query, the list's columns would first be
+/// unified to one type (`VALUES (19.9), ('0.25')` to a scale of 1, which
+/// rounds `0.25`; `VALUES (5), ('0.25')` to `bigint`).
+fn assign_numeric(expr: &mut SqlExpr, column_type: &DataType) {
+    use datafusion::sql::sqlparser::ast::{CastKind, DataType as Sql, ExactNumberInfo};
+    let DataType::Decimal128(precision, scale) = *column_type else {
+        return;
+    };
+    *expr = SqlExpr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(expr.clone()),
+        data_type: Sql::Numeric(ExactNumberInfo::PrecisionAndScale(
+            u64::from(precision),
+            i64::from(scale),
+        )),
+        array: false,
+        format: None,
+    };
 }
 
 /// The target columns of an INSERT whose source has `width` columns:

@@ -69,7 +69,7 @@ fn numeric_parameter(
     let integer = |v: &PgNumeric| v.to_i128(38, 0).ok_or_else(overflow);
     Ok(match (target, value) {
         (Some(DataType::Decimal128(p, s)), v) => ScalarValue::Decimal128(
-            v.map(|v| v.to_i128(*p, *s).ok_or_else(overflow))
+            v.map(|v| v.to_numeric(*p, *s).ok_or_else(overflow))
                 .transpose()?,
             *p,
             *s,

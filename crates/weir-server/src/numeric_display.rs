@@ -1,0 +1,353 @@
+//! How many fraction digits a `numeric` result column is written with.
+//!
+//! PostgreSQL keeps a display scale with every `numeric` value: a literal's
+//! own (`123.4500`), a sum's the larger of its operands', a product's
+//! their sum, `round(x, 2)`'s 2; a column without a typmod keeps each
+//! value's scale. Weir's `numeric` is an Arrow `Decimal128` with one
+//! scale per column (an unconstrained `numeric` is DataFusion's
+//! `Decimal128(38, 10)`), so written at the column's scale a value would
+//! read `123.4500000000`.
+//!
+//! [`annotate`] works out, from the statement's plan as the planner made
+//! it, the scale PostgreSQL would give each result column where the plan
+//! says (literals, casts, `+ - * %`, `round`/`trunc`/`ceil`/`floor`,
+//! `sum`/`min`/`max`, through projections, subqueries, joins, unions
+//! and `VALUES`), and marks the column with it (`PG_NUMERIC_SCALE_KEY`):
+//! a value is then written with that many fraction digits, more where the
+//! value has more nonzero ones, never fewer than it holds. A column of an
+//! unconstrained `numeric` table column (whose values' own scales are not
+//! kept) is written with its values' significant digits: `19.90` stored
+//! reads `19.9`. Columns the plan says nothing about keep the type's
+//! scale: a quotient or an average has the digits DataFusion computed
+//! (fewer than PostgreSQL's 16 significant ones).
+
+use std::sync::Arc;
+
+use arrow_pg::datatypes::PG_NUMERIC_SCALE_KEY;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::expr::{AggregateFunction, Alias, ScalarFunction};
+use datafusion::logical_expr::{BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan, Operator};
+
+use crate::catalog::DeclaredType;
+use crate::provider::SnapshotTable;
+
+/// `numeric`'s `pg_type` OID.
+const NUMERIC_OID: u32 = 1700;
+
+/// DataFusion's type for `numeric` without a precision and scale.
+const UNCONSTRAINED: DataType = DataType::Decimal128(38, 10);
+
+/// `schema` (the executed plan's columns) with the display scale of each
+/// `numeric` column `plan` determines marked on it.
+pub fn annotate(plan: &LogicalPlan, schema: &SchemaRef) -> SchemaRef {
+    let scales = scales(plan, schema);
+    if scales.iter().all(Option::is_none) {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(scales)
+        .map(|(field, scale)| match scale {
+            Some(scale) => {
+                let mut metadata = field.metadata().clone();
+                metadata.insert(PG_NUMERIC_SCALE_KEY.to_owned(), scale.to_string());
+                field.as_ref().clone().with_metadata(metadata)
+            }
+            None => field.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// For each of `schema`'s columns (`plan`'s output), the fewest fraction
+/// digits its values are written with, where `plan` determines it and it
+/// is below the column type's scale.
+pub fn scales(plan: &LogicalPlan, schema: &Schema) -> Vec<Option<u8>> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, field)| match field.data_type() {
+            DataType::Decimal128(_, type_scale) => {
+                column_scale(plan, i, 0).filter(|&scale| i16::from(scale) < i16::from(*type_scale))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The display scale of a stored column of `data_type` declared as
+/// `declared`: an unconstrained `numeric`'s values are written with their
+/// significant digits (each value's own scale is not kept).
+pub fn stored_scale(data_type: &DataType, declared: Option<DeclaredType>) -> Option<u8> {
+    let unconstrained = declared.is_none_or(|d| d.oid == NUMERIC_OID && d.typmod == -1);
+    (data_type == &UNCONSTRAINED && unconstrained).then_some(0)
+}
+
+/// The fewest fraction digits column `index` of `plan`'s output is
+/// written with, if the plan determines it.
+fn column_scale(plan: &LogicalPlan, index: usize, depth: usize) -> Option<u8> {
+    let depth = deeper(depth)?;
+    match plan {
+        LogicalPlan::Projection(p) => expr_scale(p.expr.get(index)?, &p.input, depth),
+        LogicalPlan::Aggregate(a) => {
+            let expr = a.group_expr.iter().chain(&a.aggr_expr).nth(index)?;
+            expr_scale(expr, &a.input, depth)
+        }
+        LogicalPlan::Window(w) => {
+            let inputs = w.input.schema().fields().len();
+            if index < inputs {
+                column_scale(&w.input, index, depth)
+            } else {
+                expr_scale(w.window_expr.get(index - inputs)?, &w.input, depth)
+            }
+        }
+        LogicalPlan::Join(j) => {
+            let left = j.left.schema().fields().len();
+            if index < left {
+                column_scale(&j.left, index, depth)
+            } else {
+                column_scale(&j.right, index - left, depth)
+            }
+        }
+        LogicalPlan::Union(u) => u
+            .inputs
+            .iter()
+            .map(|input| column_scale(input, index, depth))
+            .min()
+            .flatten(),
+        // The planner casts the rows' literals to their column's type;
+        // each keeps the scale it was written with.
+        LogicalPlan::Values(v) => v
+            .values
+            .iter()
+            .map(|row| expr_scale(uncast(row.get(index)?), plan, depth))
+            .min()
+            .flatten(),
+        LogicalPlan::TableScan(scan) => {
+            let provider = source_as_provider(&scan.source).ok()?;
+            let provider: &dyn std::any::Any = provider.as_ref();
+            let table = provider.downcast_ref::<SnapshotTable>()?;
+            let column = match &scan.projection {
+                Some(projection) => *projection.get(index)?,
+                None => index,
+            };
+            table.display_scale(column)
+        }
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Distinct(_)
+        | LogicalPlan::Repartition(_) => column_scale(plan.inputs().first()?, index, depth),
+        _ => None,
+    }
+}
+
+/// The fewest fraction digits `expr`, evaluated over `input`'s rows, is
+/// written with, if it can be told.
+fn expr_scale(expr: &Expr, input: &LogicalPlan, depth: usize) -> Option<u8> {
+    let depth = deeper(depth)?;
+    match expr {
+        Expr::Alias(Alias { expr, .. }) | Expr::Negative(expr) => expr_scale(expr, input, depth),
+        Expr::Literal(value, _) => literal_scale(value),
+        Expr::Column(column) => {
+            let index = input.schema().index_of_column(column).ok()?;
+            column_scale(input, index, depth).or_else(|| {
+                match input.schema().field(index).data_type() {
+                    DataType::Decimal128(_, scale) => u8::try_from(*scale).ok(),
+                    _ => None,
+                }
+            })
+        }
+        Expr::Cast(Cast { expr, field }) => cast_scale(expr, field.data_type(), input, depth),
+        Expr::TryCast(cast) => cast_scale(&cast.expr, cast.field.data_type(), input, depth),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (left, right) = (
+                expr_scale(left, input, depth)?,
+                expr_scale(right, input, depth)?,
+            );
+            match op {
+                Operator::Plus | Operator::Minus | Operator::Modulo => Some(left.max(right)),
+                Operator::Multiply => left.checked_add(right),
+                _ => None,
+            }
+        }
+        Expr::ScalarFunction(call) => function_scale(call, input, depth),
+        Expr::AggregateFunction(AggregateFunction { func, params }) => match func.name() {
+            "sum" | "min" | "max" | "first_value" | "last_value" => {
+                expr_scale(params.args.first()?, input, depth)
+            }
+            _ => None,
+        },
+        Expr::WindowFunction(window) => match window.fun.name() {
+            "sum" | "min" | "max" | "first_value" | "last_value" | "lag" | "lead" => {
+                expr_scale(window.params.args.first()?, input, depth)
+            }
+            _ => None,
+        },
+        Expr::Case(case) => case
+            .when_then_expr
+            .iter()
+            .map(|(_, then)| then.as_ref())
+            .chain(case.else_expr.as_deref())
+            .map(|e| expr_scale(e, input, depth))
+            .min()
+            .flatten(),
+        Expr::ScalarSubquery(subquery) => column_scale(&subquery.subquery, 0, depth),
+        _ => None,
+    }
+}
+
+/// How deeply the rules look into a plan and its expressions: beyond it
+/// a column keeps its type's scale (a 3,000-term chain must not exhaust
+/// the stack).
+const MAX_DEPTH: usize = 256;
+
+/// `depth` one level deeper, if still within [`MAX_DEPTH`].
+fn deeper(depth: usize) -> Option<usize> {
+    (depth < MAX_DEPTH).then_some(depth + 1)
+}
+
+/// `expr` without the casts around it.
+fn uncast(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Cast(cast) => uncast(&cast.expr),
+        Expr::TryCast(cast) => uncast(&cast.expr),
+        other => other,
+    }
+}
+
+/// The scale of a literal as PostgreSQL reads it: an integer's is 0, a
+/// decimal's its written fraction digits.
+fn literal_scale(value: &ScalarValue) -> Option<u8> {
+    match value {
+        ScalarValue::Decimal128(_, _, scale) => u8::try_from(*scale).ok(),
+        v if v.data_type().is_integer() => Some(0),
+        _ => None,
+    }
+}
+
+/// The scale of `expr` cast to `target`: a `numeric(p, s)`'s is `s`; to
+/// an unconstrained `numeric` a value keeps its own (an integer's 0, a
+/// decimal's, a text literal's written digits, a float's significant
+/// ones).
+fn cast_scale(expr: &Expr, target: &DataType, input: &LogicalPlan, depth: usize) -> Option<u8> {
+    if target != &UNCONSTRAINED {
+        return match target {
+            DataType::Decimal128(_, scale) => u8::try_from(*scale).ok(),
+            _ => None,
+        };
+    }
+    match expr {
+        Expr::Literal(ScalarValue::Utf8(Some(text)), _) => {
+            let text = text.trim();
+            let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+            let written = mantissa.split_once('.').map_or(0, |(_, frac)| frac.len());
+            let exponent: i64 = text
+                .split_once(['e', 'E'])
+                .and_then(|(_, e)| e.parse().ok())
+                .unwrap_or(0);
+            u8::try_from((written as i64 - exponent).max(0)).ok()
+        }
+        _ => match expr.get_type(input.schema()).ok()? {
+            t if t.is_integer() || t.is_floating() => Some(0),
+            DataType::Decimal128(..) => expr_scale(expr, input, depth),
+            _ => None,
+        },
+    }
+}
+
+/// The scale of a function's result: `round(x, n)` and `trunc(x, n)` have
+/// `n` digits, `round`, `trunc`, `ceil` and `floor` of one argument none,
+/// `abs` its argument's.
+fn function_scale(call: &ScalarFunction, input: &LogicalPlan, depth: usize) -> Option<u8> {
+    match (call.func.name(), call.args.as_slice()) {
+        ("round" | "trunc", [_, Expr::Literal(digits, _)]) => {
+            let digits = digits.cast_to(&DataType::Int64).ok()?;
+            match digits {
+                ScalarValue::Int64(Some(n)) => u8::try_from(n.max(0)).ok(),
+                _ => None,
+            }
+        }
+        ("round" | "trunc" | "ceil" | "ceiling" | "floor", [_]) => Some(0),
+        ("abs", [arg]) => expr_scale(arg, input, depth),
+        ("coalesce" | "nullif" | "greatest" | "least", args) => args
+            .iter()
+            .map(|a| expr_scale(a, input, depth))
+            .min()
+            .flatten(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    /// The display scales of `sql`'s result columns, its decimal literals
+    /// read as `numeric` (as Weir's sessions read them).
+    async fn displayed(sql: &str) -> Vec<Option<u8>> {
+        let config =
+            SessionConfig::new().set_bool("datafusion.sql_parser.parse_float_as_decimal", true);
+        let ctx = SessionContext::new_with_config(config);
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        let frame = ctx.execute_logical_plan(plan.clone()).await.unwrap();
+        let executed = frame.execute_stream().await.unwrap().schema();
+        let annotated = annotate(&plan, &executed);
+        let marked = annotated.fields().iter().map(|f| {
+            f.metadata()
+                .get(PG_NUMERIC_SCALE_KEY)
+                .map(|s| s.parse().unwrap())
+        });
+        let computed = scales(&plan, &executed);
+        assert_eq!(marked.collect::<Vec<_>>(), computed);
+        computed
+    }
+
+    #[tokio::test]
+    async fn literals_and_casts_keep_their_written_scale() {
+        assert_eq!(
+            displayed(
+                "SELECT 123.4500::numeric, 2::numeric * 3.25, '1.50'::numeric, 1.5::numeric(10, 4)"
+            )
+            .await,
+            [Some(4), Some(2), Some(2), None]
+        );
+    }
+
+    #[tokio::test]
+    async fn subqueries_functions_and_aggregates() {
+        assert_eq!(
+            displayed(
+                "SELECT sum(x::numeric), max(x::numeric), min(x::numeric) * 2 \
+                 FROM (VALUES (1.5), (2.25)) v(x)"
+            )
+            .await,
+            [Some(1), Some(1), Some(1)]
+        );
+        assert_eq!(
+            displayed("SELECT ceil(x::numeric), x::numeric / 3 FROM (VALUES (1.5)) v(x)").await,
+            [Some(0), None]
+        );
+    }
+
+    #[test]
+    fn only_unconstrained_stored_numerics_drop_trailing_zeros() {
+        let declared = |typmod| {
+            Some(DeclaredType {
+                oid: NUMERIC_OID,
+                typmod,
+            })
+        };
+        assert_eq!(stored_scale(&UNCONSTRAINED, declared(-1)), Some(0));
+        assert_eq!(stored_scale(&UNCONSTRAINED, None), Some(0));
+        let typmod = (38 << 16) + 10 + 4;
+        assert_eq!(stored_scale(&UNCONSTRAINED, declared(typmod)), None);
+        assert_eq!(stored_scale(&DataType::Decimal128(10, 2), None), None);
+    }
+}
