@@ -6,7 +6,7 @@
 //! `numeric`. [`cast_arguments`] rewrites a plan as the planner made it,
 //! before type coercion, and casts the argument where the types differ:
 //! `sum(bigint)` sums a `numeric(38,0)`, `avg` of an integer averages a
-//! `numeric(38,6)`. `sum` of `smallint`
+//! `numeric` of as many digits. `sum` of `smallint`
 //! and `integer` stays DataFusion's `bigint`, as in PostgreSQL. The stream
 //! engine's running sums follow the same types, so a view and a query
 //! agree.
@@ -27,17 +27,25 @@ use crate::plan_rewrite::rewrite_expressions;
 /// any number of `bigint`s a table can hold.
 const SUMMED_BIGINT: DataType = DataType::Decimal128(38, 0);
 
-/// The `numeric` integers are averaged in: DataFusion's `avg` adds four
-/// fraction digits, so averages have the ten of Weir's unconstrained
-/// `numeric` (PostgreSQL prints about 16 significant digits), and the
-/// running sum still holds 10^31.
-const AVERAGED_INTEGER: DataType = DataType::Decimal128(38, 6);
+/// The `numeric` an integer of type `arg` is averaged in: one with as many
+/// digits (so that the average, never larger than the largest value, has
+/// 20 fraction digits' room, `average.rs`).
+fn averaged_integer(arg: &DataType) -> DataType {
+    let digits = match arg {
+        DataType::Int8 | DataType::UInt8 => 3,
+        DataType::Int16 | DataType::UInt16 => 5,
+        DataType::Int32 | DataType::UInt32 => 10,
+        DataType::Int64 => 19,
+        _ => 20,
+    };
+    DataType::Decimal128(digits, 0)
+}
 
 /// The type `function`'s argument of type `arg` is cast to, if any.
 fn argument_type(function: &str, arg: &DataType) -> Option<DataType> {
     match function {
         "sum" if matches!(arg, DataType::Int64 | DataType::UInt64) => Some(SUMMED_BIGINT),
-        "avg" | "mean" if arg.is_integer() => Some(AVERAGED_INTEGER),
+        "avg" | "mean" if arg.is_integer() => Some(averaged_integer(arg)),
         _ => None,
     }
 }
@@ -96,7 +104,11 @@ mod tests {
         assert_eq!(argument_type("sum", &DataType::Decimal128(10, 2)), None);
         assert_eq!(
             argument_type("avg", &DataType::Int16),
-            Some(AVERAGED_INTEGER)
+            Some(DataType::Decimal128(5, 0))
+        );
+        assert_eq!(
+            argument_type("avg", &DataType::Int64),
+            Some(DataType::Decimal128(19, 0))
         );
         assert_eq!(argument_type("avg", &DataType::Float32), None);
         assert_eq!(argument_type("max", &DataType::Int64), None);

@@ -266,12 +266,12 @@ pub struct ColumnDef {
     /// `pg_attribute` reports.
     #[serde(default)]
     pub declared: Option<DeclaredType>,
-    /// The fewest fraction digits its `numeric` values are written with,
-    /// where fewer than its type's scale (`numeric_display.rs`): 0 for a
-    /// table's unconstrained `numeric`, PostgreSQL's display scale of a
-    /// view's column.
+    /// How its `numeric` values are written, where not with its type's
+    /// scale (`numeric_display.rs`): with their significant digits for a
+    /// table's unconstrained `numeric`, with PostgreSQL's display scale
+    /// for a view's column.
     #[serde(default)]
-    pub display_scale: Option<u8>,
+    pub display_scale: Option<crate::numeric_display::DisplayScale>,
 }
 
 /// A column's PostgreSQL type as declared: its `pg_type` OID and type

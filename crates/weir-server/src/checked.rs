@@ -9,7 +9,9 @@
 //! result: `2147483647 + 1` on `integer` columns fails with 22003 instead
 //! of returning a negative number, `1.0::float8 / 0` with 22012, and a
 //! float result that overflows to infinity from finite operands with
-//! 22003. Output column names are kept as written.
+//! 22003. A `real` with another number is computed in `double
+//! precision`, as PostgreSQL does. Output column names are kept as written. A division of
+//! `numeric`s becomes `numeric_div.rs`'s, with PostgreSQL's digits.
 
 use std::sync::Arc;
 
@@ -161,6 +163,36 @@ fn operand_type(expr: &Expr, schema: &DFSchema) -> Result<DataType> {
     }
 }
 
+/// `binary` (`+ - * /`) computed in `double precision` where DataFusion
+/// coerced a `real` and another number to `real`: PostgreSQL computes
+/// `real` with an integer or a `numeric` in `double precision`.
+fn real_widened(binary: BinaryExpr, schema: &DFSchema) -> Result<BinaryExpr> {
+    let coerced_to_real = |e: &Expr| match e {
+        Expr::Cast(cast) if cast.field.data_type() == &DataType::Float32 => cast
+            .expr
+            .get_type(schema)
+            .map(|t| t != DataType::Float32)
+            .unwrap_or(false),
+        _ => false,
+    };
+    if !coerced_to_real(&binary.left) && !coerced_to_real(&binary.right) {
+        return Ok(binary);
+    }
+    let widened = |e: Expr| -> Result<Expr> {
+        match e {
+            Expr::Cast(cast) if cast.field.data_type() == &DataType::Float32 => {
+                cast.expr.cast_to(&DataType::Float64, schema)
+            }
+            other => other.cast_to(&DataType::Float64, schema),
+        }
+    };
+    Ok(BinaryExpr::new(
+        Box::new(widened(*binary.left)?),
+        binary.op,
+        Box::new(widened(*binary.right)?),
+    ))
+}
+
 impl CheckedIntegerArithmetic {
     /// Rewrites one expression node (see the module documentation).
     fn rewrite_expr(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
@@ -173,11 +205,19 @@ impl CheckedIntegerArithmetic {
         ) {
             return Ok(Transformed::no(Expr::BinaryExpr(binary)));
         }
+        let binary = real_widened(binary, schema)?;
         let types = (
             operand_type(&binary.left, schema),
             operand_type(&binary.right, schema),
         );
         match types {
+            (Ok(DataType::Decimal128(_, l)), Ok(DataType::Decimal128(_, r)))
+                if binary.op == Operator::Divide =>
+            {
+                let BinaryExpr { left, right, .. } = binary;
+                let udf = crate::numeric_div::NumericDiv::udf(l, r);
+                Ok(Transformed::yes(udf.call(vec![*left, *right])))
+            }
             (Ok(l), Ok(r))
                 if l == r
                     && (is_float(&l) || (is_integer(&l) && binary.op != Operator::Divide)) =>

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
-use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type};
 use datafusion::common::{exec_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
@@ -198,21 +198,26 @@ type AsyncBody = Arc<
     dyn Fn(Vec<ColumnarValue>, usize) -> BoxFuture<'static, Result<ColumnarValue>> + Send + Sync,
 >;
 
-/// A function that waits (`pg_sleep`, `pg_advisory_lock`): DataFusion runs
-/// it as an async function, so waiting holds no thread and a canceled
-/// statement stops it.
+/// A function that waits and returns `void` (`pg_sleep`,
+/// `pg_advisory_lock`): DataFusion runs it as an async function, so
+/// waiting holds no thread and a canceled statement stops it. PostgreSQL
+/// sends a `void` value as an empty text; the result column is marked as
+/// `void` for the wire.
 struct AsyncFunction {
     name: &'static str,
     signature: Signature,
-    returns: DataType,
     body: AsyncBody,
+}
+
+/// The value of a function returning `void`.
+fn void() -> ColumnarValue {
+    ColumnarValue::Scalar(ScalarValue::Utf8(Some(String::new())))
 }
 
 impl AsyncFunction {
     fn udf(
         name: &'static str,
         signature: Signature,
-        returns: DataType,
         body: impl Fn(Vec<ColumnarValue>, usize) -> BoxFuture<'static, Result<ColumnarValue>>
             + Send
             + Sync
@@ -221,7 +226,6 @@ impl AsyncFunction {
         let function = AsyncFunction {
             name,
             signature,
-            returns,
             body: Arc::new(body),
         };
         AsyncScalarUDF::new(Arc::new(function)).into_scalar_udf()
@@ -260,7 +264,17 @@ impl ScalarUDFImpl for AsyncFunction {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(self.returns.clone())
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        let marked = HashMap::from([(
+            arrow_pg::datatypes::PG_TYPE_KEY.to_owned(),
+            "void".to_owned(),
+        )]);
+        Ok(Arc::new(
+            Field::new(self.name, DataType::Utf8, true).with_metadata(marked),
+        ))
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -279,7 +293,7 @@ impl AsyncScalarUDFImpl for AsyncFunction {
 /// the statement is canceled.
 fn pg_sleep() -> ScalarUDF {
     let signature = Signature::uniform(1, vec![DataType::Float64], Volatility::Volatile);
-    AsyncFunction::udf("pg_sleep", signature, DataType::Null, |args, rows| {
+    AsyncFunction::udf("pg_sleep", signature, |args, rows| {
         Box::pin(async move {
             let seconds = args[0].to_array(rows)?;
             let seconds = seconds.as_primitive::<Float64Type>();
@@ -288,7 +302,7 @@ fn pg_sleep() -> ScalarUDF {
                     tokio::time::sleep(Duration::from_secs_f64(s.min(1e9))).await;
                 }
             }
-            Ok(ColumnarValue::Scalar(ScalarValue::Null))
+            Ok(void())
         })
     })
 }
@@ -405,20 +419,15 @@ fn lock_signature() -> Signature {
 
 /// `pg_advisory_lock(key)`: waits until the session holds `key`.
 fn advisory_lock(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
-    AsyncFunction::udf(
-        "pg_advisory_lock",
-        lock_signature(),
-        DataType::Null,
-        move |args, rows| {
-            let locks = locks.clone();
-            Box::pin(async move {
-                for key in lock_keys(&args, rows)?.into_iter().flatten() {
-                    locks.lock(key, session).await;
-                }
-                Ok(ColumnarValue::Scalar(ScalarValue::Null))
-            })
-        },
-    )
+    AsyncFunction::udf("pg_advisory_lock", lock_signature(), move |args, rows| {
+        let locks = locks.clone();
+        Box::pin(async move {
+            for key in lock_keys(&args, rows)?.into_iter().flatten() {
+                locks.lock(key, session).await;
+            }
+            Ok(void())
+        })
+    })
 }
 
 /// `pg_try_advisory_lock(key)`: takes `key` if it is free.
@@ -445,14 +454,12 @@ fn per_key(name: &str, answer: impl Fn(i64) -> bool + Send + Sync + 'static) -> 
 
 /// `pg_advisory_unlock_all()`.
 fn advisory_unlock_all(locks: Arc<AdvisoryLocks>, session: u64) -> ScalarUDF {
-    let function = move |_: &[ColumnarValue]| -> Result<ColumnarValue> {
-        locks.unlock_all(session);
-        Ok(ColumnarValue::Scalar(ScalarValue::Null))
-    };
-    udf(
+    AsyncFunction::udf(
         "pg_advisory_unlock_all",
         Signature::exact(vec![], Volatility::Volatile),
-        DataType::Null,
-        function,
+        move |_, _| {
+            locks.unlock_all(session);
+            Box::pin(async { Ok(void()) })
+        },
     )
 }

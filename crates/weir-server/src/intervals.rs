@@ -11,7 +11,8 @@
 //! The analyzer rule [`rule`] runs after type coercion and rewrites a
 //! comparison of two intervals into a comparison of their lengths (exact
 //! in a 128-bit decimal), and a difference of two timestamps into its
-//! justified form. DataFusion cannot multiply or divide an interval by a
+//! justified form, and `date ± interval` into a timestamp's (DataFusion
+//! keeps a date and drops the interval's time). DataFusion cannot multiply or divide an interval by a
 //! number at all; [`IntervalArithmetic`] plans `interval * n` and
 //! `interval / n` as PostgreSQL's `interval_mul` computes them (fractions
 //! of months spill into days, of days into time).
@@ -22,7 +23,7 @@ use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, IntervalMonthDay
 use datafusion::arrow::compute::kernels::cast::cast;
 use datafusion::arrow::datatypes::{
     DataType, Decimal128Type, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType,
-    IntervalUnit,
+    IntervalUnit, TimeUnit,
 };
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
@@ -260,6 +261,31 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             Box::new(length.call(vec![left.as_ref().clone()])),
             *op,
             Box::new(length.call(vec![right.as_ref().clone()])),
+        ))));
+    }
+    // `date ± interval` is a timestamp in PostgreSQL (DataFusion keeps a
+    // date, dropping the interval's time: `date + interval '1 hour'`).
+    // (`date + 1`, which DataFusion coerces to an interval, stays a date.)
+    let written_interval = |e: &Expr, t: &DataType| match e {
+        Expr::Cast(cast) => cast.expr.get_type(schema).is_ok_and(|t| is_interval(&t)),
+        _ => is_interval(t),
+    };
+    let shifted_date = matches!(op, Operator::Plus | Operator::Minus)
+        && ((l == DataType::Date32 && written_interval(right, &r))
+            || (*op == Operator::Plus && written_interval(left, &l) && r == DataType::Date32));
+    if shifted_date {
+        let timestamp = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let at_midnight = |e: &Expr, t: &DataType| -> Result<Expr> {
+            if t == &DataType::Date32 {
+                e.clone().cast_to(&timestamp, schema)
+            } else {
+                Ok(e.clone())
+            }
+        };
+        return Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+            Box::new(at_midnight(left, &l)?),
+            *op,
+            Box::new(at_midnight(right, &r)?),
         ))));
     }
     let timestamps = matches!(l, DataType::Timestamp(..)) && matches!(r, DataType::Timestamp(..));

@@ -18,6 +18,7 @@
 
 mod aggregates;
 mod auth;
+mod average;
 mod casts;
 pub mod catalog;
 mod catalog_functions;
@@ -42,6 +43,7 @@ mod literals;
 pub mod metrics;
 mod mview;
 mod numeric_display;
+mod numeric_div;
 #[cfg(test)]
 mod numeric_wire;
 mod parameters;

@@ -697,10 +697,13 @@ async fn rebuild(
         entry.id = id;
         entry.state_ids = state_ids.clone();
         // The query's result types may be what changed with the format
-        // (format 3: PostgreSQL's); the column names stay the view's own.
+        // (format 3: PostgreSQL's, 4: quotients' scales), and with them
+        // how the columns are written; the column names stay the view's
+        // own.
         for (column, planned) in entry.columns.iter_mut().zip(&planned.columns) {
             column.data_type = planned.data_type.clone();
             column.nullable = planned.nullable;
+            column.display_scale = planned.display_scale;
         }
         entry.append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
         entry.key = planned.key.clone();

@@ -101,3 +101,20 @@ fn a_minimum_display_scale_drops_only_trailing_zeros() {
     assert_eq!(n(12345).with_min_scale(1).to_text(), "1.2345");
     assert_eq!(n(0).with_min_scale(0).to_text(), "0");
 }
+
+#[test]
+fn quotients_are_written_with_sixteen_significant_digits() {
+    let q = |v: &str| {
+        let parsed = PgNumeric::parse(v).unwrap();
+        let (_, scale) = parsed.precision_and_scale();
+        parsed.with_quotient_scale(0, scale.max(20)).to_text()
+    };
+    assert_eq!(q("3.33333333333333330000"), "3.3333333333333333");
+    assert_eq!(q("0.12500000000000000000"), "0.12500000000000000000");
+    assert_eq!(q("2.50000000000000000000"), "2.5000000000000000");
+    assert_eq!(q("17636684.14285714285700000000"), "17636684.142857142857");
+    assert_eq!(q("0"), "0.00000000000000000000");
+    assert_eq!(q("1.04166666666666666667"), "1.04166666666666666667");
+    let short = PgNumeric::parse("0.0000333333").unwrap();
+    assert_eq!(short.with_quotient_scale(0, 10).to_text(), "0.0000333333");
+}

@@ -17,6 +17,7 @@ use weir_state::TableSnapshot;
 
 use crate::catalog::{ColumnDef, ViewDef};
 use crate::database::{Database, DbSnapshot};
+use crate::numeric_display::DisplayScale;
 use crate::system;
 
 /// The name under which a DML statement's target table is planned; its
@@ -218,7 +219,7 @@ pub struct SnapshotTable {
     /// relabel them (the stored label is UTC).
     relabelled: bool,
     /// Each column's [`ColumnDef::display_scale`] (empty: none).
-    display_scales: Vec<Option<u8>>,
+    display_scales: Vec<Option<DisplayScale>>,
 }
 
 impl SnapshotTable {
@@ -269,7 +270,7 @@ impl SnapshotTable {
 
     /// The fewest fraction digits column `index`'s values are written
     /// with, if its definition says.
-    pub fn display_scale(&self, index: usize) -> Option<u8> {
+    pub fn display_scale(&self, index: usize) -> Option<DisplayScale> {
         self.display_scales.get(index).copied().flatten()
     }
 

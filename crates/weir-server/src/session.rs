@@ -249,6 +249,7 @@ pub fn session_context(
     crate::pg_functions::register(&ctx);
     crate::unknown_literals::register(&ctx)?;
     ctx.register_udf(version_udf());
+    ctx.register_udaf(crate::average::udaf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
     ctx.register_udf(

@@ -106,10 +106,13 @@ impl Manifest {
     /// 3. PostgreSQL's result types: integer literals are `integer`,
     ///    `sum(bigint)` and `avg` of integers are `numeric`, so aggregate
     ///    state and view columns of those types changed.
+    /// 4. PostgreSQL's digits for quotients and averages of `numeric`s:
+    ///    their columns (and the state of views over such views) have a
+    ///    new scale.
     ///
     /// A server refuses state of a newer format; views of an older one are
     /// rebuilt from their inputs at recovery.
-    pub const STATE_FORMAT: u32 = 3;
+    pub const STATE_FORMAT: u32 = 4;
 
     /// The manifest of an empty database before its first commit.
     pub fn empty(catalog: serde_json::Value) -> Self {

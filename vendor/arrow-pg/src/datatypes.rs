@@ -183,7 +183,8 @@ pub const JSONB_EXTENSION: &str = "pg.jsonb";
 /// Weir: field metadata naming a PostgreSQL type the Arrow type does not
 /// tell: `name` on a UTF-8 field (catalog identifiers, text on the wire),
 /// `regtype` on an `Int32` OID-alias field (a type's OID, written as the
-/// type's name in text).
+/// type's name in text), `void` on a UTF-8 field of empty strings (what a
+/// function returning nothing returns).
 pub const PG_TYPE_KEY: &str = "pg.type";
 
 /// Weir: field metadata on a `Decimal128` field whose values PostgreSQL
@@ -191,6 +192,17 @@ pub const PG_TYPE_KEY: &str = "pg.type";
 /// written with (its trailing zeros beyond them are dropped). Without it a
 /// value is written with the Arrow type's scale.
 pub const PG_NUMERIC_SCALE_KEY: &str = "pg.numeric_min_scale";
+
+/// Weir: field metadata on a `Decimal128` field of quotients, marked with
+/// [`PG_NUMERIC_SCALE_KEY`] too: each value is written with PostgreSQL's
+/// display scale for a quotient of its magnitude (16 significant digits),
+/// at least the marked scale and at most the type's.
+pub const PG_NUMERIC_QUOTIENT_KEY: &str = "pg.numeric_quotient";
+
+/// Weir: whether a field holds quotients ([`PG_NUMERIC_QUOTIENT_KEY`]).
+pub fn numeric_quotient(field: &Field) -> bool {
+    field.metadata().contains_key(PG_NUMERIC_QUOTIENT_KEY)
+}
 
 /// Weir: the fewest fraction digits a field's [`PG_NUMERIC_SCALE_KEY`]
 /// asks for.
@@ -202,6 +214,7 @@ pub fn numeric_min_scale(field: &Field) -> Option<usize> {
 fn pg_named_type(field: &Field) -> Option<Type> {
     match field.metadata().get(PG_TYPE_KEY)?.as_str() {
         "name" => Some(Type::NAME),
+        "void" => Some(Type::VOID),
         _ => None,
     }
 }

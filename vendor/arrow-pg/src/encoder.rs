@@ -447,7 +447,11 @@ fn get_numeric_128_value(
     }
     let array = arr.as_any().downcast_ref::<Decimal128Array>().unwrap();
     let value = crate::numeric::PgNumeric::from_i128(array.value(idx), scale);
+    let max = usize::try_from(scale).unwrap_or(0);
     Some(match crate::datatypes::numeric_min_scale(field) {
+        Some(min) if crate::datatypes::numeric_quotient(field) => {
+            value.with_quotient_scale(min, max)
+        }
         Some(min) => value.with_min_scale(min),
         None => value,
     })

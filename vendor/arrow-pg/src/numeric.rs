@@ -65,6 +65,34 @@ impl PgNumeric {
         self
     }
 
+    /// The same quotient written as PostgreSQL writes a quotient of its
+    /// magnitude: with `16 - 4 * weight` fraction digits (16 significant
+    /// digits; `weight` counts base-10000 digits before the point, -1 for
+    /// a quotient below 1 and for zero), at least `min` and at most `max`
+    /// (the digits computed), and never fewer than its nonzero ones (the
+    /// quotient was rounded where PostgreSQL rounds it).
+    pub fn with_quotient_scale(mut self, min: usize, max: usize) -> Self {
+        let weight = if !self.int.is_empty() {
+            ((self.int.len() - 1) / 4) as i64
+        } else {
+            let zeros = self.frac.bytes().take_while(|&b| b == b'0').count();
+            if zeros == self.frac.len() {
+                -1
+            } else {
+                -((zeros / 4) as i64) - 1
+            }
+        };
+        let significant = self.frac.trim_end_matches('0').len();
+        let scale = ((16 - 4 * weight).max(min as i64).clamp(0, max as i64) as usize)
+            .max(significant);
+        if self.frac.len() > scale {
+            self.frac.truncate(scale);
+        } else {
+            self.frac.extend(std::iter::repeat_n('0', scale - self.frac.len()));
+        }
+        self
+    }
+
     fn new(negative: bool, int: String, frac: String) -> Self {
         let int = int.trim_start_matches('0').to_owned();
         let zero = int.is_empty() && frac.bytes().all(|b| b == b'0');

@@ -1049,17 +1049,17 @@ async fn numeric_values_are_exact_in_both_formats() {
     client
         .execute(
             "INSERT INTO n VALUES (2, $1)",
-            &[&RawNumeric::new(-3, true, 12, &[1234])],
+            &[&RawNumeric::new(-3, true, 10, &[1200])],
         )
         .await
         .unwrap();
     assert_eq!(
         crate::common::column(&client, "SELECT x FROM n ORDER BY id").await,
         vec![
-            Some("12345678901234567890.1234567890".into()),
+            Some("12345678901234567890.123456789".into()),
             Some("-0.0000000012".into()),
         ],
-        "text form: every digit, at the column's scale"
+        "text form: every digit, without the column's trailing zeros"
     );
     let row = client
         .query_one("SELECT x FROM n WHERE id = 1", &[])
@@ -1070,11 +1070,21 @@ async fn numeric_values_are_exact_in_both_formats() {
         RawNumeric::new(
             4,
             false,
-            10,
+            9,
             &[1234, 5678, 9012, 3456, 7890, 1234, 5678, 9000]
         ),
         "binary form: every digit"
     );
+    // More fraction digits than the unconstrained numeric holds (10):
+    // 22003, not a rounded number.
+    let error = client
+        .execute(
+            "INSERT INTO n VALUES (3, $1)",
+            &[&RawNumeric::new(-3, true, 12, &[1234])],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("22003"));
     // Beyond what the column holds: 22003, not a different number.
     let huge = RawNumeric::new(9, false, 0, &[1]);
     let error = client

@@ -81,19 +81,20 @@ async fn views_of_an_older_state_format_are_rebuilt_from_their_inputs() {
     }
     assert_views_match(&client, VIEWS, "after the upgrade").await;
     // What the old server held for the source view, its average now a
-    // `numeric` (format 3).
+    // `numeric` (format 3) with PostgreSQL's 16 significant digits
+    // (format 4).
     let per_click = sorted_rows(&client, "SELECT k, n, lo, mean FROM per_click").await;
     let expected: Vec<Vec<Option<String>>> = [
-        "0|38|12|442.6578947368",
-        "1|53|2|505.2830188679",
-        "2|49|9|501.8979591836",
-        "3|51|24|482.3333333333",
-        "4|43|6|516.8139534883",
-        "5|44|17|511.2045454545",
-        "6|60|5|517.2166666666",
-        "7|57|28|523.5087719298",
-        "8|45|8|498.6666666666",
-        "9|60|90|550.3666666666",
+        "0|38|12|442.6578947368421053",
+        "1|53|2|505.2830188679245283",
+        "2|49|9|501.8979591836734694",
+        "3|51|24|482.3333333333333333",
+        "4|43|6|516.8139534883720930",
+        "5|44|17|511.2045454545454545",
+        "6|60|5|517.2166666666666667",
+        "7|57|28|523.5087719298245614",
+        "8|45|8|498.6666666666666667",
+        "9|60|90|550.3666666666666667",
     ]
     .iter()
     .map(|row| row.split('|').map(|c| Some(c.to_owned())).collect())
@@ -113,7 +114,7 @@ async fn views_of_an_older_state_format_are_rebuilt_from_their_inputs() {
         .unwrap();
     assert_views_match(&client, VIEWS, "after writes").await;
     let (_, manifest) = newest_manifest(&data);
-    assert_eq!(manifest["state_format"], 3);
+    assert_eq!(manifest["state_format"], 4);
     drop(client);
     drop(server);
     // And a restart reads its own state back.
