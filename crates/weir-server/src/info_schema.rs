@@ -3,7 +3,10 @@
 //! `Utf8`, `Decimal128(12, 3)`) and types its counts `UInt64`; ORMs and
 //! tools read `data_type` as PostgreSQL writes it (`integer`, `text`,
 //! `numeric`) and the counts as integers. This wraps DataFusion's provider
-//! and rewrites `columns`; the other views are DataFusion's.
+//! and rewrites `columns`. In every view the text columns have the types
+//! PostgreSQL's domains give them on the wire: identifiers
+//! (`sql_identifier`: `table_name`, `column_name`, ...) are `name`, other
+//! text (`character_data`, `yes_or_no`) `varchar`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -44,12 +47,10 @@ impl SchemaProvider for InformationSchema {
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let table = self.inner.table(name).await?;
-        Ok(match table {
-            Some(inner) if name.eq_ignore_ascii_case("columns") => {
-                Some(Arc::new(Columns::new(inner)))
-            }
-            other => other,
-        })
+        Ok(table.map(|inner| {
+            let columns = name.eq_ignore_ascii_case("columns");
+            Arc::new(Columns::new(inner, columns)) as Arc<dyn TableProvider>
+        }))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -57,28 +58,54 @@ impl SchemaProvider for InformationSchema {
     }
 }
 
-/// `information_schema.columns` with PostgreSQL's type names and integer
-/// counts.
+/// An `information_schema` view with PostgreSQL's wire types: integer
+/// counts, `name` identifiers and `varchar` text; for `columns`, also
+/// PostgreSQL's type names.
 #[derive(Debug)]
 struct Columns {
     inner: Arc<dyn TableProvider>,
     schema: SchemaRef,
+    /// Whether this is `columns`, whose `data_type` is rewritten.
+    type_names: bool,
+}
+
+/// The PostgreSQL type an `information_schema` text column is sent as:
+/// its domain's (`sql_identifier` for names, `character_data` or
+/// `yes_or_no` for the rest).
+fn text_type(column: &str) -> &'static str {
+    let identifier = ["_catalog", "_schema", "_name"]
+        .iter()
+        .any(|suffix| column.ends_with(suffix));
+    if identifier {
+        "name"
+    } else {
+        "varchar"
+    }
 }
 
 impl Columns {
-    fn new(inner: Arc<dyn TableProvider>) -> Self {
+    fn new(inner: Arc<dyn TableProvider>, type_names: bool) -> Self {
         let fields: Vec<Field> = inner
             .schema()
             .fields()
             .iter()
             .map(|f| match f.data_type() {
                 DataType::UInt64 => f.as_ref().clone().with_data_type(DataType::Int32),
+                DataType::Utf8 => {
+                    let mut metadata = f.metadata().clone();
+                    metadata.insert(
+                        arrow_pg::datatypes::PG_TYPE_KEY.to_owned(),
+                        text_type(f.name()).to_owned(),
+                    );
+                    f.as_ref().clone().with_metadata(metadata)
+                }
                 _ => f.as_ref().clone(),
             })
             .collect();
         Columns {
             inner,
             schema: Arc::new(Schema::new(fields)),
+            type_names,
         }
     }
 
@@ -89,7 +116,7 @@ impl Columns {
             .iter()
             .zip(self.schema.fields())
             .map(|(column, field)| {
-                if field.name() == "data_type" {
+                if self.type_names && field.name() == "data_type" {
                     let names: StringArray = column
                         .as_string::<i32>()
                         .iter()

@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -326,6 +328,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         .await
         .map_err(|e| WeirError::internal(format!("catch-up task: {e}")))??;
     }
+    let rows = view_rows(&table)?;
     let mut working = db.working().await;
     if working.catalog.kind_of(&name).is_some() {
         return Err(crate::ddl::duplicate_relation(&name));
@@ -391,7 +394,26 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
     drop(guard);
     info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
     db.wait_committed(epoch).await?;
-    Ok(Output::command("CREATE MATERIALIZED VIEW"))
+    // PostgreSQL's tag: the rows the view was filled with.
+    Ok(Output::Command {
+        tag: "SELECT",
+        rows: Some(rows),
+    })
+}
+
+/// How many rows a view's output `table` holds (a counted view's rows
+/// each as often as its count).
+fn view_rows(table: &weir_state::StateTable) -> WeirResult<usize> {
+    if !weir_stream::runtime::is_counted(table.spec()) {
+        return Ok(table.len());
+    }
+    let counts = table.spec().schema.fields().len() - 1;
+    let mut rows = 0i64;
+    for batch in table.snapshot().scan(Some(&[counts]), false)? {
+        let column = batch.column(0).as_primitive::<Int64Type>();
+        rows += datafusion::arrow::compute::sum(column).unwrap_or(0);
+    }
+    Ok(usize::try_from(rows).unwrap_or(0))
 }
 
 /// The materialized views among the relations a view reads (`reads`; the

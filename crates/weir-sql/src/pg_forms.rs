@@ -8,8 +8,7 @@
 //! - a one-column table function with an alias and no column list
 //!   (`FROM generate_series(1, 3) x`) names its column after the alias
 //!   (`x(x)`), as PostgreSQL does;
-//! - `mod(a, b)` is `a % b` (its column is then named `?column?` where
-//!   PostgreSQL names it `mod`);
+//! - `mod(a, b)` is `a % b` (a select-list item keeps the name `mod`);
 //! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
 //!   array_length(a, 1)))`;
 //! - `~x` is `(-1 - x)`;
@@ -19,7 +18,8 @@
 //!   `integer` ([`integer_values`]);
 //! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
 //!   ([`extract_as_numeric`]);
-//! - number literals beyond `numeric` ([`crate::numbers`]) and comparisons
+//! - `U&'...'` strings are the standard strings they spell;
+//! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
 //!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
 use std::ops::ControlFlow;
@@ -53,6 +53,16 @@ impl VisitorMut for Forms {
                         expr: e.clone(),
                         alias: Ident::new("extract"),
                     };
+                }
+                // `mod(a, b)` becomes `a % b` below; its column keeps the
+                // name.
+                if let SelectItem::UnnamedExpr(e) = item {
+                    if is_function(e, "mod") {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: Ident::new("mod"),
+                        };
+                    }
                 }
                 // A set-returning `generate_series` in a select list gives
                 // a row per value, as in PostgreSQL (DataFusion's scalar
@@ -105,7 +115,14 @@ impl VisitorMut for Forms {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        crate::numbers::negate_smallest_bigint(expr);
+        unicode_string_as_standard(expr);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        crate::numbers::widen_big_integer(expr);
         crate::numbers::widen_huge_literal(expr);
         crate::subquery_ops::rewrite_quantified(expr);
         mod_as_operator(expr);
@@ -113,6 +130,16 @@ impl VisitorMut for Forms {
         bitwise_not_as_subtraction(expr);
         extract_as_numeric(expr);
         ControlFlow::Continue(())
+    }
+}
+
+/// `U&'\0041'`, which sqlparser decodes, as the standard string it
+/// spells (`'A'`): DataFusion plans no Unicode escape strings.
+fn unicode_string_as_standard(expr: &mut Expr) {
+    if let Expr::Value(value) = expr {
+        if let Value::UnicodeStringLiteral(text) = &mut value.value {
+            value.value = Value::SingleQuotedString(std::mem::take(text));
+        }
     }
 }
 
@@ -374,7 +401,7 @@ mod tests {
         );
         assert_eq!(
             rewritten("SELECT exists(SELECT 1 FROM u WHERE u.k = t.k), mod(7, 3) FROM t"),
-            "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) FROM t"
+            "SELECT (SELECT count(*) > 0 AS \"exists\" FROM u WHERE u.k = t.k), (7 % 3) AS mod FROM t"
         );
         assert_eq!(
             rewritten("SELECT generate_series(1, 3)"),

@@ -181,7 +181,8 @@ pub const JSON_EXTENSION: &str = "arrow.json";
 pub const JSONB_EXTENSION: &str = "pg.jsonb";
 
 /// Weir: field metadata naming a PostgreSQL type the Arrow type does not
-/// tell: `name` on a UTF-8 field (catalog identifiers, text on the wire),
+/// tell: `name` or `varchar` on a UTF-8 field (catalog identifiers and
+/// `information_schema` text, text on the wire),
 /// `regtype` on an `Int32` OID-alias field (a type's OID, written as the
 /// type's name in text), `void` on a UTF-8 field of empty strings (what a
 /// function returning nothing returns).
@@ -214,6 +215,7 @@ pub fn numeric_min_scale(field: &Field) -> Option<usize> {
 fn pg_named_type(field: &Field) -> Option<Type> {
     match field.metadata().get(PG_TYPE_KEY)?.as_str() {
         "name" => Some(Type::NAME),
+        "varchar" => Some(Type::VARCHAR),
         "void" => Some(Type::VOID),
         _ => None,
     }
