@@ -1,13 +1,18 @@
 //! PostgreSQL functions DataFusion does not provide: `width_bucket`,
-//! `quote_literal`, `div` and `sign`.
+//! `quote_literal`, `div`, `sign` and `age`.
 
 use std::sync::Arc;
 
+use chrono::Datelike;
+use datafusion::arrow::array::IntervalMonthDayNanoArray;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int32Array, StringArray,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type};
+use datafusion::arrow::datatypes::{
+    DataType, Decimal128Type, Float64Type, IntervalMonthDayNano, IntervalUnit, TimeUnit,
+    TimestampNanosecondType,
+};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
@@ -24,6 +29,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(quote_literal());
     ctx.register_udf(div());
     ctx.register_udf(sign());
+    ctx.register_udf(age());
 }
 
 /// A function of `args.len()` arguments, each cast to its type in `args`
@@ -223,4 +229,95 @@ fn sign() -> ScalarUDF {
     ScalarUDF::new_from_impl(Sign {
         signature: Signature::any(1, Volatility::Immutable),
     })
+}
+
+/// `age(a, b)`: `a - b` as PostgreSQL's `age` writes it, in years, months
+/// and days (`1 year 2 mons 4 days`) rather than days alone. Timestamps
+/// with a zone are compared in UTC.
+fn age() -> ScalarUDF {
+    let timestamp = DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let interval = DataType::Interval(IntervalUnit::MonthDayNano);
+    udf(
+        "age",
+        vec![timestamp.clone(), timestamp],
+        interval,
+        |args| {
+            let (later, earlier) = (
+                args[0].as_primitive::<TimestampNanosecondType>(),
+                args[1].as_primitive::<TimestampNanosecondType>(),
+            );
+            // Calendar arithmetic per value: no Arrow kernel borrows months.
+            let ages: IntervalMonthDayNanoArray = later
+                .iter()
+                .zip(earlier.iter())
+                .map(|pair| match pair {
+                    (Some(a), Some(b)) => Some(symbolic_difference(a, b)),
+                    _ => None,
+                })
+                .collect();
+            Ok(Arc::new(ages))
+        },
+    )
+}
+
+/// The fields of a timestamp in nanoseconds since the epoch: year, month
+/// (1 to 12), day, and nanoseconds into the day.
+fn fields(nanos: i64) -> (i64, i64, i64, i64) {
+    let time = chrono::DateTime::from_timestamp_nanos(nanos).naive_utc();
+    let midnight = time.date().and_hms_opt(0, 0, 0).expect("midnight");
+    let into_day = (time - midnight).num_nanoseconds().unwrap_or(0);
+    (
+        i64::from(time.year()),
+        i64::from(time.month()),
+        i64::from(time.day()),
+        into_day,
+    )
+}
+
+/// The days in `month` (1 to 12) of `year`.
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let first = |y: i64, m: i64| chrono::NaiveDate::from_ymd_opt(y as i32, m as u32, 1);
+    let next = if month == 12 {
+        first(year + 1, 1)
+    } else {
+        first(year, month + 1)
+    };
+    match (first(year, month), next) {
+        (Some(start), Some(end)) => (end - start).num_days(),
+        _ => 30,
+    }
+}
+
+/// PostgreSQL's `timestamp_age`: the field-by-field difference of `a` and
+/// `b`, each negative field borrowing from the next larger one (a day
+/// borrows the length of the month it counts from).
+fn symbolic_difference(a: i64, b: i64) -> IntervalMonthDayNano {
+    const DAY: i64 = 86_400_000_000_000;
+    let ((y1, m1, d1, t1), (y2, m2, d2, t2)) = (fields(a), fields(b));
+    let flip = if a < b { -1 } else { 1 };
+    let (mut years, mut months, mut days, mut time) = (
+        flip * (y1 - y2),
+        flip * (m1 - m2),
+        flip * (d1 - d2),
+        flip * (t1 - t2),
+    );
+    while time < 0 {
+        time += DAY;
+        days -= 1;
+    }
+    while days < 0 {
+        // The month counted from: the earlier timestamp's.
+        let (year, month) = if a < b { (y1, m1) } else { (y2, m2) };
+        days += days_in_month(year, month);
+        months -= 1;
+    }
+    while months < 0 {
+        months += 12;
+        years -= 1;
+    }
+    IntervalMonthDayNano::new(
+        (flip * (years * 12 + months)) as i32,
+        (flip * days) as i32,
+        flip * time,
+    )
 }

@@ -9,6 +9,8 @@
 //! - `gcd` and `lcm` of `integer`s or `smallint`s to their argument's type
 //!   (DataFusion computes them in `bigint`);
 //! - `factorial` to `numeric` (DataFusion's is `bigint`);
+//! - `date_part` to `double precision` (`extract` is `numeric`,
+//!   `pg_forms.rs`);
 //! - `date - date` (a number of days) to `integer`.
 //!
 //! Only the columns a query returns are cast (its top projection, under
@@ -49,6 +51,7 @@ fn postgres_type(expr: &Expr, schema: &DFSchema) -> Result<Option<DataType>> {
                 widest
             }
             "factorial" => Some(DataType::Decimal128(38, 0)),
+            "date_part" | "datepart" => Some(DataType::Float64),
             _ => None,
         },
         Expr::BinaryExpr(BinaryExpr {

@@ -9,16 +9,19 @@
 //!   (`FROM generate_series(1, 3) x`) names its column after the alias
 //!   (`x(x)`), as PostgreSQL does;
 //! - `mod(a, b)` is `a % b` (a select-list item keeps the name `mod`);
+//! - `substring(text, 'pattern')` is `(regexp_match(text, 'pattern'))[1]`;
 //! - `generate_subscripts(a, 1)` is `unnest(generate_series(1,
 //!   array_length(a, 1)))`;
 //! - `~x` is `(-1 - x)`;
 //! - `generate_series(...)` in a select list is `unnest(generate_series(...))`,
-//!   a row per value;
+//!   a row per value; `FROM generate_series(...)` of `integer` literals
+//!   gives `integer`s ([`integer_series`]);
 //! - a `VALUES` column of integer literals that fit `integer` is
 //!   `integer` ([`integer_values`]);
 //! - `extract(field FROM x)` is a `numeric`, with fractions of seconds
 //!   ([`extract_as_numeric`]);
 //! - `U&'...'` strings are the standard strings they spell;
+//! - `INTERVAL '...'` without a unit is `'...'::interval`;
 //! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
 //!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
@@ -26,7 +29,7 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions_mut, BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr,
-    FunctionArguments, Ident, LimitClause, Query, SelectItem, SetExpr, Statement,
+    FunctionArguments, Ident, LimitClause, Query, SelectItem, SetExpr, Statement, TableAlias,
     TableAliasColumnDef, TableFactor, UnaryOperator, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -54,10 +57,16 @@ impl VisitorMut for Forms {
                         alias: Ident::new("extract"),
                     };
                 }
-                // `mod(a, b)` becomes `a % b` below; its column keeps the
-                // name.
+                // `mod(a, b)` becomes `a % b` below, `substring(s,
+                // 'pattern')` a regular expression match; their columns
+                // keep the names.
                 if let SelectItem::UnnamedExpr(e) = item {
-                    if is_function(e, "mod") {
+                    if pattern_substring(e).is_some() {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: Ident::new("substring"),
+                        };
+                    } else if is_function(e, "mod") {
                         *item = SelectItem::ExprWithAlias {
                             expr: e.clone(),
                             alias: Ident::new("mod"),
@@ -69,7 +78,16 @@ impl VisitorMut for Forms {
                 // `generate_series` gives one array).
                 if let SelectItem::UnnamedExpr(e @ Expr::Function(_)) = item {
                     if is_function(e, "generate_series") {
-                        let sql = format!("unnest({e})");
+                        let integers = matches!(e, Expr::Function(f) if matches!(
+                            &f.args,
+                            FunctionArguments::List(list)
+                                if list.args.len() >= 2 && list.args.iter().all(small_integer)
+                        ));
+                        let sql = if integers {
+                            format!("CAST(unnest({e}) AS INTEGER)")
+                        } else {
+                            format!("unnest({e})")
+                        };
                         let mut expr = e.clone();
                         replace_with(&mut expr, &sql);
                         *item = SelectItem::ExprWithAlias {
@@ -100,6 +118,7 @@ impl VisitorMut for Forms {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        integer_series(factor);
         name_function_column(factor);
         if let TableFactor::Derived { subquery, .. } = factor {
             integer_values(subquery);
@@ -118,6 +137,7 @@ impl VisitorMut for Forms {
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         crate::numbers::negate_smallest_bigint(expr);
         unicode_string_as_standard(expr);
+        interval_literal_as_cast(expr);
         ControlFlow::Continue(())
     }
 
@@ -126,6 +146,7 @@ impl VisitorMut for Forms {
         crate::numbers::widen_huge_literal(expr);
         crate::subquery_ops::rewrite_quantified(expr);
         mod_as_operator(expr);
+        substring_as_match(expr);
         generate_subscripts_as_unnest(expr);
         bitwise_not_as_subtraction(expr);
         extract_as_numeric(expr);
@@ -140,6 +161,72 @@ fn unicode_string_as_standard(expr: &mut Expr) {
         if let Value::UnicodeStringLiteral(text) = &mut value.value {
             value.value = Value::SingleQuotedString(std::mem::take(text));
         }
+    }
+}
+
+/// The text and the pattern of `substring(text, 'pattern')` (or
+/// `substring(text FROM 'pattern')`), PostgreSQL's regular-expression
+/// substring: a pattern written as a string literal.
+fn pattern_substring(expr: &Expr) -> Option<(&Expr, &str)> {
+    let Expr::Substring {
+        expr: text,
+        substring_from: Some(from),
+        substring_for: None,
+        ..
+    } = expr
+    else {
+        return None;
+    };
+    match from.as_ref() {
+        Expr::Value(value) => match &value.value {
+            Value::SingleQuotedString(pattern) => Some((text, pattern)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `substring(text, 'pattern')` as the first group the pattern captures
+/// (or its whole match), NULL without a match, as PostgreSQL's:
+/// `(regexp_match(text, 'pattern'))[1]`.
+fn substring_as_match(expr: &mut Expr) {
+    let Some((text, pattern)) = pattern_substring(expr) else {
+        return;
+    };
+    let pattern = Expr::value(Value::SingleQuotedString(pattern.to_owned()));
+    let sql = format!("(regexp_match({text}, {pattern}))[1]");
+    replace_with(expr, &sql);
+}
+
+/// `INTERVAL '10:30:00'` (without a unit) as `'10:30:00'::interval`: read
+/// by Weir's interval parser, which takes every PostgreSQL form
+/// (DataFusion's literal parser refuses times and `1 day 02:00`).
+fn interval_literal_as_cast(expr: &mut Expr) {
+    let Expr::Interval(interval) = expr else {
+        return;
+    };
+    let plain = interval.leading_field.is_none()
+        && interval.last_field.is_none()
+        && interval.leading_precision.is_none()
+        && interval.fractional_seconds_precision.is_none();
+    let text = match interval.value.as_ref() {
+        Expr::Value(value) => match &value.value {
+            Value::SingleQuotedString(text) => text.clone(),
+            _ => return,
+        },
+        _ => return,
+    };
+    if plain {
+        *expr = Expr::Cast {
+            kind: CastKind::Cast,
+            expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+            data_type: DataType::Interval {
+                fields: None,
+                precision: None,
+            },
+            array: false,
+            format: None,
+        };
     }
 }
 
@@ -190,6 +277,86 @@ fn exists_as_count(expr: &mut Expr) {
 const ONE_COLUMN_FUNCTIONS: &[&str] = &["generate_series", "unnest"];
 
 /// `f(...) x` as `f(...) x(x)` for a one-column table function `f`.
+/// The alias that marks the `generate_series` call [`integer_series`]
+/// wraps, so that it is not wrapped again.
+const SERIES_ALIAS: &str = "weir_series";
+
+/// Whether `expr` is an integer literal that fits `integer`.
+fn small_integer(expr: &FunctionArg) -> bool {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) = expr else {
+        return false;
+    };
+    let digits = match expr {
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            Expr::Value(value) => match &value.value {
+                Value::Number(digits, _) => format!("-{digits}"),
+                _ => return false,
+            },
+            _ => return false,
+        },
+        Expr::Value(value) => match &value.value {
+            Value::Number(digits, _) => digits.clone(),
+            _ => return false,
+        },
+        _ => return false,
+    };
+    digits.parse::<i32>().is_ok()
+}
+
+/// `FROM generate_series(1, 3)` of `integer` literals as a series of
+/// `integer`s, named as PostgreSQL names the column (`generate_series`,
+/// or the alias): DataFusion's `generate_series` counts in `bigint` and
+/// names its column `value`.
+fn integer_series(factor: &mut TableFactor) {
+    let TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = factor
+    else {
+        return;
+    };
+    let is_series = name.0.len() == 1
+        && name.0[0]
+            .as_ident()
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series"));
+    let marked = alias.as_ref().is_some_and(|a| a.name.value == SERIES_ALIAS);
+    if !is_series || marked || !args.args.iter().all(small_integer) || args.args.len() < 2 {
+        return;
+    }
+    let column = match alias {
+        Some(alias) => alias.name.value.clone(),
+        None => "generate_series".to_owned(),
+    };
+    let arguments: Vec<String> = args.args.iter().map(ToString::to_string).collect();
+    let sql = format!(
+        "SELECT CAST(value AS INTEGER) AS \"{column}\" FROM generate_series({}) AS {SERIES_ALIAS}(value)",
+        arguments.join(", ")
+    );
+    let Ok(query) = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut parser| parser.parse_query())
+    else {
+        return;
+    };
+    let alias = alias.clone().unwrap_or_else(|| TableAlias {
+        explicit: true,
+        name: Ident::new("generate_series"),
+        columns: vec![],
+        at: None,
+    });
+    *factor = TableFactor::Derived {
+        lateral: false,
+        subquery: query,
+        alias: Some(alias),
+        sample: None,
+    };
+}
+
 fn name_function_column(factor: &mut TableFactor) {
     let alias = match factor {
         TableFactor::Table {
@@ -405,15 +572,27 @@ mod tests {
         );
         assert_eq!(
             rewritten("SELECT generate_series(1, 3)"),
-            "SELECT unnest(generate_series(1, 3)) AS generate_series"
+            "SELECT CAST(unnest(generate_series(1, 3)) AS INTEGER) AS generate_series"
+        );
+        assert_eq!(
+            rewritten("SELECT generate_series(1, 3000000000)"),
+            "SELECT unnest(generate_series(1, 3000000000)) AS generate_series"
+        );
+        assert_eq!(
+            rewritten("SELECT x FROM generate_series(1, 3) x"),
+            "SELECT x FROM (SELECT CAST(value AS INTEGER) AS \"x\" FROM generate_series(1, 3) AS weir_series (value)) x"
+        );
+        assert_eq!(
+            rewritten("SELECT substring('foobar', 'o(b.)'), INTERVAL '10:30'"),
+            "SELECT (regexp_match('foobar', 'o(b.)'))[1] AS substring, CAST('10:30' AS INTERVAL)"
         );
         assert_eq!(
             rewritten("SELECT generate_subscripts(k, 1) FROM t"),
             "SELECT unnest(generate_series(1, array_length(k, 1))) FROM t"
         );
         assert_eq!(
-            rewritten("SELECT x FROM generate_series(1, 3) x, unnest(ARRAY[1]) AS u, generate_series(1, 2) AS g(n)"),
-            "SELECT x FROM generate_series(1, 3) x (x), UNNEST(ARRAY[1]) AS u (u), generate_series(1, 2) AS g (n)"
+            rewritten("SELECT x FROM generate_series(1, k) x, unnest(ARRAY[1]) AS u, generate_series(1, k) AS g(n)"),
+            "SELECT x FROM generate_series(1, k) x (x), UNNEST(ARRAY[1]) AS u (u), generate_series(1, k) AS g (n)"
         );
         assert_eq!(
             rewritten("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"),

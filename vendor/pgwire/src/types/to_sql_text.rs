@@ -518,6 +518,26 @@ impl<T: ToSqlText, const N: usize> ToSqlText for [T; N] {
     }
 }
 
+/// Weir: an interval's text without the trailing zeros of its fraction
+/// of a second, as PostgreSQL writes it (`10:30:00.5`, not
+/// `10:30:00.500000`; `pg_interval` writes six digits).
+fn trim_fraction(text: &str) -> std::borrow::Cow<'_, str> {
+    let Some(point) = text.rfind('.') else {
+        return text.into();
+    };
+    if !text[..point].ends_with(|c: char| c.is_ascii_digit())
+        || !text[point + 1..].bytes().all(|b| b.is_ascii_digit())
+    {
+        return text.into();
+    }
+    let kept = text[point + 1..].trim_end_matches('0');
+    if kept.is_empty() {
+        text[..point].to_owned().into()
+    } else {
+        format!("{}.{kept}", &text[..point]).into()
+    }
+}
+
 impl ToSqlText for Interval {
     fn to_sql_text(
         &self,
@@ -529,7 +549,7 @@ impl ToSqlText for Interval {
             IntervalStyle::try_from(format_options.interval_style.as_str()).map_err(Box::new)?;
         match interval_style {
             IntervalStyle::Postgres => {
-                out.put_slice(self.to_postgres().as_bytes());
+                out.put_slice(trim_fraction(&self.to_postgres()).as_bytes());
                 Ok(IsNull::No)
             }
             IntervalStyle::PostgresVerbose => {
