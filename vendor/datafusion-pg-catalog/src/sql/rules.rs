@@ -1032,6 +1032,28 @@ impl RewriteRegCastToSubqueryVisitor<'_> {
 impl VisitorMut for RewriteRegCastToSubqueryVisitor<'_> {
     type Break = ();
 
+    // Weir: a select-list `'int4'::regtype` becomes a call of `to_regtype`
+    // below; its column keeps PostgreSQL's name, `regtype`.
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<Self::Break> {
+        if let SetExpr::Select(select) = query.body.as_mut() {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(expr) = item {
+                    let regtype_name = matches!(expr, Expr::Cast { expr: operand, data_type, .. }
+                        if Self::is_name_operand(operand)
+                            && Self::normalize_type_name(data_type) == "regtype"
+                            && Self::numeric_string_to_literal(operand).is_none());
+                    if regtype_name {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: expr.clone(),
+                            alias: Ident::new("regtype"),
+                        };
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
         if let Expr::Cast {
             expr: operand,
