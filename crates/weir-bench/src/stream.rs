@@ -218,8 +218,8 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         client
             .batch_execute(&format!(
                 "CREATE TABLE auctions (id BIGINT PRIMARY KEY, seller BIGINT, category INT, title TEXT);
-                 INSERT INTO auctions SELECT value, value % 977, CAST(value % 37 AS INT), 'auction ' || value
-                   FROM generate_series(1, {AUCTIONS});"
+                 INSERT INTO auctions SELECT a, a % 977, CAST(a % 37 AS INT), 'auction ' || a
+                   FROM generate_series(1, {AUCTIONS}) AS a;"
             ))
             .await?;
     }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, UInt64Array};
 use datafusion::arrow::datatypes::{i256, DataType, Decimal128Type};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -64,17 +65,10 @@ impl ScalarUDFImpl for NumericDiv {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let quotients: ArrayRef = Arc::new(divide(&arrays[0], &arrays[1], &self.output)?);
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&quotients, 0)?)
-        } else {
-            ColumnarValue::Array(quotients)
-        })
+        let quotients = |arrays: &[ArrayRef]| -> Result<ArrayRef> {
+            Ok(Arc::new(divide(&arrays[0], &arrays[1], &self.output)?))
+        };
+        make_scalar_function(quotients, vec![])(&args.args)
     }
 }
 

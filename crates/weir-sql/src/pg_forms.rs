@@ -283,33 +283,22 @@ const SERIES_ALIAS: &str = "weir_series";
 
 /// Whether `expr` is an integer literal that fits `integer`.
 fn small_integer(expr: &FunctionArg) -> bool {
-    let FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) = expr else {
-        return false;
-    };
-    let digits = match expr {
-        Expr::UnaryOp {
-            op: UnaryOperator::Minus,
-            expr,
-        } => match expr.as_ref() {
-            Expr::Value(value) => match &value.value {
-                Value::Number(digits, _) => format!("-{digits}"),
-                _ => return false,
-            },
-            _ => return false,
-        },
-        Expr::Value(value) => match &value.value {
-            Value::Number(digits, _) => digits.clone(),
-            _ => return false,
-        },
-        _ => return false,
-    };
-    digits.parse::<i32>().is_ok()
+    integer_argument(expr).is_some_and(|n| i32::try_from(n).is_ok())
 }
 
-/// `FROM generate_series(1, 3)` of `integer` literals as a series of
-/// `integer`s, named as PostgreSQL names the column (`generate_series`,
-/// or the alias): DataFusion's `generate_series` counts in `bigint` and
-/// names its column `value`.
+/// The value of `arg`, if it is an integer literal that fits `bigint`.
+fn integer_argument(arg: &FunctionArg) -> Option<i64> {
+    match arg {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) => integer_literal(expr),
+        _ => None,
+    }
+}
+
+/// `FROM generate_series(1, 3)` of integer literals as PostgreSQL's: a
+/// series of `integer`s (of `bigint`s where a literal needs it), its
+/// column named `generate_series` (or after the alias). DataFusion's
+/// counts in `bigint` and names its column `value`, which a series of
+/// other arguments (`generate_series(1, n)`) still does.
 fn integer_series(factor: &mut TableFactor) {
     let TableFactor::Table {
         name,
@@ -325,16 +314,22 @@ fn integer_series(factor: &mut TableFactor) {
             .as_ident()
             .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series"));
     let marked = alias.as_ref().is_some_and(|a| a.name.value == SERIES_ALIAS);
-    if !is_series || marked || !args.args.iter().all(small_integer) || args.args.len() < 2 {
+    let literals = args.args.iter().all(|a| integer_argument(a).is_some());
+    if !is_series || marked || !literals || args.args.len() < 2 {
         return;
     }
+    let element = if args.args.iter().all(small_integer) {
+        "INTEGER"
+    } else {
+        "BIGINT"
+    };
     let column = match alias {
         Some(alias) => alias.name.value.clone(),
         None => "generate_series".to_owned(),
     };
     let arguments: Vec<String> = args.args.iter().map(ToString::to_string).collect();
     let sql = format!(
-        "SELECT CAST(value AS INTEGER) AS \"{column}\" FROM generate_series({}) AS {SERIES_ALIAS}(value)",
+        "SELECT CAST(value AS {element}) AS \"{column}\" FROM generate_series({}) AS {SERIES_ALIAS}(value)",
         arguments.join(", ")
     );
     let Ok(query) = Parser::new(&PostgreSqlDialect {})
@@ -581,6 +576,10 @@ mod tests {
         assert_eq!(
             rewritten("SELECT x FROM generate_series(1, 3) x"),
             "SELECT x FROM (SELECT CAST(value AS INTEGER) AS \"x\" FROM generate_series(1, 3) AS weir_series (value)) x"
+        );
+        assert_eq!(
+            rewritten("SELECT * FROM generate_series(1, 3000000000)"),
+            "SELECT * FROM (SELECT CAST(value AS BIGINT) AS \"generate_series\" FROM generate_series(1, 3000000000) AS weir_series (value)) AS generate_series"
         );
         assert_eq!(
             rewritten("SELECT substring('foobar', 'o(b.)'), INTERVAL '10:30'"),

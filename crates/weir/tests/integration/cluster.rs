@@ -54,7 +54,7 @@ const VIEWS: &[(&str, &str)] = &[
 /// sources stream (which reaches the workers through process 0's worker 0).
 const TABLE: &[&str] = &[
     "CREATE TABLE labels (category INT PRIMARY KEY, label TEXT)",
-    "INSERT INTO labels SELECT CAST(value AS INT), 'label ' || (value % 7) FROM generate_series(1, 20)",
+    "INSERT INTO labels SELECT g, 'label ' || (g % 7) FROM generate_series(1, 20) AS g",
 ];
 const TABLE_CHANGE: &str = "UPDATE labels SET label = 'changed' WHERE category % 3 = 0";
 

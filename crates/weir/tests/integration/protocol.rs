@@ -294,8 +294,8 @@ async fn results_stream_in_bounded_memory() {
     // as encoded rows, five times the query memory.
     let rows = 2_000_000u64;
     let query = format!(
-        "SELECT value, value * 2 AS twice, 'row number ' || value AS label \
-         FROM generate_series(1, {rows})"
+        "SELECT g, g * 2 AS twice, 'row number ' || g AS label \
+         FROM generate_series(1, {rows}) AS g"
     );
     let before = server.peak_memory_kib();
 
@@ -344,7 +344,7 @@ async fn results_stream_in_bounded_memory() {
     assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");
     // An error among the rows ends them with its SQLSTATE, and the session
     // goes on.
-    let failing = "SELECT 10 / (100000 - value) FROM generate_series(1, 200000)";
+    let failing = "SELECT 10 / (100000 - g) FROM generate_series(1, 200000) AS g";
     let error = client.simple_query(failing).await.unwrap_err();
     assert_eq!(error.code().unwrap().code(), "22012");
     assert_eq!(column(&client, "SELECT 1").await, vec![Some("1".into())]);
@@ -358,7 +358,9 @@ async fn cursors_read_large_results_forward() {
     let server = TestServer::start_with(&["--query-memory-mb", "16"]).await;
     let client = server.client().await;
     let rows = 1_000_000u64;
-    let query = format!("SELECT value, 'row number ' || value AS label FROM generate_series(1, {rows}) ORDER BY value");
+    let query = format!(
+        "SELECT g, 'row number ' || g AS label FROM generate_series(1, {rows}) AS g ORDER BY g"
+    );
     client.batch_execute("BEGIN").await.unwrap();
     client
         .batch_execute(&format!("DECLARE big CURSOR FOR {query}"))
@@ -372,7 +374,7 @@ async fn cursors_read_large_results_forward() {
             break;
         }
         for row in &piece {
-            let value: i64 = row.get(0);
+            let value: i32 = row.get(0);
             assert_eq!(value as u64, last + 1, "rows in order, none skipped");
             last = value as u64;
         }
@@ -401,7 +403,7 @@ async fn streamed_rows_obey_the_timeout_and_fail_the_block() {
         .await
         .unwrap();
     // The first rows come at once; all of them would take minutes.
-    let slow = "SELECT value FROM generate_series(1, 1000000000)";
+    let slow = "SELECT g FROM generate_series(1, 1000000000) AS g";
     let error = client.simple_query(slow).await.unwrap_err();
     assert_eq!(error.code().unwrap().code(), "57014");
     client
@@ -410,7 +412,7 @@ async fn streamed_rows_obey_the_timeout_and_fail_the_block() {
         .unwrap();
 
     client.batch_execute("BEGIN").await.unwrap();
-    let failing = "SELECT 10 / (100000 - value) FROM generate_series(1, 200000)";
+    let failing = "SELECT 10 / (100000 - g) FROM generate_series(1, 200000) AS g";
     let error = client.simple_query(failing).await.unwrap_err();
     assert_eq!(error.code().unwrap().code(), "22012");
     assert_eq!(sqlstate(&client, "SELECT 1").await, "25P02");
