@@ -42,8 +42,17 @@ pub fn relabeled(schema: &SchemaRef, relabeled: SchemaRef, rows: RowStream) -> R
     if Arc::ptr_eq(schema, &relabeled) {
         return rows;
     }
-    rows.map(move |batch| Ok(batch?.with_schema(relabeled.clone())?))
-        .boxed()
+    rows.map(move |batch| {
+        let batch = batch?;
+        // A batch whose fields differ from the plan's in more than
+        // metadata (nullability) goes as it is, written at its types'
+        // scales.
+        Ok(batch
+            .clone()
+            .with_schema(relabeled.clone())
+            .unwrap_or(batch))
+    })
+    .boxed()
 }
 
 /// `schema` with the types its rows are sent as: PostgreSQL has no
@@ -171,6 +180,32 @@ mod tests {
         assert_eq!(seen.len(), 2, "nothing follows the error");
         assert!(seen[1].is_err());
         assert!(failed.load(Ordering::Acquire));
+    }
+
+    #[tokio::test]
+    async fn relabeled_rows_carry_the_metadata_when_their_fields_allow() {
+        let marked = |nullable: bool| {
+            let field = Field::new("n", DataType::Int32, nullable).with_metadata(
+                std::collections::HashMap::from([("k".to_owned(), "v".to_owned())]),
+            );
+            Arc::new(Schema::new(vec![field]))
+        };
+        let relabel = |target: SchemaRef| async move {
+            let rows = from_batches(vec![batch(1)]);
+            let seen = collect(relabeled(&batch(1).schema(), target, rows))
+                .await
+                .unwrap();
+            seen[0].schema()
+        };
+        assert_eq!(relabel(marked(true)).await, marked(true));
+        // A nullable batch cannot be labelled as non-nullable: it goes as
+        // it is.
+        let nullable = Arc::new(Schema::new(vec![Field::new("n", DataType::Int32, true)]));
+        let rows = from_batches(vec![batch(1).with_schema(nullable.clone()).unwrap()]);
+        let seen = collect(relabeled(&nullable, marked(false), rows))
+            .await
+            .unwrap();
+        assert_eq!(seen[0].schema(), nullable);
     }
 
     #[tokio::test]
