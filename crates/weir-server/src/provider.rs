@@ -141,7 +141,7 @@ impl SchemaProvider for PublicSchema {
             return Ok(Some(Arc::new(
                 SnapshotTable::new(table, false)
                     .in_zone(&self.time_zone())
-                    .displayed(&def.columns),
+                    .displayed(def.columns.iter().map(table_display_scale)),
             )));
         }
         if let Some(view) = snapshot.catalog.views.get(name) {
@@ -168,13 +168,13 @@ impl SchemaProvider for PublicSchema {
                 return Ok(Some(Arc::new(
                     SnapshotTable::new(table, false)
                         .in_zone(&zone)
-                        .displayed(&view.columns),
+                        .displayed(view.columns.iter().map(|c| c.display_scale)),
                 )));
             }
             return Ok(Some(Arc::new(
                 SnapshotTable::counted(table, view.schema())
                     .in_zone(&zone)
-                    .displayed(&view.columns),
+                    .displayed(view.columns.iter().map(|c| c.display_scale)),
             )));
         }
         if let Some(source) = snapshot.catalog.sources.get(name) {
@@ -205,6 +205,14 @@ impl SchemaProvider for PublicSchema {
     fn table_exist(&self, name: &str) -> bool {
         self.pinned.get().catalog.kind_of(name).is_some()
     }
+}
+
+/// How a table's `column` is written: as its definition says, or, for a
+/// table created before definitions said it, as its declared type does.
+fn table_display_scale(column: &ColumnDef) -> Option<DisplayScale> {
+    column
+        .display_scale
+        .or_else(|| crate::numeric_display::stored_scale(&column.data_type, column.declared))
 }
 
 /// A table at one epoch, scanned from memory.
@@ -261,10 +269,10 @@ impl SnapshotTable {
         }
     }
 
-    /// The table whose columns are `columns`, their `numeric` values
-    /// written with their display scales (`numeric_display.rs`).
-    pub fn displayed(mut self, columns: &[ColumnDef]) -> Self {
-        self.display_scales = columns.iter().map(|c| c.display_scale).collect();
+    /// The table with its columns' `numeric` values written with
+    /// `scales` (`numeric_display.rs`).
+    pub fn displayed(mut self, scales: impl Iterator<Item = Option<DisplayScale>>) -> Self {
+        self.display_scales = scales.collect();
         self
     }
 
