@@ -303,20 +303,6 @@ fn exact_numeric(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
     Ok(strict_cast(input, output)?)
 }
 
-/// Whether `t` is an unconstrained `numeric`.
-fn is_unconstrained(t: &DataType) -> bool {
-    let (precision, scale) = arrow_pg::numeric::UNCONSTRAINED;
-    t == &DataType::Decimal128(precision, scale)
-}
-
-/// A decimal type's scale (0 for other types).
-fn to_scale(t: &DataType) -> i8 {
-    match t {
-        DataType::Decimal128(_, s) => *s,
-        _ => 0,
-    }
-}
-
 /// Text cast to an interval, read as PostgreSQL reads it; 22007 for text
 /// that is no interval.
 fn text_to_interval(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
@@ -427,8 +413,8 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
         CastStep::udf(Step::TextToFloat, to).call(vec![*inner])
     } else if is_text(from) && matches!(to, DataType::Decimal128(..)) {
         CastStep::udf(Step::TextToNumeric, to).call(vec![*inner])
-    } else if is_unconstrained(&to)
-        && matches!(from, DataType::Decimal128(_, s) if *s > to_scale(&to))
+    } else if to == crate::numeric_display::UNCONSTRAINED
+        && matches!(from, DataType::Decimal128(_, s) if *s > arrow_pg::numeric::UNCONSTRAINED.1)
         && matches!(inner.as_ref(), Expr::Literal(..))
     {
         CastStep::udf(Step::ExactNumeric, to).call(vec![*inner])

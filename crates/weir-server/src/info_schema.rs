@@ -49,7 +49,7 @@ impl SchemaProvider for InformationSchema {
         let table = self.inner.table(name).await?;
         Ok(table.map(|inner| {
             let columns = name.eq_ignore_ascii_case("columns");
-            Arc::new(Columns::new(inner, columns)) as Arc<dyn TableProvider>
+            Arc::new(InfoSchemaTable::new(inner, columns)) as Arc<dyn TableProvider>
         }))
     }
 
@@ -62,7 +62,7 @@ impl SchemaProvider for InformationSchema {
 /// counts, `name` identifiers and `varchar` text; for `columns`, also
 /// PostgreSQL's type names.
 #[derive(Debug)]
-struct Columns {
+struct InfoSchemaTable {
     inner: Arc<dyn TableProvider>,
     schema: SchemaRef,
     /// Whether this is `columns`, whose `data_type` is rewritten.
@@ -83,7 +83,7 @@ fn text_type(column: &str) -> &'static str {
     }
 }
 
-impl Columns {
+impl InfoSchemaTable {
     fn new(inner: Arc<dyn TableProvider>, type_names: bool) -> Self {
         let fields: Vec<Field> = inner
             .schema()
@@ -102,7 +102,7 @@ impl Columns {
                 _ => f.as_ref().clone(),
             })
             .collect();
-        Columns {
+        InfoSchemaTable {
             inner,
             schema: Arc::new(Schema::new(fields)),
             type_names,
@@ -152,7 +152,7 @@ fn postgres_data_type(arrow: &str) -> String {
 }
 
 #[async_trait]
-impl TableProvider for Columns {
+impl TableProvider for InfoSchemaTable {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }

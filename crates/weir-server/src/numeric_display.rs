@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use arrow_pg::datatypes::{PG_NUMERIC_QUOTIENT_KEY, PG_NUMERIC_SCALE_KEY};
+use arrow_pg::numeric::PgNumeric;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::source_as_provider;
@@ -83,7 +84,10 @@ fn any_of(scales: impl IntoIterator<Item = Option<DisplayScale>>) -> Option<Disp
 const NUMERIC_OID: u32 = 1700;
 
 /// DataFusion's type for `numeric` without a precision and scale.
-const UNCONSTRAINED: DataType = DataType::Decimal128(38, 10);
+pub const UNCONSTRAINED: DataType = DataType::Decimal128(
+    arrow_pg::numeric::UNCONSTRAINED.0,
+    arrow_pg::numeric::UNCONSTRAINED.1,
+);
 
 /// `schema` (the executed plan's columns) with the display scale of each
 /// `numeric` column `plan` determines marked on it.
@@ -171,7 +175,7 @@ fn column_scale(plan: &LogicalPlan, index: usize, depth: usize) -> Option<Displa
         LogicalPlan::Values(v) => any_of(
             v.values
                 .iter()
-                .map(|row| expr_scale(uncast(row.get(index)?), plan, depth)),
+                .map(|row| expr_scale(crate::plan_rewrite::uncast(row.get(index)?), plan, depth)),
         ),
         // A stored column is written as its definition says, else with
         // its type's scale.
@@ -294,15 +298,6 @@ fn deeper(depth: usize) -> Option<usize> {
     (depth < MAX_DEPTH).then_some(depth + 1)
 }
 
-/// `expr` without the casts around it.
-fn uncast(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Cast(cast) => uncast(&cast.expr),
-        Expr::TryCast(cast) => uncast(&cast.expr),
-        other => other,
-    }
-}
-
 /// The scale of a literal as PostgreSQL reads it: an integer's is 0, a
 /// decimal's its written fraction digits.
 fn literal_scale(value: &ScalarValue) -> Option<DisplayScale> {
@@ -331,16 +326,8 @@ fn cast_scale(
     }
     match expr {
         Expr::Literal(ScalarValue::Utf8(Some(text)), _) => {
-            let text = text.trim();
-            let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
-            let written = mantissa.split_once('.').map_or(0, |(_, frac)| frac.len());
-            let exponent: i64 = text
-                .split_once(['e', 'E'])
-                .and_then(|(_, e)| e.parse().ok())
-                .unwrap_or(0);
-            u8::try_from((written as i64 - exponent).max(0))
-                .ok()
-                .map(DisplayScale::min)
+            let (_, scale) = PgNumeric::parse(text).ok()?.precision_and_scale();
+            u8::try_from(scale).ok().map(DisplayScale::min)
         }
         _ => match expr.get_type(input.schema()).ok()? {
             t if t.is_integer() || t.is_floating() => Some(DisplayScale::min(0)),

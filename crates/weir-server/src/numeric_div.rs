@@ -93,16 +93,12 @@ fn divide(left: &ArrayRef, right: &ArrayRef, output: &DataType) -> Result<Decima
         left.as_primitive::<Decimal128Type>(),
         right.as_primitive::<Decimal128Type>(),
     );
-    let quotients = dividends
-        .iter()
-        .zip(divisors.iter())
-        .map(|pair| match pair {
-            (Some(a), Some(b)) => division.quotient(a, b).map(Some),
-            _ => Ok(None),
-        })
-        .collect::<std::result::Result<Decimal128Array, WeirError>>()
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    Ok(quotients.with_precision_and_scale(*precision, *scale)?)
+    division.quotients(
+        dividends
+            .iter()
+            .zip(divisors.iter())
+            .map(|pair| pair.0.zip(pair.1)),
+    )
 }
 
 /// The averages `sums / counts` (PostgreSQL's `avg` of `numeric`s), at
@@ -121,24 +117,18 @@ pub fn average(
         )));
     };
     let division = Division::new(*sum_scale, 0, *precision, *scale);
-    let averages = sums
-        .iter()
-        .zip(counts.iter())
-        .map(|pair| match pair {
-            (Some(sum), Some(count)) if count > 0 => {
-                division.quotient(sum, i128::from(count)).map(Some)
-            }
-            _ => Ok(None),
-        })
-        .collect::<std::result::Result<Decimal128Array, WeirError>>()
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    Ok(averages.with_precision_and_scale(*precision, *scale)?)
+    division.quotients(sums.iter().zip(counts.iter()).map(|pair| match pair {
+        (Some(sum), Some(count)) if count > 0 => Some((sum, i128::from(count))),
+        _ => None,
+    }))
 }
 
 /// The scales of one division's operands and result.
 struct Division {
     left_scale: i32,
     right_scale: i32,
+    /// The result's precision.
+    precision: u8,
     /// The result's scale: every quotient is rounded at PostgreSQL's
     /// scale for it, at most this.
     scale: i32,
@@ -153,9 +143,24 @@ impl Division {
         Division {
             left_scale: i32::from(left_scale),
             right_scale: i32::from(right_scale),
+            precision,
             scale: i32::from(scale),
             limit: i256::from_i128(10).wrapping_pow(u32::from(precision)),
         }
+    }
+
+    /// The quotient of each pair of `pairs` (NULL for none) as a decimal
+    /// array of the result's type.
+    fn quotients(
+        &self,
+        pairs: impl Iterator<Item = Option<(i128, i128)>>,
+    ) -> Result<Decimal128Array> {
+        let quotients = pairs
+            .map(|pair| pair.map(|(a, b)| self.quotient(a, b)).transpose())
+            .collect::<std::result::Result<Decimal128Array, WeirError>>()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let scale = i8::try_from(self.scale).expect("a decimal scale");
+        Ok(quotients.with_precision_and_scale(self.precision, scale)?)
     }
 
     /// `a / 10^left_scale` divided by `b / 10^right_scale`, rounded half

@@ -40,3 +40,13 @@ pub(crate) fn rewrite_expressions_except(
     })?;
     Ok(rewritten.data)
 }
+
+/// `expr` without the casts around it (those type coercion adds, or the
+/// planner puts on a `VALUES` list's literals).
+pub(crate) fn uncast(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Cast(cast) => uncast(&cast.expr),
+        Expr::TryCast(cast) => uncast(&cast.expr),
+        other => other,
+    }
+}

@@ -39,7 +39,7 @@ fn postgres_type(expr: &Expr, schema: &DFSchema) -> Result<Option<DataType>> {
             "gcd" | "lcm" => {
                 let mut widest = None;
                 for arg in &call.args {
-                    widest = match (widest, uncast(arg).get_type(schema)?) {
+                    widest = match (widest, crate::plan_rewrite::uncast(arg).get_type(schema)?) {
                         (None | Some(DataType::Int16), DataType::Int16) => Some(DataType::Int16),
                         (None | Some(DataType::Int16 | DataType::Int32), DataType::Int32) => {
                             Some(DataType::Int32)
@@ -65,15 +65,6 @@ fn postgres_type(expr: &Expr, schema: &DFSchema) -> Result<Option<DataType>> {
         }
         _ => None,
     })
-}
-
-/// `expr` without the casts type coercion put around it.
-fn uncast(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Cast(c) => uncast(&c.expr),
-        Expr::TryCast(c) => uncast(&c.expr),
-        other => other,
-    }
 }
 
 /// The rule (see the module documentation).
