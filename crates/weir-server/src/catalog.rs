@@ -43,16 +43,16 @@ pub struct SourceDef {
     pub name: String,
     /// Its columns.
     pub columns: Vec<ColumnDef>,
-    /// The connector (`datagen`).
+    /// The connector (`datagen` or `nexmark`).
     pub connector: String,
     /// The connector's options, keys lowercased.
     pub options: BTreeMap<String, String>,
     /// When it was created (unix microseconds): the base of event-time
     /// columns, so that every reader generates the same rows.
     pub created_micros: i64,
-    /// The version of the generator it was created with (see
-    /// `weir_connectors::datagen::GENERATOR_VERSION`); 1 for sources
-    /// created before versions were recorded.
+    /// The version of the generator it was created with (see the
+    /// connector's `GENERATOR_VERSION`); 1 for sources created before
+    /// versions were recorded.
     #[serde(default = "first_generator_version")]
     pub generator_version: u32,
 }
@@ -67,22 +67,32 @@ impl SourceDef {
         columns_schema(&self.columns)
     }
 
-    /// Its row generator.
-    pub fn generator(&self) -> WeirResult<weir_connectors::datagen::DatagenSpec> {
-        weir_connectors::datagen::DatagenSpec::new(
-            self.schema(),
-            &self.options,
-            self.created_micros,
-        )
-        .and_then(|spec| spec.with_version(self.generator_version))
-        .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
-    }
-
-    /// The connector that reads it, for the stream runtime.
+    /// The connector that reads it, for the stream runtime; an error if
+    /// its options no longer validate.
     pub fn connector(&self) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
-        Ok(Arc::new(weir_connectors::datagen::DatagenSource::new(
-            self.generator()?,
-        )))
+        let invalid = |message: String| WeirError::new(SqlState("22023"), message);
+        match self.connector.as_str() {
+            "nexmark" => {
+                let spec = weir_connectors::nexmark::NexmarkSpec::new(
+                    self.schema(),
+                    &self.options,
+                    self.created_micros,
+                )
+                .and_then(|spec| spec.with_version(self.generator_version))
+                .map_err(|e| invalid(e.to_string()))?;
+                Ok(Arc::new(weir_connectors::nexmark::NexmarkSource::new(spec)))
+            }
+            _ => {
+                let spec = weir_connectors::datagen::DatagenSpec::new(
+                    self.schema(),
+                    &self.options,
+                    self.created_micros,
+                )
+                .and_then(|spec| spec.with_version(self.generator_version))
+                .map_err(|e| invalid(e.to_string()))?;
+                Ok(Arc::new(weir_connectors::datagen::DatagenSource::new(spec)))
+            }
+        }
     }
 }
 

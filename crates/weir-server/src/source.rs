@@ -23,7 +23,7 @@ use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
 
 /// The connectors `CREATE SOURCE` knows.
-const CONNECTORS: &[&str] = &["datagen"];
+const CONNECTORS: &[&str] = &["datagen", "nexmark"];
 
 /// `CREATE SOURCE [IF NOT EXISTS] name (columns) WITH (connector = ..., ...)`.
 pub async fn create(
@@ -42,7 +42,7 @@ pub async fn create(
     let connector = options.remove("connector").ok_or_else(|| {
         WeirError::new(
             SqlState("22023"),
-            "CREATE SOURCE needs WITH (connector = '...'); connectors: datagen",
+            "CREATE SOURCE needs WITH (connector = '...'); connectors: datagen, nexmark",
         )
     })?;
     if !CONNECTORS.contains(&connector.as_str()) {
@@ -63,10 +63,24 @@ pub async fn create(
         return Ok(skipped);
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let memory = crate::ddl::plan_columns(session, create).await?;
-    let columns = memory
-        .input
-        .schema()
+    let schema = if create.columns.is_empty() && connector == "nexmark" {
+        // A nexmark stream's columns are known: the list may be left out.
+        weir_connectors::nexmark::table_schema(&options)
+            .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))?
+    } else if create.columns.is_empty() {
+        return Err(WeirError::new(
+            SqlState("42P16"),
+            format!("a {connector} source needs a column list: its columns are what it generates"),
+        ));
+    } else {
+        crate::ddl::plan_columns(session, create)
+            .await?
+            .input
+            .schema()
+            .inner()
+            .clone()
+    };
+    let columns = schema
         .fields()
         .iter()
         .map(|field| ColumnDef {
@@ -80,6 +94,10 @@ pub async fn create(
             json: crate::json::JsonKind::of(field),
         })
         .collect();
+    let generator_version = match connector.as_str() {
+        "nexmark" => weir_connectors::nexmark::GENERATOR_VERSION,
+        _ => weir_connectors::datagen::GENERATOR_VERSION,
+    };
     let def = SourceDef {
         id: working.catalog.next_table_id,
         name: name.clone(),
@@ -87,10 +105,10 @@ pub async fn create(
         connector,
         options,
         created_micros: chrono::Utc::now().timestamp_micros(),
-        generator_version: weir_connectors::datagen::GENERATOR_VERSION,
+        generator_version,
     };
     // Refuse bad options now rather than when a view first reads it.
-    def.generator()?;
+    def.connector()?;
     working.catalog.next_table_id += 1;
     working.catalog.sources.insert(name, def);
     working.catalog_changed();

@@ -26,12 +26,16 @@
 //! - `timestamp` (timestamp and `Date32` columns): the event time of row `i`,
 //!   `start_time + i / rows_per_second` seconds, in the column's unit.
 //!
-//! Columns are never NULL. [`DatagenSource`] (`reader.rs`) reads a spec as
-//! the stream runtime's `Source`, paced at `rows_per_second`.
+//! Columns are never NULL. [`DatagenSource`] reads a spec as
+//! the stream runtime's `Source` (`paced.rs`), paced at `rows_per_second`.
 
-mod reader;
+use crate::generated::{draw, event_times, placeholder, MICROS_PER_SECOND};
+use crate::paced::{PacedSource, RowGenerator};
 
-pub use reader::{split_rows, DatagenSource, BLOCK_ROWS, SPLITS};
+pub use crate::paced::{split_rows, BLOCK_ROWS, SPLITS};
+
+/// A `datagen` source as the stream runtime reads it.
+pub type DatagenSource = PacedSource<DatagenSpec>;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -99,7 +103,6 @@ const ALPHABET: &[u8; 62] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 /// The longest random string a column may ask for.
 const MAX_STRING_LENGTH: usize = 1000;
 
-const MICROS_PER_SECOND: i128 = 1_000_000;
 const MICROS_PER_DAY: i128 = 86_400 * MICROS_PER_SECOND;
 
 impl DatagenSpec {
@@ -536,6 +539,21 @@ impl FieldOptions<'_> {
     }
 }
 
+impl RowGenerator for DatagenSpec {
+    fn generate(&self, indexes: Range<u64>, read: Option<&[bool]>) -> RecordBatch {
+        let count = (indexes.end - indexes.start) as usize;
+        self.generate_columns(indexes.start, count, read)
+    }
+
+    fn per_second(&self) -> u64 {
+        self.rows_per_second
+    }
+
+    fn end(&self) -> Option<u64> {
+        self.total_rows
+    }
+}
+
 /// Parses option `key`'s `value`, described as `expected` if it does not parse.
 fn parse<T: FromStr>(key: &str, value: &str, expected: &str) -> Result<T, DatagenError> {
     value.parse().map_err(|_| {
@@ -566,31 +584,6 @@ fn strings<O: OffsetSizeTrait>(bytes: Vec<u8>, length: usize, len: usize) -> Gen
     unsafe { GenericStringArray::new_unchecked(offsets, Buffer::from_vec(bytes), None) }
 }
 
-/// `len` zeros (empty strings, false) of `data_type`, without NULLs: the
-/// column a view does not read. Costs zeroed buffers, no computation.
-fn placeholder(data_type: &DataType, len: usize) -> ArrayRef {
-    let nulls = datafusion::arrow::array::new_null_array(data_type, len);
-    let data = nulls.to_data().into_builder().nulls(None).null_count(0);
-    datafusion::arrow::array::make_array(
-        data.build()
-            .expect("a null array's zeroed buffers are valid values"),
-    )
-}
-
-/// SplitMix64's finalizer: a bijection on `u64` that scatters every input bit
-/// over the whole output.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The `i`th pseudo-random draw of the stream `seed`, computed without
-/// drawing the ones before it.
-fn draw(seed: u64, i: u64) -> u64 {
-    mix(seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-}
-
 /// Characters a draw of [`random_chars`] yields: eight base-62 digits use
 /// 48 of its 64 bits.
 const CHARS_PER_DRAW: usize = 8;
@@ -608,27 +601,6 @@ fn random_chars(row: u64, out: &mut [u8]) {
             h = wide as u64;
         }
     }
-}
-
-/// The event time of each row of `rows`, `start + i * 1e6 / rate`
-/// microseconds (rounded down), stepping from one row to the next without
-/// a division per row.
-fn event_times(start: i64, rate: u64, rows: Range<u64>) -> impl Iterator<Item = i128> {
-    let rate = u128::from(rate);
-    let micros = MICROS_PER_SECOND as u128;
-    let first = u128::from(rows.start) * micros;
-    let (mut whole, mut part) = (first / rate, first % rate);
-    let (step, step_part) = (micros / rate, micros % rate);
-    rows.map(move |_| {
-        let value = i128::from(start) + whole as i128;
-        whole += step;
-        part += step_part;
-        if part >= rate {
-            whole += 1;
-            part -= rate;
-        }
-        value
-    })
 }
 
 /// `h` scaled onto `[min, max]` by a widening multiply.

@@ -1,14 +1,18 @@
-//! `datagen` as a [`Source`] of the stream runtime, read through
+//! Sources whose rows are a pure function of their index (`datagen`,
+//! `nexmark`), read by the stream runtime as a [`Source`] through
 //! [`SPLITS`] splits: split `s` holds every [`SPLITS`]-th block of
-//! [`BLOCK_ROWS`] rows, starting with block `s`, and its position is the
-//! number of its rows emitted. A reader emits the rows of its splits in
-//! the source's order, as they fall due at the source's rate (all at once,
-//! up to a batch, when it is behind): one reader of every split emits
-//! exactly the rows, and batches, of a source read as one sequence, and
-//! several readers share the rate, each emitting its blocks' rows when
-//! they fall due.
+//! [`BLOCK_ROWS`] rows (a generator's indexes: `nexmark`'s are events, of
+//! which a source emits those of its own kind), starting with block `s`,
+//! and its position is the number of its indexes read. A reader emits the
+//! rows of its splits in the source's order, as they fall due at the
+//! source's rate (all at once, up to a batch, when it is behind): one
+//! reader of every split emits exactly the rows, and batches, of a source
+//! read as one sequence, and several readers share the rate, each emitting
+//! its blocks' rows when they fall due.
 
+use std::fmt::Debug;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -20,13 +24,25 @@ use futures::Stream;
 use tokio::time::{Instant, Sleep};
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
-use super::DatagenSpec;
+/// Rows as a pure function of their index: what a [`PacedSource`] reads.
+pub trait RowGenerator: Debug + Send + Sync + 'static {
+    /// The rows of indexes `indexes` (within [`end`](Self::end)) as one
+    /// batch, in order, with only the columns `read` marks computed (the
+    /// others hold any value of their type). An index may yield no row.
+    fn generate(&self, indexes: Range<u64>, read: Option<&[bool]>) -> RecordBatch;
+
+    /// How many indexes fall due per second.
+    fn per_second(&self) -> u64;
+
+    /// The index after the last, if the source ends.
+    fn end(&self) -> Option<u64>;
+}
 
 /// The least a reader that is ahead of its rate waits before it looks
 /// again: slow sources then emit a few rows per batch, not one.
 const PACING_TICK: Duration = Duration::from_millis(10);
 
-/// How many splits a `datagen` source is read through.
+/// How many splits a generated source is read through.
 pub const SPLITS: u32 = 256;
 
 /// Rows per block; a split holds every [`SPLITS`]-th block.
@@ -47,22 +63,22 @@ pub fn split_rows(split: u32, position: u64) -> impl Iterator<Item = std::ops::R
     })
 }
 
-/// A `datagen` source's spec, readable by the runtime.
-#[derive(Debug, Clone)]
-pub struct DatagenSource {
-    spec: Arc<DatagenSpec>,
+/// A generator's rows, readable by the runtime.
+#[derive(Debug)]
+pub struct PacedSource<G> {
+    generator: Arc<G>,
 }
 
-impl DatagenSource {
-    /// The source that generates `spec`'s rows.
-    pub fn new(spec: DatagenSpec) -> Self {
-        DatagenSource {
-            spec: Arc::new(spec),
+impl<G: RowGenerator> PacedSource<G> {
+    /// The source that emits `generator`'s rows.
+    pub fn new(generator: G) -> Self {
+        PacedSource {
+            generator: Arc::new(generator),
         }
     }
 }
 
-impl Source for DatagenSource {
+impl<G: RowGenerator> Source for PacedSource<G> {
     fn splits(&self) -> u32 {
         SPLITS
     }
@@ -82,7 +98,7 @@ impl Source for DatagenSource {
             || from.splits.iter().any(|&split| split >= SPLITS)
         {
             return Err(DataFusionError::Internal(format!(
-                "a datagen source has {SPLITS} splits, not {}",
+                "a generated source has {SPLITS} splits, not {}",
                 from.positions.len()
             )));
         }
@@ -92,11 +108,11 @@ impl Source for DatagenSource {
             .map(|split| row_of(split, from.positions[split as usize]))
             .min()
             .unwrap_or(0);
-        Ok(Box::new(DatagenReader {
-            spec: self.spec.clone(),
+        Ok(Box::new(PacedReader {
+            generator: self.generator.clone(),
             columns: from.columns,
             max_batch_rows: from.max_batch_rows.max(1) as u64,
-            end: self.spec.total_rows().unwrap_or(u64::MAX),
+            end: self.generator.end().unwrap_or(u64::MAX),
             splits: from
                 .splits
                 .iter()
@@ -110,9 +126,9 @@ impl Source for DatagenSource {
     }
 }
 
-/// A running `datagen` reader.
-struct DatagenReader {
-    spec: Arc<DatagenSpec>,
+/// A running reader of a [`PacedSource`].
+struct PacedReader<G> {
+    generator: Arc<G>,
     columns: Option<Vec<bool>>,
     max_batch_rows: u64,
     /// The row after the last (`u64::MAX`: unbounded).
@@ -128,11 +144,11 @@ struct DatagenReader {
     waiting: bool,
 }
 
-impl DatagenReader {
+impl<G: RowGenerator> PacedReader<G> {
     /// The row before which every row is due now.
     fn due(&self) -> u64 {
         let elapsed = self.started.elapsed().as_secs_f64();
-        let due = self.first as f64 + elapsed * self.spec.rows_per_second() as f64;
+        let due = self.first as f64 + elapsed * self.generator.per_second() as f64;
         (due as u64).min(self.end)
     }
 
@@ -146,7 +162,7 @@ impl DatagenReader {
     }
 }
 
-impl Stream for DatagenReader {
+impl<G: RowGenerator> Stream for PacedReader<G> {
     type Item = weir_stream::Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -160,15 +176,18 @@ impl Stream for DatagenReader {
                 let block_end = (row / BLOCK_ROWS + 1) * BLOCK_ROWS;
                 let count = (due.min(block_end) - row).min(this.max_batch_rows);
                 let rows = this
-                    .spec
-                    .generate_columns(row, count as usize, this.columns.as_deref());
+                    .generator
+                    .generate(row..row + count, this.columns.as_deref());
                 this.splits[i].1 += count;
-                return Poll::Ready(Some(Ok(rows)));
+                if rows.num_rows() > 0 {
+                    return Poll::Ready(Some(Ok(rows)));
+                }
+                continue;
             }
             if !this.waiting {
                 // Wake when the row falls due, but not sooner than a tick:
                 // a reader whose next block is far off sleeps until then.
-                let wait = (row + 1 - this.first) as f64 / this.spec.rows_per_second() as f64;
+                let wait = (row + 1 - this.first) as f64 / this.generator.per_second() as f64;
                 let due_at = this.started + Duration::from_secs_f64(wait.min(1e9));
                 this.tick
                     .as_mut()
@@ -181,7 +200,7 @@ impl Stream for DatagenReader {
     }
 }
 
-impl SourceReader for DatagenReader {
+impl<G: RowGenerator> SourceReader for PacedReader<G> {
     fn positions(&self) -> Vec<u64> {
         self.splits.iter().map(|&(_, position)| position).collect()
     }
@@ -196,6 +215,7 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
+    use crate::datagen::{DatagenSource, DatagenSpec};
 
     fn source(options: &[(&str, &str)]) -> DatagenSource {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
@@ -379,7 +399,7 @@ mod tests {
         let column = batch.column(0).as_any().downcast_ref::<Int64Array>();
         assert_eq!(column.expect("int64").value(0), {
             // Random values: compare with the same row read as one sequence.
-            let whole = source.spec.generate(BLOCK_ROWS, 1);
+            let whole = source.generator.generate(BLOCK_ROWS, 1);
             whole
                 .column(0)
                 .as_any()

@@ -1,0 +1,175 @@
+//! The Nexmark queries (`sql-tests/nexmark/*.sql`) as materialized views
+//! over the `nexmark` connector, each checked against the same query run as
+//! a batch query over the same events.
+//!
+//! One server runs every query as a view over a bounded event stream; a
+//! second holds the same events, generated in this process by the
+//! connector's own generator and loaded with COPY, as tables of the same
+//! names, and runs each query as a plain SELECT (DataFusion's batch
+//! execution). Once every view's readers stand at the stream's end, each
+//! view must hold exactly what its query returns over the tables.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::csv::WriterBuilder;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::SinkExt;
+use weir_connectors::nexmark::{table_schema, NexmarkSpec};
+use weir_connectors::paced::RowGenerator;
+
+use crate::common::{column, sorted_rows, TestServer};
+
+/// Events in the stream (of all three kinds).
+const EVENTS: u64 = 30_000;
+
+/// The options of all three sources but their kind.
+const OPTIONS: &[(&str, &str)] = &[
+    ("nexmark.event.num", "30000"),
+    ("nexmark.emit.rate", "100000000"),
+    ("nexmark.base.time", "1700000000000"),
+    ("nexmark.seed", "3"),
+];
+
+const TABLES: [(&str, &str); 3] = [
+    (
+        "person",
+        "id BIGINT, name TEXT, email_address TEXT, credit_card TEXT, city TEXT, state TEXT, date_time TIMESTAMP, extra TEXT",
+    ),
+    (
+        "auction",
+        "id BIGINT, item_name TEXT, description TEXT, initial_bid BIGINT, reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra TEXT",
+    ),
+    (
+        "bid",
+        "auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT",
+    ),
+];
+
+const SIDE_INPUT: &str = "CREATE TABLE side_input (key BIGINT PRIMARY KEY, value TEXT);
+    INSERT INTO side_input SELECT x, 'value ' || x FROM generate_series(0, 9999) AS x;";
+
+/// Every query under `sql-tests/nexmark`, by name, in numeric order.
+fn queries() -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sql-tests/nexmark");
+    let mut queries: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .expect("sql-tests/nexmark")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).expect("a query"))
+        })
+        .collect();
+    queries.sort_by_key(|(name, _)| name[1..].parse::<u32>().expect("qN"));
+    queries
+}
+
+fn options(table: &str) -> BTreeMap<String, String> {
+    OPTIONS
+        .iter()
+        .chain(&[("nexmark.table.type", table)])
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The events of `table`'s kind, as the server's sources generate them.
+fn events(table: &str) -> RecordBatch {
+    let options = options(table);
+    let spec = NexmarkSpec::new(table_schema(&options).unwrap(), &options, 0).unwrap();
+    spec.generate(0..EVENTS, None)
+}
+
+/// `batch` as CSV for `COPY ... FROM STDIN (FORMAT csv)`.
+fn csv(batch: &RecordBatch) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = WriterBuilder::new()
+        .with_header(false)
+        .with_timestamp_format("%Y-%m-%d %H:%M:%S%.6f".into())
+        .build(&mut out);
+    writer.write(batch).unwrap();
+    drop(writer);
+    out
+}
+
+#[tokio::test]
+async fn nexmark_views_equal_their_queries_over_the_same_events() {
+    let queries = queries();
+    assert!(queries.len() >= 13, "{} queries", queries.len());
+
+    let mut streaming = TestServer::start().await;
+    let client = streaming.client().await;
+    for (table, _) in TABLES {
+        let with: Vec<String> = options(table)
+            .iter()
+            .map(|(k, v)| format!("{k} = '{v}'"))
+            .collect();
+        client
+            .batch_execute(&format!(
+                "CREATE SOURCE {table} WITH (connector = 'nexmark', {})",
+                with.join(", ")
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute(SIDE_INPUT).await.unwrap();
+    for (name, query) in &queries {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("view {name}: {e}"));
+    }
+
+    let mut batch = TestServer::start().await;
+    let reference = batch.client().await;
+    let mut loaded = 0;
+    for (table, columns) in TABLES {
+        reference
+            .batch_execute(&format!("CREATE TABLE {table} ({columns})"))
+            .await
+            .unwrap();
+        let events = events(table);
+        loaded += events.num_rows();
+        let sink = reference
+            .copy_in(&format!("COPY {table} FROM STDIN (FORMAT csv)"))
+            .await
+            .unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(csv(&events))).await.unwrap();
+        sink.finish().await.unwrap();
+    }
+    assert_eq!(loaded as u64, EVENTS, "the three kinds make up the stream");
+    reference.batch_execute(SIDE_INPUT).await.unwrap();
+
+    // Every view's readers reach the end of the stream.
+    let readers = "SELECT count(*) FROM weir_source_readers WHERE position < 30000";
+    let started = Instant::now();
+    while column(&client, readers).await != [Some("0".to_string())] {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "readers still behind: {:?}",
+            sorted_rows(&client, "SELECT * FROM weir_source_readers").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let read = column(&client, "SELECT count(*) FROM weir_source_readers").await;
+    let read: usize = read[0].as_ref().unwrap().parse().unwrap();
+    assert!(
+        read >= queries.len(),
+        "every view reads a source: {read} readers"
+    );
+
+    for (name, query) in &queries {
+        let view = sorted_rows(&client, &format!("SELECT * FROM {name}")).await;
+        let want = sorted_rows(&reference, query).await;
+        assert!(!want.is_empty(), "{name} has rows over {EVENTS} events");
+        assert_eq!(view.len(), want.len(), "{name}: rows");
+        assert!(
+            view == want,
+            "{name}: the view differs from its query over the events"
+        );
+    }
+    streaming.kill();
+    batch.kill();
+}
