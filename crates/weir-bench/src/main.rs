@@ -7,8 +7,10 @@
 //! target/release/weir-bench views --connections 8 --batches 50 --rows 500
 //! target/release/weir-bench checkpoints --seconds 20
 //! target/release/weir-bench stream --query agg --rows 12000000
+//! target/release/weir-bench nexmark --query q5 --events 10000000
 //! ```
 
+mod nexmark;
 mod server;
 mod sources;
 mod stream;
@@ -75,25 +77,21 @@ enum Bench {
         /// Rows the source produces.
         #[arg(long, default_value_t = 12_000_000)]
         rows: u64,
-        /// The server's checkpoint interval.
-        #[arg(long, default_value = "1s")]
-        checkpoint_interval: String,
-        /// Also run with checkpoints off and print the overhead.
-        #[arg(long)]
-        compare_off: bool,
-        /// Runs per configuration; the median is reported.
-        #[arg(long, default_value_t = 1)]
-        repeat: usize,
-        /// The server's `--workers` (per process).
-        #[arg(long, default_value_t = 1)]
-        workers: usize,
-        /// Processes of a cluster on this machine (process 0 is the
-        /// server); CPU time and peak memory are summed over them.
-        #[arg(long, default_value_t = 1)]
-        processes: usize,
-        /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
-        #[arg(long = "server-arg", allow_hyphen_values = true)]
-        server_args: Vec<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Nexmark: one query of `sql-tests/nexmark` as a view over the nexmark
+    /// connector's streams, until every event went through it; the same
+    /// figures as `stream`.
+    Nexmark {
+        /// The query: q0, q1, ... (those under `sql-tests/nexmark`).
+        #[arg(long, default_value = "q1")]
+        query: String,
+        /// Events in the stream, of all three kinds.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        #[command(flatten)]
+        run: RunArgs,
     },
     /// The write path: 128-byte rows by COPY or multi-row INSERT into a
     /// table, alone or read by a group-by view; reports rows per second and
@@ -130,6 +128,43 @@ enum Bench {
     },
 }
 
+/// How `stream` and `nexmark` run their workload.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The server's checkpoint interval.
+    #[arg(long, default_value = "1s")]
+    checkpoint_interval: String,
+    /// Also run with checkpoints off and print the overhead.
+    #[arg(long)]
+    compare_off: bool,
+    /// Runs per configuration; the median is reported.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// The server's `--workers` (per process).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Processes of a cluster on this machine (process 0 is the
+    /// server); CPU time and peak memory are summed over them.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
+    /// More flags for the server (repeatable), e.g. `--server-arg=--view-memory-mb=512`.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+}
+
+impl From<RunArgs> for stream::RunOptions {
+    fn from(args: RunArgs) -> Self {
+        stream::RunOptions {
+            checkpoint_interval: args.checkpoint_interval,
+            compare_off: args.compare_off,
+            repeat: args.repeat,
+            workers: args.workers,
+            processes: args.processes,
+            server_args: args.server_args,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
@@ -138,27 +173,11 @@ async fn main() -> anyhow::Result<()> {
             connections,
             statements,
         } => commit(connections, statements).await,
-        Bench::Stream {
-            query,
-            rows,
-            checkpoint_interval,
-            compare_off,
-            repeat,
-            workers,
-            processes,
-            server_args,
-        } => {
-            stream::run(stream::StreamLoad {
-                query,
-                rows,
-                checkpoint_interval,
-                compare_off,
-                repeat,
-                workers,
-                processes,
-                server_args,
-            })
-            .await
+        Bench::Stream { query, rows, run } => {
+            stream::run(&stream::datagen_workload(&query, rows)?, &run.into()).await
+        }
+        Bench::Nexmark { query, events, run } => {
+            stream::run(&nexmark::workload(&query, events)?, &run.into()).await
         }
         Bench::Write {
             mode,

@@ -1,5 +1,6 @@
 //! `weir-bench stream`: one materialized view over a bid-shaped datagen
-//! source, run until the source's last row is in the view.
+//! source, run until the source's last row is in the view; the runner
+//! `weir-bench nexmark` (`nexmark.rs`) shares.
 //!
 //! The source is the one issue 9 measured Weir and Flink on: auctions in
 //! 1..10,000, bidders, prices, three strings and an event time, generated
@@ -16,6 +17,7 @@
 //! off`. At the end a `CHECKPOINT` commits everything and the view is
 //! checked: every source row is in it.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -53,12 +55,30 @@ pub const QUERIES: &[(&str, &str)] = &[
 /// row for each.
 const AUCTIONS: u64 = 10_000;
 
-/// What to run.
-pub struct StreamLoad {
-    /// The query's name in [`QUERIES`].
+/// One streaming workload: what to create, and how to know that every
+/// event went through the view.
+pub struct Workload {
+    /// What the run prints first.
+    pub title: String,
+    /// Sources and tables, created before the clock starts.
+    pub setup: String,
+    /// The view's query.
     pub query: String,
-    /// Rows the source produces.
-    pub rows: u64,
+    /// The events the figures count.
+    pub events: u64,
+    /// Each source's rows: how many rows into the view (from the sources
+    /// it reads) mean that every event went through.
+    pub source_rows: BTreeMap<String, u64>,
+    /// The position every reader of the view ends at.
+    pub end_position: u64,
+    /// Whether the `auctions` table changes now and then during the run.
+    pub update_auctions: bool,
+    /// A query over the view `v` and the bigint it must return at the end.
+    pub check: Option<(String, u64)>,
+}
+
+/// How to run a workload.
+pub struct RunOptions {
     /// `--checkpoint-interval` for the server.
     pub checkpoint_interval: String,
     /// Also run with checkpoints off and print the ratio.
@@ -74,6 +94,49 @@ pub struct StreamLoad {
     pub server_args: Vec<String>,
 }
 
+/// The datagen workload: query `name` of [`QUERIES`] over `rows` rows.
+pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
+    let query = QUERIES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, sql)| *sql)
+        .with_context(|| {
+            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+            format!("unknown query {name:?}; one of {names:?}")
+        })?;
+    let mut setup = format!(
+        "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
+           date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',
+           total_rows = '{rows}', seed = '7', fields.auction.min = '1', fields.auction.max = '{AUCTIONS}',
+           fields.bidder.min = '1', fields.bidder.max = '1000000', fields.price.min = '1',
+           fields.price.max = '10000000', fields.channel.length = '8', fields.url.length = '48',
+           fields.extra.length = '16');"
+    );
+    let join = name == "join";
+    if join {
+        setup.push_str(&format!(
+            "CREATE TABLE auctions (id BIGINT PRIMARY KEY, seller BIGINT, category INT, title TEXT);
+             INSERT INTO auctions SELECT a, a % 977, CAST(a % 37 AS INT), 'auction ' || a
+               FROM generate_series(1, {AUCTIONS}) AS a;"
+        ));
+    }
+    let check = match name {
+        "agg" | "max" | "window" => Some("SELECT CAST(sum(n) AS BIGINT) FROM v"),
+        "join" => Some("SELECT count(*) FROM v"),
+        _ => None,
+    };
+    Ok(Workload {
+        title: format!("stream: {rows} rows, query {name} ({query})"),
+        setup,
+        query: query.to_string(),
+        events: rows,
+        source_rows: BTreeMap::from([("bid".to_string(), rows)]),
+        end_position: rows,
+        update_auctions: join,
+        check: check.map(|sql| (sql.to_string(), rows)),
+    })
+}
+
 /// Figures of one run.
 struct Measured {
     wall: Duration,
@@ -85,39 +148,31 @@ struct Measured {
     bytes_written: u64,
 }
 
-/// Runs the load (and, if asked, once more with checkpoints off) and
+/// Runs the workload (and, if asked, once more with checkpoints off) and
 /// prints the figures.
-pub async fn run(load: StreamLoad) -> anyhow::Result<()> {
-    let sql = QUERIES
-        .iter()
-        .find(|(name, _)| *name == load.query)
-        .map(|(_, sql)| *sql)
-        .with_context(|| {
-            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
-            format!("unknown query {:?}; one of {names:?}", load.query)
-        })?;
+pub async fn run(load: &Workload, options: &RunOptions) -> anyhow::Result<()> {
     println!(
-        "stream: {} rows, query {} ({sql}), {} workers x {} processes",
-        load.rows, load.query, load.workers, load.processes
+        "{}, {} workers x {} processes",
+        load.title, options.workers, options.processes
     );
     // With --compare-off the two configurations alternate, so a noisy
     // stretch of the machine hits both alike.
     let (mut ons, mut offs) = (Vec::new(), Vec::new());
-    for _ in 0..load.repeat.max(1) {
-        ons.push(measure(&load, &load.checkpoint_interval, sql).await?);
-        if load.compare_off {
-            offs.push(measure(&load, "off", sql).await?);
+    for _ in 0..options.repeat.max(1) {
+        ons.push(measure(load, options, &options.checkpoint_interval).await?);
+        if options.compare_off {
+            offs.push(measure(load, options, "off").await?);
         }
     }
-    let on = median(ons, load.rows);
+    let on = median(ons, load.events);
     print(
-        &format!("checkpoint every {}", load.checkpoint_interval),
-        load.rows,
+        &format!("checkpoint every {}", options.checkpoint_interval),
+        load.events,
         &on,
     );
-    if load.compare_off {
-        let off = median(offs, load.rows);
-        print("checkpoints off", load.rows, &off);
+    if options.compare_off {
+        let off = median(offs, load.events);
+        print("checkpoints off", load.events, &off);
         println!(
             "  checkpoint overhead: {:.1}% more CPU per event, events/s at {:.1}% of off",
             100.0 * (on.cpu.as_secs_f64() / off.cpu.as_secs_f64() - 1.0),
@@ -167,7 +222,11 @@ fn print(label: &str, rows: u64, m: &Measured) {
     );
 }
 
-async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result<Measured> {
+async fn measure(
+    load: &Workload,
+    options: &RunOptions,
+    interval: &str,
+) -> anyhow::Result<Measured> {
     let metrics_port = free_port()?;
     let metrics = format!("127.0.0.1:{metrics_port}");
     let mut args = vec![
@@ -176,19 +235,19 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         "--metrics-listen".to_string(),
         metrics.clone(),
         "--workers".to_string(),
-        load.workers.to_string(),
+        options.workers.to_string(),
     ];
-    args.extend(load.server_args.iter().cloned());
+    args.extend(options.server_args.iter().cloned());
     // The other processes of a cluster start first: the server's timely
     // workers wait for them to connect.
     let mut computes = Vec::new();
-    if load.processes > 1 {
-        let addresses: Vec<String> = (0..load.processes)
+    if options.processes > 1 {
+        let addresses: Vec<String> = (0..options.processes)
             .map(|_| free_port().map(|port| format!("127.0.0.1:{port}")))
             .collect::<anyhow::Result<_>>()?;
         let cluster = addresses.join(",");
-        for process in 1..load.processes {
-            computes.push(Compute::start(&cluster, process, load.workers)?);
+        for process in 1..options.processes {
+            computes.push(Compute::start(&cluster, process, options.workers)?);
         }
         args.extend(["--cluster".into(), cluster, "--process".into(), "0".into()]);
     }
@@ -202,36 +261,16 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
         Ok(total)
     };
     let client = server.client().await?;
-    client
-        .batch_execute(&format!(
-            "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
-               date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',
-               total_rows = '{rows}', seed = '7', fields.auction.min = '1', fields.auction.max = '{AUCTIONS}',
-               fields.bidder.min = '1', fields.bidder.max = '1000000', fields.price.min = '1',
-               fields.price.max = '10000000', fields.channel.length = '8', fields.url.length = '48',
-               fields.extra.length = '16')",
-            rows = load.rows
-        ))
-        .await?;
-    let join = load.query == "join";
-    if join {
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE auctions (id BIGINT PRIMARY KEY, seller BIGINT, category INT, title TEXT);
-                 INSERT INTO auctions SELECT a, a % 977, CAST(a % 37 AS INT), 'auction ' || a
-                   FROM generate_series(1, {AUCTIONS}) AS a;"
-            ))
-            .await?;
-    }
+    client.batch_execute(&load.setup).await?;
     let epochs_before = crate::show(&client, "epochs_committed").await?;
     let bytes_before = crate::show(&client, "bytes_written").await?;
     let cpu_before = cpu_time()?;
     let started = Instant::now();
     client
-        .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {sql}"))
+        .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {}", load.query))
         .await?;
     // The join's table changes now and then while the stream runs.
-    let updater = if join {
+    let updater = if load.update_auctions {
         let client = server.client().await?;
         Some(tokio::spawn(async move {
             let mut id = 1i64;
@@ -251,10 +290,24 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
     } else {
         None
     };
+    let mut source_rows = 0;
+    for row in client
+        .query(
+            "SELECT source FROM weir_source_readers WHERE view = 'v'",
+            &[],
+        )
+        .await?
+    {
+        let source: String = row.get(0);
+        source_rows += load
+            .source_rows
+            .get(&source)
+            .with_context(|| format!("the view reads an unexpected source {source}"))?;
+    }
     let http = reqwest_free_metrics(&metrics);
     loop {
         let rows_in = http.source_rows_in().await?;
-        if rows_in >= load.rows {
+        if rows_in >= source_rows {
             break;
         }
         ensure!(
@@ -291,31 +344,27 @@ async fn measure(load: &StreamLoad, interval: &str, sql: &str) -> anyhow::Result
     })
 }
 
-/// Checks the view against what the source produced.
-async fn verify(client: &Client, load: &StreamLoad) -> anyhow::Result<()> {
-    let position: i64 = client
-        .query_one(
+/// Checks the view against what the sources produced.
+async fn verify(client: &Client, load: &Workload) -> anyhow::Result<()> {
+    let positions: Vec<i64> = client
+        .query(
             "SELECT CAST(position AS BIGINT) FROM weir_source_readers WHERE view = 'v'",
             &[],
         )
         .await?
-        .get(0);
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     ensure!(
-        position as u64 == load.rows,
-        "the reader stands at {position} of {} rows",
-        load.rows
+        !positions.is_empty() && positions.iter().all(|&p| p as u64 == load.end_position),
+        "the readers stand at {positions:?}, not at {}",
+        load.end_position
     );
-    let check = match load.query.as_str() {
-        "agg" | "max" | "window" => Some("SELECT CAST(sum(n) AS BIGINT) FROM v"),
-        "join" => Some("SELECT count(*) FROM v"),
-        _ => None,
-    };
-    if let Some(check) = check {
-        let counted: i64 = client.query_one(check, &[]).await?.get(0);
+    if let Some((check, want)) = &load.check {
+        let counted: i64 = client.query_one(check.as_str(), &[]).await?.get(0);
         ensure!(
-            counted as u64 == load.rows,
-            "the view counts {counted} of {} rows",
-            load.rows
+            counted as u64 == *want,
+            "{check} returned {counted}, not {want}"
         );
     }
     Ok(())

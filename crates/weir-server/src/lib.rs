@@ -36,6 +36,7 @@ mod dml;
 pub mod error;
 mod functions;
 pub mod handler;
+mod hop_windows;
 mod info_schema;
 mod intervals;
 mod json;

@@ -247,6 +247,7 @@ pub fn session_context(
     crate::catalog_functions::register(&ctx, &pinned, &names);
     crate::intervals::register(&ctx)?;
     crate::pg_functions::register(&ctx);
+    ctx.register_udf(crate::hop_windows::hop_window_starts());
     crate::unknown_literals::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udaf(crate::average::udaf());

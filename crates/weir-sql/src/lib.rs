@@ -30,6 +30,7 @@ mod selects;
 mod stream_plan;
 mod subquery_ops;
 mod values;
+mod windows;
 
 pub use depth::is_deep;
 pub use parse::{parse, ParseError, WeirStatement};

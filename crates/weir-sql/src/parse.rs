@@ -148,6 +148,8 @@ fn parse_segment(
             Ok(())
         }
         _ => {
+            let flink = crate::windows::flink_window_text(tokens);
+            let text = flink.as_deref().unwrap_or(text);
             let parsed = if words.iter().any(|t| reads_catalog(t)) {
                 COMPAT.parse(text)
             } else {

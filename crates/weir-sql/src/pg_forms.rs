@@ -22,6 +22,8 @@
 //!   ([`extract_as_numeric`]);
 //! - `U&'...'` strings are the standard strings they spell;
 //! - `INTERVAL '...'` without a unit is `'...'::interval`;
+//! - `TUMBLE(...)` and `HOP(...)` in `FROM` are the queries they stand
+//!   for ([`crate::windows`]);
 //! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
 //!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
 
@@ -118,6 +120,7 @@ impl VisitorMut for Forms {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        crate::windows::rewrite_window_factor(factor);
         integer_series(factor);
         name_function_column(factor);
         if let TableFactor::Derived { subquery, .. } = factor {

@@ -15,13 +15,14 @@ use datafusion::arrow::array::{new_empty_array, ArrayRef};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, DFSchema, JoinType, NullEquality, ScalarValue};
+use datafusion::common::{Column, DFSchema, JoinType, NullEquality, NullHandling, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    Expr, FetchType, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan, Volatility,
+    Expr, FetchType, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan, Unnest,
+    Volatility,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
@@ -353,7 +354,7 @@ impl Builder {
             }
             LogicalPlan::Window(_) => Err(unsupported("window functions")),
             LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON")),
-            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
+            LogicalPlan::Unnest(unnest) => self.unnest(unnest, schema()),
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive queries")),
             other => {
                 let node = other.display().to_string();
@@ -408,6 +409,34 @@ impl Builder {
             index = self.push(NodeKind::Project { exprs }, vec![index], schema);
         }
         Ok(index)
+    }
+
+    /// `unnest` of one list column, one level deep (what a select-list
+    /// `unnest(list)` and `HOP` plan to).
+    fn unnest(&mut self, unnest: &Unnest, schema: SchemaRef) -> Result<usize> {
+        let [(column, list)] = unnest.list_type_columns.as_slice() else {
+            return Err(unsupported("UNNEST of more than one list"));
+        };
+        let identity = unnest
+            .dependency_indices
+            .iter()
+            .copied()
+            .eq(0..schema.fields().len());
+        if !unnest.struct_type_columns.is_empty() || list.depth != 1 || !identity {
+            return Err(unsupported("UNNEST of structs or nested lists"));
+        }
+        let input = self.add(&unnest.input)?;
+        let (keep_null, keep_empty) = match unnest.options.null_handling {
+            NullHandling::Drop => (false, false),
+            NullHandling::Preserve => (true, false),
+            NullHandling::PreserveAndExpandEmpty => (true, true),
+        };
+        let kind = NodeKind::Unnest {
+            column: *column,
+            keep_null,
+            keep_empty,
+        };
+        Ok(self.push(kind, vec![input], schema))
     }
 
     fn limit(&mut self, limit: &Limit) -> Result<usize> {

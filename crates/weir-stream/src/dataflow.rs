@@ -18,7 +18,7 @@ use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
 use crate::join::Join;
-use crate::map::{Filter, Project, Rename, Values};
+use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan};
 use crate::top_n::TopN;
 use crate::{Changes, Operator, Result};
@@ -75,6 +75,11 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
         NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
         NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
         NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
+        NodeKind::Unnest {
+            column,
+            keep_null,
+            keep_empty,
+        } => Box::new(Unnest::new(*column, *keep_null, *keep_empty, schema)),
         NodeKind::Aggregate(agg) => {
             crate::aggregate::aggregate(agg.clone(), input_schema(0), schema, append_only(0))?
         }

@@ -1,6 +1,10 @@
-//! Stateless operators: filter, projection, renaming and constant input.
+//! Stateless operators: filter, projection, unnesting, renaming and
+//! constant input.
 
-use datafusion::arrow::array::{Array, BooleanArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, UInt32Array,
+};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::error::DataFusionError;
@@ -66,6 +70,98 @@ impl Operator for Project {
             &RecordBatchOptions::new().with_row_count(Some(rows)),
         )?;
         Ok(vec![Changes::new(batch, input.weights)?])
+    }
+
+    stateless!();
+}
+
+/// Each row once per element of its list column, the element in the
+/// list's place (`unnest`): a weight goes with each copy.
+#[derive(Debug)]
+pub struct Unnest {
+    column: usize,
+    keep_null: bool,
+    keep_empty: bool,
+    schema: SchemaRef,
+}
+
+impl Unnest {
+    /// Unnests list column `column`, to `schema`; a NULL (`keep_null`) or
+    /// empty (`keep_empty`) list gives one row with a NULL element, else
+    /// none.
+    pub fn new(column: usize, keep_null: bool, keep_empty: bool, schema: SchemaRef) -> Self {
+        Unnest {
+            column,
+            keep_null,
+            keep_empty,
+            schema,
+        }
+    }
+
+    /// For each output row, its input row and its element (`None`: NULL).
+    fn positions<O: OffsetSizeTrait>(
+        &self,
+        list: &datafusion::arrow::array::GenericListArray<O>,
+    ) -> (Vec<u32>, Vec<Option<u32>>) {
+        let offsets = list.value_offsets();
+        let (mut rows, mut elements) = (Vec::new(), Vec::new());
+        // Per row: each contributes as many rows as its list has elements.
+        for row in 0..list.len() {
+            let (start, end) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
+            let keep = if list.is_null(row) {
+                self.keep_null
+            } else {
+                start == end && self.keep_empty
+            };
+            if keep {
+                rows.push(row as u32);
+                elements.push(None);
+            } else if list.is_valid(row) {
+                for element in start..end {
+                    rows.push(row as u32);
+                    elements.push(Some(element as u32));
+                }
+            }
+        }
+        (rows, elements)
+    }
+}
+
+impl Operator for Unnest {
+    fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        let list = input.rows.column(self.column);
+        let ((rows, elements), values) = if let Some(list) = list.as_list_opt::<i32>() {
+            (self.positions(list), list.values().clone())
+        } else if let Some(list) = list.as_list_opt::<i64>() {
+            (self.positions(list), list.values().clone())
+        } else {
+            return Err(DataFusionError::Internal(format!(
+                "unnest of a {} column",
+                list.data_type()
+            )));
+        };
+        let rows = UInt32Array::from(rows);
+        let elements = UInt32Array::from(elements);
+        let columns = input
+            .rows
+            .columns()
+            .iter()
+            .enumerate()
+            .map(|(i, column)| {
+                if i == self.column {
+                    take(values.as_ref(), &elements, None)
+                } else {
+                    take(column.as_ref(), &rows, None)
+                }
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        let weights = take(&input.weights, &rows, None)?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
+        Ok(vec![Changes::new(batch, weights.as_primitive().clone())?])
     }
 
     stateless!();
@@ -149,5 +245,62 @@ mod tests {
         let out = Filter::new(predicate).process(0, input).unwrap();
         assert_eq!(out[0].len(), 2);
         assert_eq!(out[0].weights.values().to_vec(), vec![-1, 2]);
+    }
+
+    #[test]
+    fn unnest_gives_a_row_per_element_each_with_its_row_weight() {
+        use datafusion::arrow::array::ListArray;
+        use datafusion::arrow::datatypes::Int32Type;
+
+        let list_type = DataType::List(Arc::new(Field::new_list_field(DataType::Int32, true)));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, false),
+            Field::new("l", list_type, true),
+        ]));
+        let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            None,
+            Some(vec![]),
+            Some(vec![Some(7)]),
+        ]);
+        let rows = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![10, 20, 30, 40])),
+                Arc::new(lists),
+            ],
+        )
+        .unwrap();
+        let input = Changes::new(rows, Int64Array::from(vec![1, 1, 1, -2])).unwrap();
+        let out_schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, false),
+            Field::new("e", DataType::Int32, true),
+        ]));
+        let run = |keep_null, keep_empty| {
+            let out = Unnest::new(1, keep_null, keep_empty, out_schema.clone())
+                .process(0, input.clone())
+                .unwrap();
+            let rows = &out[0].rows;
+            let keys = rows.column(0).as_primitive::<Int32Type>().values().to_vec();
+            let elements: Vec<Option<i32>> =
+                rows.column(1).as_primitive::<Int32Type>().iter().collect();
+            (keys, elements, out[0].weights.values().to_vec())
+        };
+        assert_eq!(
+            run(false, false),
+            (
+                vec![10, 10, 40],
+                vec![Some(1), Some(2), Some(7)],
+                vec![1, 1, -2]
+            )
+        );
+        assert_eq!(
+            run(true, true),
+            (
+                vec![10, 10, 20, 30, 40],
+                vec![Some(1), Some(2), None, None, Some(7)],
+                vec![1, 1, 1, 1, -2]
+            )
+        );
     }
 }

@@ -72,6 +72,16 @@ pub enum NodeKind {
     Union,
     /// The first rows in an order.
     TopN(TopNSpec),
+    /// Each row once per element of its list column `column`, which the
+    /// element replaces.
+    Unnest {
+        /// The list column.
+        column: usize,
+        /// Whether a NULL list gives one row with a NULL element (else none).
+        keep_null: bool,
+        /// Whether an empty list gives one row with a NULL element (else none).
+        keep_empty: bool,
+    },
 }
 
 /// What an aggregation computes.
@@ -172,6 +182,7 @@ impl StreamPlan {
             | NodeKind::Values { .. }
             | NodeKind::Filter { .. }
             | NodeKind::Project { .. }
+            | NodeKind::Unnest { .. }
             | NodeKind::Union => None,
         }
     }
@@ -192,7 +203,10 @@ impl StreamPlan {
             node.append_only = match &node.kind {
                 NodeKind::Source { relation, .. } => relation_is_append_only(relation),
                 NodeKind::Values { .. } => true,
-                NodeKind::Filter { .. } | NodeKind::Project { .. } | NodeKind::Union => all,
+                NodeKind::Filter { .. }
+                | NodeKind::Project { .. }
+                | NodeKind::Unnest { .. }
+                | NodeKind::Union => all,
                 // A semi join's row appears with its first match and stays
                 // while matches only come; every other kind retracts rows
                 // (padding, lost matches) or, like aggregates and top-N,
@@ -218,7 +232,7 @@ impl StreamPlan {
     ///   when it passes every key column through unchanged;
     /// - a join's output is keyed by both sides' keys together (a semi or
     ///   anti join by its side's key);
-    /// - `UNION ALL` and constant rows have none.
+    /// - `UNION ALL`, constant rows and unnested rows have none.
     pub fn derive_keys(&mut self, relation_key: impl Fn(&str) -> Option<Vec<usize>>) {
         for i in 0..self.nodes.len() {
             let input_key = |port: usize| -> Option<Vec<usize>> {
@@ -260,7 +274,8 @@ impl StreamPlan {
                         }
                     }
                 }
-                NodeKind::Union | NodeKind::Values { .. } => None,
+                // An unnested row repeats its input row's key.
+                NodeKind::Union | NodeKind::Values { .. } | NodeKind::Unnest { .. } => None,
             };
             self.nodes[i].key = key;
         }
@@ -330,6 +345,9 @@ impl StreamPlan {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
+            NodeKind::Unnest { column, .. } => {
+                format!("Unnest: {}", node.schema.field(*column).name())
+            }
             NodeKind::Project { exprs } => {
                 format!(
                     "Project: {}",

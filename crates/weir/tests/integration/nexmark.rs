@@ -24,9 +24,12 @@ use crate::common::{column, sorted_rows, TestServer};
 /// Events in the stream (of all three kinds).
 const EVENTS: u64 = 30_000;
 
-/// The options of all three sources but their kind.
+/// The options of all three sources but their kind: 500 events per second
+/// of event time, so that the stream spans a minute (six 10-second
+/// windows).
 const OPTIONS: &[(&str, &str)] = &[
     ("nexmark.event.num", "30000"),
+    ("nexmark.event.rate", "500"),
     ("nexmark.emit.rate", "100000000"),
     ("nexmark.base.time", "1700000000000"),
     ("nexmark.seed", "3"),
