@@ -109,10 +109,12 @@ impl Manifest {
     /// 4. PostgreSQL's digits for quotients and averages of `numeric`s:
     ///    their columns (and the state of views over such views) have a
     ///    new scale.
+    /// 5. `count(DISTINCT x)` keeps each group's distinct values with
+    ///    their counts (a value table) instead of the group's input rows.
     ///
     /// A server refuses state of a newer format; views of an older one are
     /// rebuilt from their inputs at recovery.
-    pub const STATE_FORMAT: u32 = 4;
+    pub const STATE_FORMAT: u32 = 5;
 
     /// The manifest of an empty database before its first commit.
     pub fn empty(catalog: serde_json::Value) -> Self {

@@ -318,8 +318,11 @@ impl StreamPlan {
                 let input = &self.nodes[node.inputs[0]];
                 if crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
                     let mut tables = vec!["groups: row count and aggregate states".to_owned()];
-                    for function in spec.aggregates.iter().filter(|_| !input.append_only) {
-                        if matches!(function.fun().name(), "min" | "max") {
+                    // `min`/`max` of an input that deletes and
+                    // `count(DISTINCT)` keep every value (`ValueCounts`).
+                    for function in &spec.aggregates {
+                        let extreme = matches!(function.fun().name(), "min" | "max");
+                        if function.is_distinct() || extreme && !input.append_only {
                             tables.push(format!("values of {} by group", function.name()));
                         }
                     }

@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | [`Linear`] | `count`, `sum`, `avg` | a count and a sum | O(1): values are added times their weight |
 //! | [`Extreme`] / [`EncodedExtreme`] | `min`, `max` of an append-only input | the current extreme | O(1) |
-//! | [`ValueCounts`] | `min`, `max` of an input that deletes | every distinct value with its count, in order | O(log values) |
+//! | [`ValueCounts`] | `min`, `max` of an input that deletes; `count(DISTINCT x)` | every distinct value with its count, in order (and a distinct count per group) | O(log values) |
 //!
 //! Every update is one loop over a batch's rows with their group ids and
 //! weights; the arguments were computed by DataFusion expressions on the
@@ -113,7 +113,7 @@ pub(crate) fn accumulator_for(
     input_schema: &datafusion::arrow::datatypes::SchemaRef,
     append_only: bool,
 ) -> Result<Option<Box<dyn GroupAccumulator>>> {
-    if function.is_distinct() || !function.order_bys().is_empty() {
+    if !function.order_bys().is_empty() {
         return Ok(None);
     }
     let args = function.expressions();
@@ -122,6 +122,12 @@ pub(crate) fn accumulator_for(
         .map(|e| e.data_type(input_schema))
         .collect::<Result<Vec<_>>>()?;
     let name = function.fun().name();
+    if function.is_distinct() {
+        return Ok(match (name, arg_types.as_slice()) {
+            ("count", [t]) => Some(Box::new(ValueCounts::new(t, Reading::DistinctCount)?)),
+            _ => None,
+        });
+    }
     let accumulator: Option<Box<dyn GroupAccumulator>> = match (name, arg_types.as_slice()) {
         ("count", [_] | []) => Some(Box::new(Linear::new(LinearKind::Count, function, None)?)),
         ("sum", [t]) => Sums::new(t)?
@@ -143,7 +149,8 @@ pub(crate) fn accumulator_for(
             if append_only {
                 Some(extreme(t, max)?)
             } else {
-                Some(Box::new(ValueCounts::new(t, max)?))
+                let reading = if max { Reading::Max } else { Reading::Min };
+                Some(Box::new(ValueCounts::new(t, reading)?))
             }
         }
         _ => None,
@@ -786,10 +793,13 @@ impl GroupAccumulator for EncodedExtreme {
 /// keyed by the group columns and the value.
 #[derive(Debug)]
 pub(crate) struct ValueCounts {
-    max: bool,
+    reading: Reading,
     data_type: DataType,
     converter: RowConverter,
     counts: BTreeMap<GroupValue, i64>,
+    /// For [`Reading::DistinctCount`]: the distinct values of each group,
+    /// by group id.
+    distinct: Vec<i64>,
     /// Entries changed since the last delta.
     changed: BTreeSet<GroupValue>,
     bytes: usize,
@@ -799,13 +809,25 @@ pub(crate) struct ValueCounts {
 /// encoding: the key's id and boxed slice, the count, the node's share.
 const VALUE_ENTRY_BYTES: usize = 48;
 
+/// What a [`ValueCounts`] reads from a group's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// The least (`min`).
+    Min,
+    /// The greatest (`max`).
+    Max,
+    /// How many there are (`count(DISTINCT x)`).
+    DistinctCount,
+}
+
 impl ValueCounts {
-    fn new(data_type: &DataType, max: bool) -> Result<Self> {
+    fn new(data_type: &DataType, reading: Reading) -> Result<Self> {
         Ok(ValueCounts {
-            max,
+            reading,
             data_type: data_type.clone(),
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
             counts: BTreeMap::new(),
+            distinct: Vec::new(),
             changed: BTreeSet::new(),
             bytes: 0,
         })
@@ -883,9 +905,21 @@ impl ValueCounts {
         for (i, &g) in groups.iter().enumerate() {
             let bytes: Box<[u8]> = values.row(i).as_ref().into();
             self.bytes += bytes.len() + VALUE_ENTRY_BYTES;
-            self.counts.insert((g, bytes), counts.value(i));
+            if self.counts.insert((g, bytes), counts.value(i)).is_none() {
+                self.count_distinct(g, 1);
+            }
         }
         Ok(())
+    }
+
+    /// Moves group `g`'s distinct count by `by`, if distinct values are
+    /// what it reads.
+    fn count_distinct(&mut self, g: KeyId, by: i64) {
+        if self.reading == Reading::DistinctCount {
+            let g = g as usize;
+            grow(&mut self.distinct, g + 1, 0);
+            self.distinct[g] += by;
+        }
     }
 }
 
@@ -907,18 +941,27 @@ impl GroupAccumulator for ValueCounts {
             let entry = (g, Box::<[u8]>::from(rows.row(i).as_ref()));
             let len = entry.1.len();
             let count = self.counts.entry(entry.clone()).or_insert(0);
-            if *count == 0 {
-                self.bytes += len + VALUE_ENTRY_BYTES;
-            }
+            let new = *count == 0;
             *count += w;
             if *count < 0 {
                 return Err(DataFusionError::Internal(
-                    "a value was removed from min/max more often than it was added".into(),
+                    "a value was removed from an aggregate more often than it was added".into(),
                 ));
             }
-            if *count == 0 {
+            let gone = *count == 0;
+            if gone {
                 self.counts.remove(&entry);
-                self.bytes -= len + VALUE_ENTRY_BYTES;
+            }
+            match (new, gone) {
+                (true, false) => {
+                    self.bytes += len + VALUE_ENTRY_BYTES;
+                    self.count_distinct(g, 1);
+                }
+                (false, true) => {
+                    self.bytes -= len + VALUE_ENTRY_BYTES;
+                    self.count_distinct(g, -1);
+                }
+                _ => {}
             }
             self.changed.insert(entry);
         }
@@ -926,12 +969,19 @@ impl GroupAccumulator for ValueCounts {
     }
 
     fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
+        if self.reading == Reading::DistinctCount {
+            return Ok(Arc::new(Int64Array::from_iter_values(
+                groups
+                    .iter()
+                    .map(|&g| self.distinct.get(g as usize).copied().unwrap_or(0)),
+            )));
+        }
         let parser = self.converter.parser();
         let mut present = Vec::with_capacity(groups.len());
         let mut rows = Vec::new();
         for &g in groups {
             let mut range = self.counts.range(group_range(g));
-            let found = if self.max {
+            let found = if self.reading == Reading::Max {
                 range.next_back()
             } else {
                 range.next()
@@ -966,7 +1016,7 @@ impl GroupAccumulator for ValueCounts {
     }
 
     fn memory_size(&self) -> usize {
-        self.bytes + self.converter.size()
+        self.bytes + self.converter.size() + self.distinct.capacity() * 8
     }
 
     fn values(&mut self) -> Option<&mut ValueCounts> {

@@ -606,6 +606,23 @@ mod tests {
 
     /// count, sum, avg, min, max and a filtered sum over `(k, v)`.
     fn spec(grouped: bool) -> (AggregateSpec, SchemaRef) {
+        let (spec, out) = spec_with_distinct(grouped);
+        let aggregates = spec.aggregates[..6].to_vec();
+        let mut fields: Vec<Field> = out.fields()[..spec.group.len()]
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(aggregates.iter().map(|a| a.field().as_ref().clone()));
+        let spec = AggregateSpec {
+            filters: spec.filters[..6].to_vec(),
+            aggregates,
+            group: spec.group,
+        };
+        (spec, Arc::new(Schema::new(fields)))
+    }
+
+    /// [`spec`] and plain and filtered `count(DISTINCT v)`.
+    fn spec_with_distinct(grouped: bool) -> (AggregateSpec, SchemaRef) {
         let schema = kv_schema();
         let v = col("v", &schema).unwrap();
         let as_type = |t: DataType| cast(v.clone(), &schema, t).unwrap();
@@ -618,6 +635,16 @@ mod tests {
                     .unwrap(),
             )
         };
+        let distinct = |udaf, arg: PhysicalExprRef, name: &str| {
+            Arc::new(
+                AggregateExprBuilder::new(udaf, vec![arg])
+                    .schema(schema.clone())
+                    .alias(name)
+                    .distinct()
+                    .build()
+                    .unwrap(),
+            )
+        };
         let aggregates = vec![
             build(count_udaf(), v.clone(), "n"),
             build(sum_udaf(), as_type(DataType::Int64), "s"),
@@ -625,9 +652,20 @@ mod tests {
             build(min_udaf(), v.clone(), "lo"),
             build(max_udaf(), v.clone(), "hi"),
             build(sum_udaf(), as_type(DataType::Int64), "big"),
+            distinct(count_udaf(), v.clone(), "dv"),
+            distinct(count_udaf(), v.clone(), "big_dv"),
         ];
         let big = binary(v.clone(), BinOp::Gt, lit(5), &schema).unwrap();
-        let filters = vec![None, None, None, None, None, Some(big)];
+        let filters = vec![
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(big.clone()),
+            None,
+            Some(big),
+        ];
         let (group, mut fields) = group_by_k(grouped);
         for a in &aggregates {
             fields.push(a.field().as_ref().clone());
@@ -743,7 +781,7 @@ mod tests {
             vec![kv(&[(Some(1), Some(12), 1), (Some(3), None, -3)])],
         ];
         for grouped in [true, false] {
-            let (spec, out) = spec(grouped);
+            let (spec, out) = spec_with_distinct(grouped);
             let mut columnar =
                 GroupedAggregate::try_new(spec.clone(), kv_schema(), out.clone(), false)
                     .unwrap()

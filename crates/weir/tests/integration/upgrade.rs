@@ -114,7 +114,7 @@ async fn views_of_an_older_state_format_are_rebuilt_from_their_inputs() {
         .unwrap();
     assert_views_match(&client, VIEWS, "after writes").await;
     let (_, manifest) = newest_manifest(&data);
-    assert_eq!(manifest["state_format"], 4);
+    assert_eq!(manifest["state_format"], 5);
     drop(client);
     drop(server);
     // And a restart reads its own state back.
