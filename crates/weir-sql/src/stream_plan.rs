@@ -20,16 +20,19 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    Expr, FetchType, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan, Unnest,
-    Volatility,
+    Expr, FetchType, Filter, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan,
+    Unnest, Volatility,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
 };
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
-use weir_stream::{AggregateSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
+use weir_stream::{
+    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec,
+};
 
 /// Refuses expressions whose value can change without any input
 /// changing (`now()`, `random()`): a view of them could never be kept
@@ -238,6 +241,9 @@ impl Builder {
                 Ok(self.push(NodeKind::Project { exprs }, vec![input], schema()))
             }
             LogicalPlan::Filter(f) => {
+                if let Some(index) = self.window_top_n(f)? {
+                    return Ok(index);
+                }
                 let input = self.add(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 Ok(self.push(NodeKind::Filter { predicate }, vec![input], schema()))
@@ -411,6 +417,99 @@ impl Builder {
         Ok(index)
     }
 
+    /// A filter that keeps the first rows of each partition of a
+    /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o)` (`rn <= n`, `rn <
+    /// n`, `rn = 1`, possibly among other conditions), as a [`GroupTopN`]
+    /// numbering only those rows, under the projection between them and
+    /// the filter itself; `None` if the filter is not of that form.
+    ///
+    /// [`GroupTopN`]: weir_stream::NodeKind::GroupTopN
+    fn window_top_n(&mut self, filter: &Filter) -> Result<Option<usize>> {
+        let mut below = filter.input.as_ref();
+        while let LogicalPlan::SubqueryAlias(alias) = below {
+            below = alias.input.as_ref();
+        }
+        let (projection, window) = match below {
+            LogicalPlan::Window(window) => (None, window),
+            LogicalPlan::Projection(p) => {
+                let mut inner = p.input.as_ref();
+                while let LogicalPlan::SubqueryAlias(alias) = inner {
+                    inner = alias.input.as_ref();
+                }
+                match inner {
+                    LogicalPlan::Window(window) => (Some(p), window),
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        let [function] = window.window_expr.as_slice() else {
+            return Ok(None);
+        };
+        let Expr::WindowFunction(function) = unalias(function) else {
+            return Ok(None);
+        };
+        let params = &function.params;
+        if function.fun.name() != "row_number" || params.order_by.is_empty() {
+            return Ok(None);
+        }
+        // The row number's column in the filter's input.
+        let number = window.input.schema().fields().len();
+        let number_in_filter = match projection {
+            None => Some(number),
+            Some(p) => p.expr.iter().position(|e| {
+                matches!(unalias(e), Expr::Column(c)
+                    if window.schema.index_of_column(c).ok() == Some(number))
+            }),
+        };
+        let Some(number_in_filter) = number_in_filter else {
+            return Ok(None);
+        };
+        let schema = filter.input.schema();
+        let fetch = split_conjunction(&filter.predicate)
+            .into_iter()
+            .filter_map(|conjunct| row_number_bound(conjunct, schema, number_in_filter))
+            .min();
+        let Some(fetch) = fetch else {
+            return Ok(None);
+        };
+        let input = self.add(&window.input)?;
+        let partition = params
+            .partition_by
+            .iter()
+            .map(|e| self.physical(e, window.input.schema()))
+            .collect::<Result<_>>()?;
+        let order = create_physical_sort_exprs(
+            &params.order_by,
+            window.input.schema(),
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )?;
+        let spec = GroupTopNSpec {
+            partition,
+            order,
+            fetch,
+        };
+        let window_schema = Arc::new(window.schema.as_arrow().clone());
+        let mut index = self.push(NodeKind::GroupTopN(spec), vec![input], window_schema);
+        if let Some(p) = projection {
+            let exprs = p
+                .expr
+                .iter()
+                .map(|e| self.physical(e, &window.schema))
+                .collect::<Result<_>>()?;
+            let schema = Arc::new(p.schema.as_arrow().clone());
+            index = self.push(NodeKind::Project { exprs }, vec![index], schema);
+        }
+        let predicate = self.physical(&filter.predicate, schema)?;
+        let schema = Arc::new(schema.as_arrow().clone());
+        Ok(Some(self.push(
+            NodeKind::Filter { predicate },
+            vec![index],
+            schema,
+        )))
+    }
+
     /// `unnest` of one list column, one level deep (what a select-list
     /// `unnest(list)` and `HOP` plan to).
     fn unnest(&mut self, unnest: &Unnest, schema: SchemaRef) -> Result<usize> {
@@ -529,4 +628,62 @@ fn check_aggregate(expr: &Expr) -> Result<()> {
         Expr::AggregateFunction(AggregateFunction { .. }) => Ok(()),
         other => Err(unsupported(format!("aggregate expression {other}"))),
     }
+}
+
+/// The expression under any aliases.
+fn unalias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(alias) => unalias(&alias.expr),
+        other => other,
+    }
+}
+
+/// How many rows of a partition `conjunct` keeps when it bounds the row
+/// number in column `number` of `schema` (`rn <= 3`, `rn < 4`, `3 >= rn`,
+/// `rn = 1`); `None` if it does not bound it.
+fn row_number_bound(conjunct: &Expr, schema: &DFSchema, number: usize) -> Option<usize> {
+    let Expr::BinaryExpr(binary) = conjunct else {
+        return None;
+    };
+    let is_number = |e: &Expr| {
+        let e = match e {
+            Expr::Cast(cast) => cast.expr.as_ref(),
+            Expr::TryCast(cast) => cast.expr.as_ref(),
+            other => other,
+        };
+        matches!(e, Expr::Column(c) if schema.index_of_column(c).ok() == Some(number))
+    };
+    let literal = |e: &Expr| -> Option<i128> {
+        let value = match e {
+            Expr::Literal(value, _) => value,
+            Expr::Cast(cast) => match cast.expr.as_ref() {
+                Expr::Literal(value, _) => value,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        value
+            .cast_to(&datafusion::arrow::datatypes::DataType::Int64)
+            .ok()
+            .and_then(|v| match v {
+                ScalarValue::Int64(Some(n)) => Some(i128::from(n)),
+                _ => None,
+            })
+    };
+    use datafusion::logical_expr::Operator as Op;
+    let (op, bound) = if is_number(&binary.left) {
+        (binary.op, literal(&binary.right)?)
+    } else if is_number(&binary.right) {
+        (binary.op.swap()?, literal(&binary.left)?)
+    } else {
+        return None;
+    };
+    let rows = match op {
+        Op::LtEq | Op::Eq if bound >= 1 => bound,
+        Op::Lt if bound >= 2 => bound - 1,
+        _ => return None,
+    };
+    // `rn = 3` keeps only the third row, but numbering the first three is
+    // still exact: the filter above drops the others.
+    usize::try_from(rows).ok()
 }

@@ -17,6 +17,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
+use crate::group_top_n::GroupTopN;
 use crate::join::Join;
 use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan};
@@ -91,6 +92,7 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             [append_only(0), append_only(1)],
         )?),
         NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
+        NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(top, input_schema(0), schema)?),
     };
     let declared = plan.state_tables(index).len();
     if operator.state_specs().len() != declared {

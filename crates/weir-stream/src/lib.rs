@@ -25,6 +25,7 @@ mod aggregate;
 mod align;
 mod changes;
 mod dataflow;
+mod group_top_n;
 mod join;
 mod keyed_rows;
 mod map;
@@ -45,7 +46,9 @@ pub use dataflow::{Dataflow, OperatorInfo, OperatorStats};
 pub use keyed_rows::KeyedRows;
 pub use operator::Operator;
 pub use partition::{vnodes, Placement, VNODES};
-pub use plan::{AggregateSpec, Exchange, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec};
+pub use plan::{
+    AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec,
+};
 
 /// Errors of the streaming engine are DataFusion's: expressions fail with
 /// them, and the server already maps them to SQLSTATEs.

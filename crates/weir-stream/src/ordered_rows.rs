@@ -203,6 +203,23 @@ impl OrderedRows {
             .flat_map(|group| group.iter().map(|(row, &w)| (row.as_ref(), w)))
     }
 
+    /// The rows whose encoded key starts with `prefix`, in key order,
+    /// each with its multiplicity: with a key whose leading columns are a
+    /// partition's, the rows of that partition (column encodings are
+    /// self-delimiting, so no other partition's key starts with them).
+    pub fn ordered_with_prefix<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], i64)> + 'a {
+        self.groups
+            .range::<[u8], _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |(key, _)| key.starts_with(prefix))
+            .flat_map(|(_, group)| group.iter().map(|(row, &w)| (row.as_ref(), w)))
+    }
+
     /// Encoded rows (from this bag) back to Arrow.
     pub fn decode(&self, rows: &[(&[u8], i64)]) -> Result<Changes> {
         let columns = if self.schema.fields().is_empty() {

@@ -72,6 +72,10 @@ pub enum NodeKind {
     Union,
     /// The first rows in an order.
     TopN(TopNSpec),
+    /// The first rows of each partition, numbered (`ROW_NUMBER() OVER
+    /// (PARTITION BY ... ORDER BY ...) <= n`): the input's columns and
+    /// the row number.
+    GroupTopN(GroupTopNSpec),
     /// Each row once per element of its list column `column`, which the
     /// element replaces.
     Unnest {
@@ -135,6 +139,17 @@ pub struct TopNSpec {
     pub fetch: Option<usize>,
 }
 
+/// The first rows of each partition of an ordering.
+#[derive(Debug, Clone)]
+pub struct GroupTopNSpec {
+    /// The `PARTITION BY`.
+    pub partition: Vec<PhysicalExprRef>,
+    /// The `ORDER BY`.
+    pub order: Vec<PhysicalSortExpr>,
+    /// Rows kept per partition.
+    pub fetch: usize,
+}
+
 /// How the rows into an operator's input are spread over the operator's
 /// parallel instances.
 #[derive(Debug, Clone)]
@@ -178,6 +193,8 @@ impl StreamPlan {
                 join.right_keys.clone()
             })),
             NodeKind::TopN(_) => Some(Exchange::Single),
+            NodeKind::GroupTopN(top) if top.partition.is_empty() => Some(Exchange::Single),
+            NodeKind::GroupTopN(top) => Some(Exchange::Hash(top.partition.clone())),
             NodeKind::Source { .. }
             | NodeKind::Values { .. }
             | NodeKind::Filter { .. }
@@ -217,7 +234,7 @@ impl StreamPlan {
                         JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
                     ) && !join.null_aware
                 }
-                NodeKind::Aggregate(_) | NodeKind::TopN(_) => false,
+                NodeKind::Aggregate(_) | NodeKind::TopN(_) | NodeKind::GroupTopN(_) => false,
             };
         }
     }
@@ -253,6 +270,14 @@ impl StreamPlan {
                         .collect::<Option<Vec<usize>>>()
                 }),
                 NodeKind::Aggregate(spec) => Some((0..spec.group.len()).collect()),
+                // A partition's rows have distinct numbers: the partition
+                // columns (when they are input columns) and the number.
+                NodeKind::GroupTopN(top) => top
+                    .partition
+                    .iter()
+                    .map(|e| e.downcast_ref::<Column>().map(Column::index))
+                    .chain(std::iter::once(Some(node.schema.fields().len() - 1)))
+                    .collect::<Option<Vec<usize>>>(),
                 NodeKind::Join(join) => {
                     let left_width = self.nodes[node.inputs[0]].schema.fields().len();
                     match join.join_type {
@@ -336,6 +361,7 @@ impl StreamPlan {
                 "right rows by join key".to_owned(),
             ],
             NodeKind::TopN(_) => vec!["input rows in sort order".to_owned()],
+            NodeKind::GroupTopN(_) => vec!["input rows by partition in sort order".to_owned()],
             _ => Vec::new(),
         }
     }
@@ -396,6 +422,12 @@ impl StreamPlan {
                 list(&mut spec.order.iter().map(|s| s.to_string())),
                 spec.skip,
                 spec.fetch.map_or("none".to_owned(), |f| f.to_string())
+            ),
+            NodeKind::GroupTopN(spec) => format!(
+                "GroupTopN: partition=[{}] order=[{}] limit={}",
+                list(&mut spec.partition.iter().map(|e| e.to_string())),
+                list(&mut spec.order.iter().map(|s| s.to_string())),
+                spec.fetch
             ),
         }
     }

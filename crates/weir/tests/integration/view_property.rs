@@ -86,6 +86,9 @@ const CASES: &[Case] = &[
     case("t_offset", "SELECT id, v FROM a ORDER BY v, id LIMIT 3 OFFSET 2"),
     case("t_dups", "SELECT k, v FROM c ORDER BY k NULLS FIRST, v LIMIT 4"),
     case("t_agg", "SELECT k, count(*) AS n FROM a WHERE v BETWEEN 2 AND 8 GROUP BY k ORDER BY n DESC, k LIMIT 3"),
+    case("t_per_key", "SELECT * FROM (SELECT id, k, v, row_number() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, id) AS rn FROM a) t WHERE rn <= 2"),
+    case("t_dedup", "SELECT k, v FROM (SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY id DESC) AS rn FROM a) t WHERE rn = 1"),
+    case("g_distinct_filter", "SELECT k, count(DISTINCT v) FILTER (WHERE b) AS db, count(DISTINCT s) AS ds FROM a GROUP BY k"),
     on_views(
         "w_filter",
         "SELECT k, sv FROM g_basic WHERE sv > 10",

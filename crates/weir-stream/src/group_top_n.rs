@@ -1,0 +1,262 @@
+//! Top-N per partition: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o)`
+//! filtered to its first rows (`rn <= n`, `rn = 1` for deduplication),
+//! maintained as rows come and go.
+//!
+//! The input is one [`OrderedRows`] bag keyed by the partition columns
+//! followed by the order columns, so each partition's rows are one run of
+//! keys in `ORDER BY` order. The first change to a partition in an epoch
+//! takes that partition's first `n` rows, numbered; at the end of the
+//! epoch the partitions touched are taken again and the differences
+//! emitted: an epoch costs `O(n)` per partition it touched, plus its
+//! changes, and never looks at another partition.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::{cast, concat_batches, SortOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExprRef;
+use weir_state::{DeltaBatches, TableSpec};
+
+use crate::operator::expect_tables;
+use crate::ordered_rows::OrderedRows;
+use crate::plan::GroupTopNSpec;
+use crate::{Changes, Operator, Result};
+
+/// The first rows of each partition of a changing input, numbered.
+#[derive(Debug)]
+pub struct GroupTopN {
+    input: OrderedRows,
+    partition: Vec<PhysicalExprRef>,
+    /// Encodes partition values as the leading part of `input`'s keys.
+    prefixes: RowConverter,
+    fetch: usize,
+    /// Input columns followed by the row number.
+    schema: SchemaRef,
+    /// The first rows of each partition touched this epoch, as they were
+    /// before its first change.
+    before: HashMap<Box<[u8]>, Changes>,
+}
+
+impl GroupTopN {
+    /// The first `spec.fetch` rows of each partition of rows of
+    /// `input_schema`, numbered, as rows of `schema`.
+    pub fn new(spec: &GroupTopNSpec, input_schema: SchemaRef, schema: SchemaRef) -> Result<Self> {
+        let mut keys: Vec<PhysicalExprRef> = spec.partition.clone();
+        let mut options = vec![SortOptions::default(); spec.partition.len()];
+        for sort in &spec.order {
+            keys.push(sort.expr.clone());
+            options.push(sort.options);
+        }
+        let prefixes = RowConverter::new(
+            spec.partition
+                .iter()
+                .map(|e| Ok(SortField::new(e.data_type(&input_schema)?)))
+                .collect::<Result<Vec<_>>>()?,
+        )?;
+        Ok(GroupTopN {
+            input: OrderedRows::new(input_schema, keys, Some(options))?,
+            partition: spec.partition.clone(),
+            prefixes,
+            fetch: spec.fetch,
+            schema,
+            before: HashMap::new(),
+        })
+    }
+
+    /// The encoded partition of each row of `rows`.
+    fn partitions(&self, rows: &RecordBatch) -> Result<Vec<Box<[u8]>>> {
+        if self.partition.is_empty() {
+            return Ok(vec![Box::default(); rows.num_rows()]);
+        }
+        let columns = self
+            .partition
+            .iter()
+            .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let encoded = self.prefixes.convert_columns(&columns)?;
+        Ok(encoded.iter().map(|row| row.data().into()).collect())
+    }
+
+    /// The first rows of partition `prefix`, each copy of a row its own
+    /// row with its number.
+    fn top(&self, prefix: &[u8]) -> Result<Changes> {
+        let mut rows = Vec::new();
+        for (row, weight) in self.input.ordered_with_prefix(prefix) {
+            let copies = (weight.max(0) as usize).min(self.fetch - rows.len());
+            rows.extend(std::iter::repeat_n((row, 1), copies));
+            if rows.len() == self.fetch {
+                break;
+            }
+        }
+        let decoded = self.input.decode(&rows)?;
+        let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(1..=rows.len() as u64));
+        let number_type = self
+            .schema
+            .field(self.schema.fields().len() - 1)
+            .data_type();
+        let mut columns = decoded.rows.columns().to_vec();
+        columns.push(cast(&numbers, number_type)?);
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        Changes::new(batch, decoded.weights)
+    }
+}
+
+impl Operator for GroupTopN {
+    fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        for prefix in self.partitions(&input.rows)? {
+            if !self.before.contains_key(&prefix) {
+                let top = self.top(&prefix)?;
+                self.before.insert(prefix, top);
+            }
+        }
+        self.input.update(&input)?;
+        Ok(Vec::new())
+    }
+
+    fn flush(&mut self) -> Result<Vec<Changes>> {
+        if self.before.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut old = Vec::new();
+        let mut new = Vec::new();
+        for (prefix, before) in std::mem::take(&mut self.before) {
+            old.push(before.negate());
+            new.push(self.top(&prefix)?);
+        }
+        // One batch each way, however many partitions the epoch touched.
+        let combine = |parts: Vec<Changes>| -> Result<Changes> {
+            let rows: Vec<RecordBatch> = parts.iter().map(|c| c.rows.clone()).collect();
+            let weights: Vec<i64> = parts
+                .iter()
+                .flat_map(|c| c.weights.values().iter().copied())
+                .collect();
+            Changes::new(
+                concat_batches(&self.schema, &rows)?,
+                datafusion::arrow::array::Int64Array::from(weights),
+            )
+        };
+        Ok(vec![combine(old)?, combine(new)?])
+    }
+
+    fn state_specs(&self) -> Vec<TableSpec> {
+        vec![self.input.state_spec()]
+    }
+
+    fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
+        Ok(vec![self.input.take_delta()?])
+    }
+
+    fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
+        expect_tables(tables, 1)?;
+        self.input.restore(&tables[0])
+    }
+
+    /// Runs partitioned by the `PARTITION BY` values: an instance takes
+    /// the stored rows whose partition values its partitions hold, as the
+    /// exchange sends it their changes.
+    fn restore_share(
+        &mut self,
+        tables: &[RecordBatch],
+        instance: usize,
+        placement: &crate::Placement,
+    ) -> Result<()> {
+        expect_tables(tables, 1)?;
+        let stored = &tables[0];
+        let keys = self
+            .partition
+            .iter()
+            .map(|e| e.evaluate(stored)?.into_array(stored.num_rows()))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let mine = placement.owned_rows(instance, stored, &keys)?;
+        self.restore(&[mine])
+    }
+
+    fn memory_size(&self) -> usize {
+        self.input.memory_size()
+            + self
+                .before
+                .values()
+                .map(|c| c.rows.get_array_memory_size())
+                .sum::<usize>()
+    }
+
+    fn state_rows(&self) -> Vec<usize> {
+        vec![self.input.distinct_rows()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::compute::SortOptions;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::PhysicalSortExpr;
+
+    use super::*;
+    use crate::testing::{kv, kv_schema, net};
+
+    /// The first two `v` (descending) of each `k`, numbered.
+    fn top_two() -> GroupTopN {
+        let input = kv_schema();
+        let spec = GroupTopNSpec {
+            partition: vec![col("k", &input).unwrap()],
+            order: vec![PhysicalSortExpr::new(
+                col("v", &input).unwrap(),
+                SortOptions::new(true, false),
+            )],
+            fetch: 2,
+        };
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("rn", DataType::UInt64, false));
+        GroupTopN::new(&spec, input, Arc::new(Schema::new(fields))).unwrap()
+    }
+
+    fn epoch(op: &mut GroupTopN, changes: Changes) -> Vec<(String, i64)> {
+        let mut out = op.process(0, changes).unwrap();
+        out.extend(op.flush().unwrap());
+        net(&out)
+    }
+
+    #[test]
+    fn each_partition_keeps_its_first_rows_numbered() {
+        let mut op = top_two();
+        let first = epoch(
+            &mut op,
+            kv(&[
+                (Some(1), Some(10), 1),
+                (Some(1), Some(30), 1),
+                (Some(1), Some(20), 1),
+                (Some(2), Some(5), 2),
+            ]),
+        );
+        let rows = |r: &[(&str, i64)]| -> Vec<(String, i64)> {
+            r.iter().map(|(s, w)| (s.to_string(), *w)).collect()
+        };
+        assert_eq!(
+            first,
+            rows(&[("1,20,2", 1), ("1,30,1", 1), ("2,5,1", 1), ("2,5,2", 1)])
+        );
+        // A new first row in partition 1 pushes the others down; partition
+        // 2 is not touched.
+        assert_eq!(
+            epoch(&mut op, kv(&[(Some(1), Some(40), 1)])),
+            rows(&[("1,20,2", -1), ("1,30,1", -1), ("1,30,2", 1), ("1,40,1", 1)])
+        );
+        // An update within a partition's first rows renumbers in place.
+        assert_eq!(
+            epoch(
+                &mut op,
+                kv(&[(Some(2), Some(5), -1), (Some(2), Some(50), 1)])
+            ),
+            rows(&[("2,5,1", -1), ("2,50,1", 1)])
+        );
+        // Deleting a first row brings the next one up.
+        assert_eq!(
+            epoch(&mut op, kv(&[(Some(1), Some(40), -1)])),
+            rows(&[("1,20,2", 1), ("1,30,1", 1), ("1,30,2", -1), ("1,40,1", -1)])
+        );
+    }
+}
