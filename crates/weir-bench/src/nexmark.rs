@@ -14,8 +14,6 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
-
 use crate::stream::Workload;
 
 /// The queries, by name, as `sql-tests/nexmark` holds them.
@@ -61,14 +59,7 @@ fn kinds(events: u64) -> BTreeMap<String, u64> {
 
 /// Query `name` over a stream of `events` events.
 pub fn workload(name: &str, events: u64) -> anyhow::Result<Workload> {
-    let query = QUERIES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, sql)| *sql)
-        .with_context(|| {
-            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
-            format!("unknown query {name:?}; one of {names:?}")
-        })?;
+    let query = crate::stream::find_query(QUERIES, name)?;
     let mut setup = String::new();
     for kind in ["person", "auction", "bid"] {
         setup.push_str(&format!(

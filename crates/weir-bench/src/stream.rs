@@ -94,16 +94,21 @@ pub struct RunOptions {
     pub server_args: Vec<String>,
 }
 
-/// The datagen workload: query `name` of [`QUERIES`] over `rows` rows.
-pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
-    let query = QUERIES
+/// The SQL of query `name` in `queries` (name, SQL).
+pub fn find_query<'a>(queries: &[(&str, &'a str)], name: &str) -> anyhow::Result<&'a str> {
+    queries
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, sql)| *sql)
         .with_context(|| {
-            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+            let names: Vec<&str> = queries.iter().map(|(n, _)| *n).collect();
             format!("unknown query {name:?}; one of {names:?}")
-        })?;
+        })
+}
+
+/// The datagen workload: query `name` of [`QUERIES`] over `rows` rows.
+pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
+    let query = find_query(QUERIES, name)?;
     let mut setup = format!(
         "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
            date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',

@@ -5,16 +5,17 @@
 //! The input is one [`OrderedRows`] bag keyed by the partition columns
 //! followed by the order columns, so each partition's rows are one run of
 //! keys in `ORDER BY` order. The first change to a partition in an epoch
-//! takes that partition's first `n` rows, numbered; at the end of the
-//! epoch the partitions touched are taken again and the differences
-//! emitted: an epoch costs `O(n)` per partition it touched, plus its
-//! changes, and never looks at another partition.
+//! notes that partition's first `n` rows (their encodings); at the end of
+//! the epoch the partitions touched are taken again and the positions
+//! whose row changed are emitted, all partitions in one batch: an epoch
+//! costs `O(n)` per partition it touched, plus its changes, and never
+//! looks at another partition.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
-use datafusion::arrow::compute::{cast, concat_batches, SortOptions};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt64Array};
+use datafusion::arrow::compute::{cast, SortOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExprRef;
@@ -35,9 +36,9 @@ pub struct GroupTopN {
     fetch: usize,
     /// Input columns followed by the row number.
     schema: SchemaRef,
-    /// The first rows of each partition touched this epoch, as they were
-    /// before its first change.
-    before: HashMap<Box<[u8]>, Changes>,
+    /// The first rows of each partition touched this epoch (encoded, a
+    /// row held twice listed twice), as they were before its first change.
+    before: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
 }
 
 impl GroupTopN {
@@ -80,26 +81,38 @@ impl GroupTopN {
         Ok(encoded.iter().map(|row| row.data().into()).collect())
     }
 
-    /// The first rows of partition `prefix`, each copy of a row its own
-    /// row with its number.
-    fn top(&self, prefix: &[u8]) -> Result<Changes> {
+    /// The first rows of partition `prefix`, encoded, in order, each copy
+    /// of a row listed once.
+    fn top(&self, prefix: &[u8]) -> Vec<Box<[u8]>> {
         let mut rows = Vec::new();
         for (row, weight) in self.input.ordered_with_prefix(prefix) {
             let copies = (weight.max(0) as usize).min(self.fetch - rows.len());
-            rows.extend(std::iter::repeat_n((row, 1), copies));
+            rows.extend(std::iter::repeat_n(Box::<[u8]>::from(row), copies));
             if rows.len() == self.fetch {
                 break;
             }
         }
-        let decoded = self.input.decode(&rows)?;
-        let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(1..=rows.len() as u64));
+        rows
+    }
+
+    /// Numbered rows (encoded row, number, weight) as one batch of changes.
+    fn decode(&self, rows: &[(&[u8], u64, i64)]) -> Result<Changes> {
+        let encoded: Vec<(&[u8], i64)> = rows.iter().map(|&(row, _, w)| (row, w)).collect();
+        let decoded = self.input.decode(&encoded)?;
+        let numbers: ArrayRef = Arc::new(UInt64Array::from_iter_values(
+            rows.iter().map(|&(_, number, _)| number),
+        ));
         let number_type = self
             .schema
             .field(self.schema.fields().len() - 1)
             .data_type();
         let mut columns = decoded.rows.columns().to_vec();
         columns.push(cast(&numbers, number_type)?);
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
         Changes::new(batch, decoded.weights)
     }
 }
@@ -108,7 +121,7 @@ impl Operator for GroupTopN {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
         for prefix in self.partitions(&input.rows)? {
             if !self.before.contains_key(&prefix) {
-                let top = self.top(&prefix)?;
+                let top = self.top(&prefix);
                 self.before.insert(prefix, top);
             }
         }
@@ -117,28 +130,30 @@ impl Operator for GroupTopN {
     }
 
     fn flush(&mut self) -> Result<Vec<Changes>> {
-        if self.before.is_empty() {
+        let before = std::mem::take(&mut self.before);
+        let after: Vec<Vec<Box<[u8]>>> = before.keys().map(|prefix| self.top(prefix)).collect();
+        // Only the positions whose row changed, all partitions in one
+        // batch: a deduplication touches many partitions per epoch.
+        let mut changed: Vec<(&[u8], u64, i64)> = Vec::new();
+        for (old, new) in before.values().zip(&after) {
+            for position in 0..old.len().max(new.len()) {
+                let (was, is) = (old.get(position), new.get(position));
+                if was == is {
+                    continue;
+                }
+                let number = position as u64 + 1;
+                if let Some(row) = was {
+                    changed.push((row, number, -1));
+                }
+                if let Some(row) = is {
+                    changed.push((row, number, 1));
+                }
+            }
+        }
+        if changed.is_empty() {
             return Ok(Vec::new());
         }
-        let mut old = Vec::new();
-        let mut new = Vec::new();
-        for (prefix, before) in std::mem::take(&mut self.before) {
-            old.push(before.negate());
-            new.push(self.top(&prefix)?);
-        }
-        // One batch each way, however many partitions the epoch touched.
-        let combine = |parts: Vec<Changes>| -> Result<Changes> {
-            let rows: Vec<RecordBatch> = parts.iter().map(|c| c.rows.clone()).collect();
-            let weights: Vec<i64> = parts
-                .iter()
-                .flat_map(|c| c.weights.values().iter().copied())
-                .collect();
-            Changes::new(
-                concat_batches(&self.schema, &rows)?,
-                datafusion::arrow::array::Int64Array::from(weights),
-            )
-        };
-        Ok(vec![combine(old)?, combine(new)?])
+        Ok(vec![self.decode(&changed)?])
     }
 
     fn state_specs(&self) -> Vec<TableSpec> {
@@ -178,8 +193,8 @@ impl Operator for GroupTopN {
         self.input.memory_size()
             + self
                 .before
-                .values()
-                .map(|c| c.rows.get_array_memory_size())
+                .iter()
+                .map(|(prefix, rows)| prefix.len() + rows.iter().map(|r| r.len()).sum::<usize>())
                 .sum::<usize>()
     }
 
