@@ -92,7 +92,12 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             [append_only(0), append_only(1)],
         )?),
         NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
-        NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(top, input_schema(0), schema)?),
+        NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
+            top,
+            input_schema(0),
+            schema,
+            append_only(0),
+        )?),
     };
     let declared = plan.state_tables(index).len();
     if operator.state_specs().len() != declared {

@@ -34,6 +34,9 @@ pub struct GroupTopN {
     /// Encodes partition values as the leading part of `input`'s keys.
     prefixes: RowConverter,
     fetch: usize,
+    /// Whether the input only inserts: a row that falls out of its
+    /// partition's first rows can then never come back, and is dropped.
+    append_only: bool,
     /// Input columns followed by the row number.
     schema: SchemaRef,
     /// The first rows of each partition touched this epoch (encoded, a
@@ -43,8 +46,14 @@ pub struct GroupTopN {
 
 impl GroupTopN {
     /// The first `spec.fetch` rows of each partition of rows of
-    /// `input_schema`, numbered, as rows of `schema`.
-    pub fn new(spec: &GroupTopNSpec, input_schema: SchemaRef, schema: SchemaRef) -> Result<Self> {
+    /// `input_schema` (`append_only`: an input that only inserts),
+    /// numbered, as rows of `schema`.
+    pub fn new(
+        spec: &GroupTopNSpec,
+        input_schema: SchemaRef,
+        schema: SchemaRef,
+        append_only: bool,
+    ) -> Result<Self> {
         let mut keys: Vec<PhysicalExprRef> = spec.partition.clone();
         let mut options = vec![SortOptions::default(); spec.partition.len()];
         for sort in &spec.order {
@@ -62,6 +71,7 @@ impl GroupTopN {
             partition: spec.partition.clone(),
             prefixes,
             fetch: spec.fetch,
+            append_only,
             schema,
             before: HashMap::new(),
         })
@@ -132,6 +142,11 @@ impl Operator for GroupTopN {
     fn flush(&mut self) -> Result<Vec<Changes>> {
         let before = std::mem::take(&mut self.before);
         let after: Vec<Vec<Box<[u8]>>> = before.keys().map(|prefix| self.top(prefix)).collect();
+        if self.append_only {
+            for prefix in before.keys() {
+                self.input.keep_first(prefix, self.fetch);
+            }
+        }
         // Only the positions whose row changed, all partitions in one
         // batch: a deduplication touches many partitions per epoch.
         let mut changed: Vec<(&[u8], u64, i64)> = Vec::new();
@@ -214,7 +229,7 @@ mod tests {
     use crate::testing::{kv, kv_schema, net};
 
     /// The first two `v` (descending) of each `k`, numbered.
-    fn top_two() -> GroupTopN {
+    fn top_two(append_only: bool) -> GroupTopN {
         let input = kv_schema();
         let spec = GroupTopNSpec {
             partition: vec![col("k", &input).unwrap()],
@@ -226,7 +241,7 @@ mod tests {
         };
         let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new("rn", DataType::UInt64, false));
-        GroupTopN::new(&spec, input, Arc::new(Schema::new(fields))).unwrap()
+        GroupTopN::new(&spec, input, Arc::new(Schema::new(fields)), append_only).unwrap()
     }
 
     fn epoch(op: &mut GroupTopN, changes: Changes) -> Vec<(String, i64)> {
@@ -237,7 +252,7 @@ mod tests {
 
     #[test]
     fn each_partition_keeps_its_first_rows_numbered() {
-        let mut op = top_two();
+        let mut op = top_two(false);
         let first = epoch(
             &mut op,
             kv(&[
@@ -273,5 +288,32 @@ mod tests {
             epoch(&mut op, kv(&[(Some(1), Some(40), -1)])),
             rows(&[("1,20,2", 1), ("1,30,1", 1), ("1,30,2", -1), ("1,40,1", -1)])
         );
+    }
+
+    #[test]
+    fn over_an_input_that_only_inserts_rows_beyond_the_first_are_dropped() {
+        let mut op = top_two(true);
+        let rows: Vec<(Option<i32>, Option<i32>, i64)> =
+            (0..50).map(|v| (Some(v % 3), Some(v), 1)).collect();
+        let out = epoch(&mut op, kv(&rows));
+        assert_eq!(out.len(), 6, "two rows for each of three partitions");
+        assert_eq!(op.state_rows(), vec![6], "only those are kept");
+        let more = epoch(
+            &mut op,
+            kv(&[(Some(0), Some(100), 1), (Some(1), Some(-5), 1)]),
+        );
+        let rows = |r: &[(&str, i64)]| -> Vec<(String, i64)> {
+            r.iter().map(|(s, w)| (s.to_string(), *w)).collect()
+        };
+        assert_eq!(
+            more,
+            rows(&[
+                ("0,100,1", 1),
+                ("0,45,2", -1),
+                ("0,48,1", -1),
+                ("0,48,2", 1)
+            ])
+        );
+        assert_eq!(op.state_rows(), vec![6]);
     }
 }

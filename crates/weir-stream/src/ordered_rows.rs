@@ -146,37 +146,69 @@ impl OrderedRows {
     fn update_with_keys(&mut self, changes: &Changes, keys: &[Bytes]) -> Result<()> {
         let rows = encode_rows(&self.rows, &changes.rows)?;
         for ((key, row), &weight) in keys.iter().zip(rows).zip(changes.weights.values()) {
-            if weight == 0 {
-                continue;
-            }
-            if !self.groups.contains_key(key) {
-                self.bytes += key.len() + ENTRY_BYTES;
-            }
-            let group = self.groups.entry(key.clone()).or_default();
-            let (before, now) = match group.get_mut(&row) {
-                Some(w) => {
-                    *w += weight;
-                    (*w - weight, *w)
-                }
-                None => {
-                    self.distinct_rows += 1;
-                    self.bytes += row.len() + ENTRY_BYTES;
-                    group.insert(row.clone(), weight);
-                    (0, weight)
-                }
-            };
-            if now == 0 {
-                group.remove(&row);
-                self.distinct_rows -= 1;
-                self.bytes -= row.len() + ENTRY_BYTES;
-                if group.is_empty() {
-                    self.groups.remove(key);
-                    self.bytes -= key.len() + ENTRY_BYTES;
-                }
-            }
-            self.mark_dirty(key.clone(), row, before, now);
+            self.add(key, row, weight);
         }
         Ok(())
+    }
+
+    /// Adds `weight` copies of the encoded `row` under the encoded `key`.
+    fn add(&mut self, key: &Bytes, row: Bytes, weight: i64) {
+        if weight == 0 {
+            return;
+        }
+        if !self.groups.contains_key(key) {
+            self.bytes += key.len() + ENTRY_BYTES;
+        }
+        let group = self.groups.entry(key.clone()).or_default();
+        let (before, now) = match group.get_mut(&row) {
+            Some(w) => {
+                *w += weight;
+                (*w - weight, *w)
+            }
+            None => {
+                self.distinct_rows += 1;
+                self.bytes += row.len() + ENTRY_BYTES;
+                group.insert(row.clone(), weight);
+                (0, weight)
+            }
+        };
+        if now == 0 {
+            group.remove(&row);
+            self.distinct_rows -= 1;
+            self.bytes -= row.len() + ENTRY_BYTES;
+            if group.is_empty() {
+                self.groups.remove(key);
+                self.bytes -= key.len() + ENTRY_BYTES;
+            }
+        }
+        self.mark_dirty(key.clone(), row, before, now);
+    }
+
+    /// Drops every row copy of the keys starting with `prefix` beyond the
+    /// first `keep` in key order: what a top-N over an input that only
+    /// inserts will never show again.
+    pub fn keep_first(&mut self, prefix: &[u8], keep: usize) {
+        let mut seen = 0usize;
+        let mut dropped: Vec<(Bytes, Bytes, i64)> = Vec::new();
+        let range = self
+            .groups
+            .range::<[u8], _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(key, _)| key.starts_with(prefix));
+        for (key, group) in range {
+            for (row, &weight) in group {
+                let kept = (weight.max(0) as usize).min(keep - seen.min(keep));
+                seen += kept;
+                if weight > kept as i64 {
+                    dropped.push((key.clone(), row.clone(), weight - kept as i64));
+                }
+            }
+        }
+        for (key, row, surplus) in dropped {
+            self.add(&key, row, -surplus);
+        }
     }
 
     /// Records that a row's multiplicity went from `before` to `now`.

@@ -361,6 +361,9 @@ impl StreamPlan {
                 "right rows by join key".to_owned(),
             ],
             NodeKind::TopN(_) => vec!["input rows in sort order".to_owned()],
+            NodeKind::GroupTopN(_) if self.nodes[node.inputs[0]].append_only => {
+                vec!["each partition's first rows (the input only inserts)".to_owned()]
+            }
             NodeKind::GroupTopN(_) => vec!["input rows by partition in sort order".to_owned()],
             _ => Vec::new(),
         }
