@@ -12,14 +12,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray, TimestampMicrosecondArray};
 use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Field, IntervalMonthDayNanoType, IntervalUnit, TimeUnit, TimestampMicrosecondType,
 };
 use datafusion::common::{DataFusionError, Result};
-use datafusion::functions::utils::make_scalar_function;
-use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
-use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Signature, Volatility};
+use datafusion::logical_expr::ScalarUDF;
 
 use crate::error::{SqlState, WeirError};
 
@@ -29,30 +26,13 @@ const MICROS_PER_DAY: i64 = 86_400_000_000;
 pub fn hop_window_starts() -> ScalarUDF {
     let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None);
     let interval = DataType::Interval(IntervalUnit::MonthDayNano);
-    let inputs = [
-        timestamp.clone(),
-        interval.clone(),
-        interval,
-        timestamp.clone(),
-    ];
-    let output = DataType::List(Arc::new(Field::new_list_field(timestamp, true)));
-    let f = make_scalar_function(
-        move |args: &[ArrayRef]| {
-            let args = args
-                .iter()
-                .zip(&inputs)
-                .map(|(arg, to)| Ok(cast(arg, to)?))
-                .collect::<Result<Vec<_>>>()?;
-            starts(&args)
-        },
-        vec![],
-    );
-    ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+    let output = DataType::List(Arc::new(Field::new_list_field(timestamp.clone(), true)));
+    crate::pg_functions::udf(
         "hop_window_starts",
-        Signature::any(4, Volatility::Immutable),
+        vec![timestamp.clone(), interval.clone(), interval, timestamp],
         output,
-        Arc::new(move |args: &[ColumnarValue]| f(args)),
-    ))
+        starts,
+    )
 }
 
 /// An interval as microseconds, if it has no months.

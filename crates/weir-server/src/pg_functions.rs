@@ -34,7 +34,7 @@ pub fn register(ctx: &SessionContext) {
 
 /// A function of `args.len()` arguments, each cast to its type in `args`
 /// first (so any number or text converts), giving `output`.
-fn udf(
+pub(crate) fn udf(
     name: &str,
     args: Vec<DataType>,
     output: DataType,
