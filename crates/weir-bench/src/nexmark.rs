@@ -39,9 +39,8 @@ pub const QUERIES: &[(&str, &str)] = &[
     ("q22", include_str!("../../../sql-tests/nexmark/q22.sql")),
 ];
 
-/// q13's side input: a table of 10,000 keys.
-const SIDE_INPUT: &str = "CREATE TABLE side_input (key BIGINT PRIMARY KEY, value TEXT);
-    INSERT INTO side_input SELECT x, 'value ' || x FROM generate_series(0, 9999) AS x;";
+/// q13's side input table.
+const SIDE_INPUT: &str = include_str!("../../../sql-tests/nexmark/side_input.sql");
 
 /// Events of each kind among the first `events`: event `n` is a person
 /// when `n % 50 == 0`, an auction when it is 1 to 3, a bid otherwise.
@@ -80,7 +79,6 @@ pub fn workload(name: &str, events: u64) -> anyhow::Result<Workload> {
         query: query.to_string(),
         events,
         source_rows: kinds(events),
-        end_position: events,
         update_auctions: false,
         check: None,
     })

@@ -64,13 +64,12 @@ pub struct Workload {
     pub setup: String,
     /// The view's query.
     pub query: String,
-    /// The events the figures count.
+    /// The events the figures count: every reader of the view ends at
+    /// this position (a datagen source's rows, a nexmark stream's events).
     pub events: u64,
     /// Each source's rows: how many rows into the view (from the sources
     /// it reads) mean that every event went through.
     pub source_rows: BTreeMap<String, u64>,
-    /// The position every reader of the view ends at.
-    pub end_position: u64,
     /// Whether the `auctions` table changes now and then during the run.
     pub update_auctions: bool,
     /// A query over the view `v` and the bigint it must return at the end.
@@ -136,7 +135,6 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
         query: query.to_string(),
         events: rows,
         source_rows: BTreeMap::from([("bid".to_string(), rows)]),
-        end_position: rows,
         update_auctions: join,
         check: check.map(|sql| (sql.to_string(), rows)),
     })
@@ -361,9 +359,9 @@ async fn verify(client: &Client, load: &Workload) -> anyhow::Result<()> {
         .map(|row| row.get(0))
         .collect();
     ensure!(
-        !positions.is_empty() && positions.iter().all(|&p| p as u64 == load.end_position),
+        !positions.is_empty() && positions.iter().all(|&p| p as u64 == load.events),
         "the readers stand at {positions:?}, not at {}",
-        load.end_position
+        load.events
     );
     if let Some((check, want)) = &load.check {
         let counted: i64 = client.query_one(check.as_str(), &[]).await?.get(0);

@@ -70,29 +70,17 @@ impl SourceDef {
     /// The connector that reads it, for the stream runtime; an error if
     /// its options no longer validate.
     pub fn connector(&self) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
-        let invalid = |message: String| WeirError::new(SqlState("22023"), message);
-        match self.connector.as_str() {
-            "nexmark" => {
-                let spec = weir_connectors::nexmark::NexmarkSpec::new(
-                    self.schema(),
-                    &self.options,
-                    self.created_micros,
-                )
-                .and_then(|spec| spec.with_version(self.generator_version))
-                .map_err(|e| invalid(e.to_string()))?;
-                Ok(Arc::new(weir_connectors::nexmark::NexmarkSource::new(spec)))
-            }
-            _ => {
-                let spec = weir_connectors::datagen::DatagenSpec::new(
-                    self.schema(),
-                    &self.options,
-                    self.created_micros,
-                )
-                .and_then(|spec| spec.with_version(self.generator_version))
-                .map_err(|e| invalid(e.to_string()))?;
-                Ok(Arc::new(weir_connectors::datagen::DatagenSource::new(spec)))
-            }
-        }
+        let connector = weir_connectors::Connector::named(&self.connector).ok_or_else(|| {
+            WeirError::unsupported(format!("connector \"{}\" is not supported", self.connector))
+        })?;
+        connector
+            .source(
+                self.schema(),
+                &self.options,
+                self.created_micros,
+                self.generator_version,
+            )
+            .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
     }
 }
 

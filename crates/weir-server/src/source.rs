@@ -18,12 +18,11 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::sqlparser::ast::CreateTable;
 
+use weir_connectors::Connector;
+
 use crate::catalog::{relation_name, ColumnDef, SourceDef};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
-
-/// The connectors `CREATE SOURCE` knows.
-const CONNECTORS: &[&str] = &["datagen", "nexmark"];
 
 /// `CREATE SOURCE [IF NOT EXISTS] name (columns) WITH (connector = ..., ...)`.
 pub async fn create(
@@ -39,18 +38,22 @@ pub async fn create(
         ));
     }
     let mut options: BTreeMap<String, String> = options.iter().cloned().collect();
-    let connector = options.remove("connector").ok_or_else(|| {
+    let known = || Connector::ALL.map(Connector::name).join(", ");
+    let name_given = options.remove("connector").ok_or_else(|| {
         WeirError::new(
             SqlState("22023"),
-            "CREATE SOURCE needs WITH (connector = '...'); connectors: datagen, nexmark",
+            format!(
+                "CREATE SOURCE needs WITH (connector = '...'); connectors: {}",
+                known()
+            ),
         )
     })?;
-    if !CONNECTORS.contains(&connector.as_str()) {
-        return Err(WeirError::unsupported(format!(
-            "connector \"{connector}\" is not supported; connectors: {}",
-            CONNECTORS.join(", ")
-        )));
-    }
+    let connector = Connector::named(&name_given).ok_or_else(|| {
+        WeirError::unsupported(format!(
+            "connector \"{name_given}\" is not supported; connectors: {}",
+            known()
+        ))
+    })?;
     let db = session.db.clone();
     let mut working = db.working().await;
     if let Some(skipped) = crate::ddl::claim_name(
@@ -63,22 +66,26 @@ pub async fn create(
         return Ok(skipped);
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let schema = if create.columns.is_empty() && connector == "nexmark" {
-        // A nexmark stream's columns are known: the list may be left out.
-        weir_connectors::nexmark::table_schema(&options)
-            .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))?
-    } else if create.columns.is_empty() {
-        return Err(WeirError::new(
-            SqlState("42P16"),
-            format!("a {connector} source needs a column list: its columns are what it generates"),
-        ));
-    } else {
-        crate::ddl::plan_columns(session, create)
+    let schema = match connector.default_schema(&options) {
+        // The connector knows the columns: the list may be left out.
+        Some(schema) if create.columns.is_empty() => {
+            schema.map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))?
+        }
+        None if create.columns.is_empty() => {
+            return Err(WeirError::new(
+                SqlState("42P16"),
+                format!(
+                    "a {} source needs a column list: its columns are what it generates",
+                    connector.name()
+                ),
+            ));
+        }
+        _ => crate::ddl::plan_columns(session, create)
             .await?
             .input
             .schema()
             .inner()
-            .clone()
+            .clone(),
     };
     let columns = schema
         .fields()
@@ -94,18 +101,14 @@ pub async fn create(
             json: crate::json::JsonKind::of(field),
         })
         .collect();
-    let generator_version = match connector.as_str() {
-        "nexmark" => weir_connectors::nexmark::GENERATOR_VERSION,
-        _ => weir_connectors::datagen::GENERATOR_VERSION,
-    };
     let def = SourceDef {
         id: working.catalog.next_table_id,
         name: name.clone(),
         columns,
-        connector,
+        connector: connector.name().to_owned(),
         options,
         created_micros: chrono::Utc::now().timestamp_micros(),
-        generator_version,
+        generator_version: connector.generator_version(),
     };
     // Refuse bad options now rather than when a view first reads it.
     def.connector()?;

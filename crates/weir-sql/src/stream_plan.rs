@@ -425,22 +425,12 @@ impl Builder {
     ///
     /// [`GroupTopN`]: weir_stream::NodeKind::GroupTopN
     fn window_top_n(&mut self, filter: &Filter) -> Result<Option<usize>> {
-        let mut below = filter.input.as_ref();
-        while let LogicalPlan::SubqueryAlias(alias) = below {
-            below = alias.input.as_ref();
-        }
-        let (projection, window) = match below {
+        let (projection, window) = match unaliased(&filter.input) {
             LogicalPlan::Window(window) => (None, window),
-            LogicalPlan::Projection(p) => {
-                let mut inner = p.input.as_ref();
-                while let LogicalPlan::SubqueryAlias(alias) = inner {
-                    inner = alias.input.as_ref();
-                }
-                match inner {
-                    LogicalPlan::Window(window) => (Some(p), window),
-                    _ => return Ok(None),
-                }
-            }
+            LogicalPlan::Projection(p) => match unaliased(&p.input) {
+                LogicalPlan::Window(window) => (Some(p), window),
+                _ => return Ok(None),
+            },
             _ => return Ok(None),
         };
         let [function] = window.window_expr.as_slice() else {
@@ -627,6 +617,14 @@ fn check_aggregate(expr: &Expr) -> Result<()> {
     match inner {
         Expr::AggregateFunction(AggregateFunction { .. }) => Ok(()),
         other => Err(unsupported(format!("aggregate expression {other}"))),
+    }
+}
+
+/// The plan under any subquery aliases.
+fn unaliased(plan: &LogicalPlan) -> &LogicalPlan {
+    match plan {
+        LogicalPlan::SubqueryAlias(alias) => unaliased(&alias.input),
+        other => other,
     }
 }
 

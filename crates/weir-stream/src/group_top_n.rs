@@ -77,10 +77,15 @@ impl GroupTopN {
         })
     }
 
-    /// The encoded partition of each row of `rows`.
-    fn partitions(&self, rows: &RecordBatch) -> Result<Vec<Box<[u8]>>> {
+    /// Notes the first rows of each partition of `rows` not touched yet
+    /// this epoch.
+    fn note_partitions(&mut self, rows: &RecordBatch) -> Result<()> {
         if self.partition.is_empty() {
-            return Ok(vec![Box::default(); rows.num_rows()]);
+            if !self.before.contains_key(&[][..]) {
+                let top = self.top(&[]);
+                self.before.insert(Box::default(), top);
+            }
+            return Ok(());
         }
         let columns = self
             .partition
@@ -88,7 +93,16 @@ impl GroupTopN {
             .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
             .collect::<Result<Vec<ArrayRef>>>()?;
         let encoded = self.prefixes.convert_columns(&columns)?;
-        Ok(encoded.iter().map(|row| row.data().into()).collect())
+        // Per row, but a row of a partition already noted costs one
+        // lookup, without a copy of its encoding.
+        for prefix in encoded.iter() {
+            let prefix = prefix.data();
+            if !self.before.contains_key(prefix) {
+                let top = self.top(prefix);
+                self.before.insert(prefix.into(), top);
+            }
+        }
+        Ok(())
     }
 
     /// The first rows of partition `prefix`, encoded, in order, each copy
@@ -129,12 +143,7 @@ impl GroupTopN {
 
 impl Operator for GroupTopN {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
-        for prefix in self.partitions(&input.rows)? {
-            if !self.before.contains_key(&prefix) {
-                let top = self.top(&prefix);
-                self.before.insert(prefix, top);
-            }
-        }
+        self.note_partitions(&input.rows)?;
         self.input.update(&input)?;
         Ok(Vec::new())
     }

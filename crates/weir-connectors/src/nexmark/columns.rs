@@ -218,42 +218,40 @@ fn values(config: &Config, column: Column, events: &[u64]) -> ArrayRef {
             events.iter().map(|&n| value(n) as i64),
         ))
     };
+    // Draw 0 says whether event `n` takes the hot id, draw 1 which recent
+    // one it takes otherwise.
+    let hot_or_recent = |ratio: u64,
+                         hot_id: &dyn Fn(u64) -> u64,
+                         recent_id: &dyn Fn(u64, u64) -> u64|
+     -> ArrayRef {
+        let (hot, recent) = (draws(0), draws(1));
+        integers(&|n| {
+            if hot(n).is_multiple_of(ratio) {
+                recent_id(n, recent(n))
+            } else {
+                hot_id(n)
+            }
+        })
+    };
     match column {
         Column::PersonId => integers(&|n| FIRST_PERSON_ID + ids.last_person(n)),
         Column::AuctionId => integers(&|n| FIRST_AUCTION_ID + ids.last_auction(n)),
-        Column::Seller => {
-            let (hot, other) = (draws(0), draws(1));
-            integers(&|n| {
-                FIRST_PERSON_ID
-                    + if !hot(n).is_multiple_of(HOT_SELLER_RATIO) {
-                        ids.last_person(n) / HOT_BATCH * HOT_BATCH
-                    } else {
-                        ids.next_person(n, other(n))
-                    }
-            })
-        }
-        Column::Bidder => {
-            let (hot, other) = (draws(0), draws(1));
-            integers(&|n| {
-                FIRST_PERSON_ID
-                    + if !hot(n).is_multiple_of(HOT_BIDDER_RATIO) {
-                        ids.last_person(n) / HOT_BATCH * HOT_BATCH + 1
-                    } else {
-                        ids.next_person(n, other(n))
-                    }
-            })
-        }
-        Column::Auction => {
-            let (hot, other) = (draws(0), draws(1));
-            integers(&|n| {
-                FIRST_AUCTION_ID
-                    + if !hot(n).is_multiple_of(HOT_AUCTION_RATIO) {
-                        ids.last_auction(n) / HOT_BATCH * HOT_BATCH
-                    } else {
-                        ids.next_auction(n, other(n))
-                    }
-            })
-        }
+        // A hot id, except one time in the ratio: then a recent one.
+        Column::Seller => hot_or_recent(
+            HOT_SELLER_RATIO,
+            &|n| FIRST_PERSON_ID + ids.last_person(n) / HOT_BATCH * HOT_BATCH,
+            &|n, d| FIRST_PERSON_ID + ids.next_person(n, d),
+        ),
+        Column::Bidder => hot_or_recent(
+            HOT_BIDDER_RATIO,
+            &|n| FIRST_PERSON_ID + ids.last_person(n) / HOT_BATCH * HOT_BATCH + 1,
+            &|n, d| FIRST_PERSON_ID + ids.next_person(n, d),
+        ),
+        Column::Auction => hot_or_recent(
+            HOT_AUCTION_RATIO,
+            &|n| FIRST_AUCTION_ID + ids.last_auction(n) / HOT_BATCH * HOT_BATCH,
+            &|n, d| FIRST_AUCTION_ID + ids.next_auction(n, d),
+        ),
         Column::Category => {
             let d = draws(0);
             integers(&|n| FIRST_CATEGORY_ID + d(n) % CATEGORIES)
