@@ -55,6 +55,22 @@ pub struct SourceDef {
     /// versions were recorded.
     #[serde(default = "first_generator_version")]
     pub generator_version: u32,
+    /// `WATERMARK FOR`, if declared.
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
+}
+
+/// A relation's `WATERMARK FOR col AS col - delay`: rows whose `col` is
+/// below the greatest `col` read minus `delay` are late.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    /// The event-time column.
+    pub column: usize,
+    /// The delay, in the unit of the column's values (microseconds for
+    /// `timestamp`).
+    pub delay: i64,
+    /// The clause's expression as written, for display.
+    pub expr: String,
 }
 
 fn first_generator_version() -> u32 {
@@ -186,6 +202,9 @@ pub struct MaterializedViewDef {
     /// `None`: the rows are stored with a count, keyed by all columns.
     #[serde(default)]
     pub key: Option<Vec<usize>>,
+    /// `EMIT ON WINDOW CLOSE`: its windows' rows appear once, final.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 impl MaterializedViewDef {
@@ -240,6 +259,12 @@ pub struct TableDef {
     /// Indices of the primary key columns; empty for a table keyed by a
     /// hidden row id.
     pub primary_key: Vec<usize>,
+    /// `APPEND ONLY`: rows are only ever inserted.
+    #[serde(default)]
+    pub append_only: bool,
+    /// `WATERMARK FOR`, if declared (append-only tables only).
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
 }
 
 /// A column's definition.

@@ -23,14 +23,21 @@ use crate::provider::PinnedSnapshot;
 struct ViewDefinition {
     catalog: Catalog,
     query: String,
+    #[serde(default)]
+    emit_on_window_close: bool,
 }
 
 /// The definition of a view reading `query` with `catalog`, as
 /// [`Planner`] reads it.
-pub fn view_definition(catalog: &Catalog, query: &str) -> WeirResult<String> {
+pub fn view_definition(
+    catalog: &Catalog,
+    query: &str,
+    emit_on_window_close: bool,
+) -> WeirResult<String> {
     serde_json::to_string(&ViewDefinition {
         catalog: catalog.clone(),
         query: query.to_owned(),
+        emit_on_window_close,
     })
     .map_err(WeirError::internal)
 }
@@ -82,7 +89,14 @@ impl ViewBuilder for Planner {
         let planned = futures::executor::block_on(async {
             let ctx = crate::session::session_context(self.runtime.clone(), pinned, None, "weir")?;
             let query = crate::mview::parse_query(&definition.query)?;
-            crate::mview::plan_view_in(&ctx.state(), &catalog, &query, &[]).await
+            crate::mview::plan_view_in(
+                &ctx.state(),
+                &catalog,
+                &query,
+                &[],
+                definition.emit_on_window_close,
+            )
+            .await
         })
         .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
         let mut sources = BTreeMap::new();

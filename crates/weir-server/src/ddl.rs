@@ -17,9 +17,20 @@ use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
 
-/// `CREATE TABLE` (with or without `AS SELECT`).
-pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirResult<Output> {
+/// `CREATE TABLE` (with or without `AS SELECT`); `append_only`: `APPEND
+/// ONLY`, which a `WATERMARK FOR` clause needs.
+pub async fn create_table(
+    session: &mut Session,
+    create: &CreateTable,
+    append_only: bool,
+    watermark: Option<&weir_sql::WatermarkClause>,
+) -> WeirResult<Output> {
     check_table_options(create)?;
+    if watermark.is_some() && !append_only {
+        return Err(WeirError::unsupported(
+            "WATERMARK FOR needs an APPEND ONLY table: a watermark cannot hold for rows that change",
+        ));
+    }
     let db = session.db.clone();
     let mut working = db.working().await;
     let name = relation_name(&create.name)?;
@@ -74,11 +85,16 @@ pub async fn create_table(session: &mut Session, create: &CreateTable) -> WeirRe
             json: crate::json::JsonKind::of(field),
         });
     }
+    let watermark = watermark
+        .map(|clause| crate::event_time::watermark_def(session, &columns, clause))
+        .transpose()?;
     let def = TableDef {
         id: 0,
         name: name.clone(),
         columns,
         primary_key,
+        append_only,
+        watermark,
     };
     // Run an `AS SELECT` before touching the catalog, so that a failed or
     // cancelled query leaves nothing behind.

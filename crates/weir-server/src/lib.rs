@@ -34,6 +34,7 @@ pub mod database;
 mod ddl;
 mod dml;
 pub mod error;
+mod event_time;
 mod functions;
 pub mod handler;
 mod hop_windows;

@@ -113,6 +113,15 @@ pub fn render(db: &Database) -> String {
         "Rows each materialized view's source readers delivered since the server started.",
         |c| c.source_rows,
     );
+    let metric = "weir_view_late_rows_total";
+    let _ = writeln!(
+        out,
+        "# HELP {metric} Rows each materialized view dropped as late (behind a watermark) since it was created.\n# TYPE {metric} counter"
+    );
+    for (name, operators) in db.view_operators() {
+        let late: u64 = operators.iter().map(|o| o.late_rows).sum();
+        let _ = writeln!(out, "{metric}{{view=\"{}\"}} {late}", label(&name));
+    }
     out
 }
 

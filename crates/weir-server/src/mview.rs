@@ -70,22 +70,32 @@ pub async fn plan_view(
     session: &Session,
     query: &Query,
     names: &[ViewColumnDef],
+    emit_on_window_close: bool,
 ) -> WeirResult<PlannedView> {
     let catalog = session.pinned.get().catalog.clone();
     // A view computes in UTC, whatever the creating session's zone.
     session.use_time_zone("+00:00");
-    let planned = plan_view_in(&session.ctx.state(), &catalog, query, names).await;
+    let planned = plan_view_in(
+        &session.ctx.state(),
+        &catalog,
+        query,
+        names,
+        emit_on_window_close,
+    )
+    .await;
     session.apply_time_zone();
     planned
 }
 
 /// Plans `query` as a materialized view with `state` (a context from
-/// [`crate::session::session_context`]) over `catalog`.
+/// [`crate::session::session_context`]) over `catalog`, its windows'
+/// rows emitted when final if `emit_on_window_close`.
 pub(crate) async fn plan_view_in(
     state: &datafusion::execution::SessionState,
     catalog: &crate::catalog::Catalog,
     query: &Query,
     names: &[ViewColumnDef],
+    emit_on_window_close: bool,
 ) -> WeirResult<PlannedView> {
     let statement = Statement::Query(Box::new(query.clone()));
     let plan = crate::session::plan_statement(state, statement.clone()).await?;
@@ -107,6 +117,13 @@ pub(crate) async fn plan_view_in(
         sources.insert(name);
     }
     let mut plan_stream = weir_sql::stream_plan(&optimized)?;
+    plan_stream.add_watermarks(|relation| {
+        let watermark = match catalog.sources.get(relation) {
+            Some(source) => source.watermark.as_ref(),
+            None => catalog.tables.get(relation)?.watermark.as_ref(),
+        };
+        watermark.map(|w| (w.column, w.delay))
+    });
     plan_stream.derive_keys(|relation| {
         if let Some(table) = catalog.tables.get(relation) {
             return (!table.primary_key.is_empty()).then(|| table.primary_key.clone());
@@ -116,13 +133,22 @@ pub(crate) async fn plan_view_in(
             .get(relation)
             .and_then(|v| v.key.clone())
     });
-    plan_stream.mark_append_only(|relation| {
+    let append_only = |relation: &str| {
         catalog.sources.contains_key(relation)
+            || catalog.tables.get(relation).is_some_and(|t| t.append_only)
             || catalog
                 .materialized_views
                 .get(relation)
                 .is_some_and(|v| v.append_only)
-    });
+    };
+    plan_stream.mark_append_only(append_only);
+    if emit_on_window_close {
+        plan_stream
+            .emit_on_window_close()
+            .map_err(WeirError::unsupported)?;
+        // Its windows' rows now only come once: what reads them keeps less.
+        plan_stream.mark_append_only(append_only);
+    }
     let schema = Arc::new(optimized.schema().as_arrow().clone());
     let schema = crate::colnames::wire_schema(&statement, schema);
     if names.len() > schema.fields().len() {
@@ -196,7 +222,7 @@ fn scanned_relations(plan: &LogicalPlan) -> WeirResult<Vec<(Option<String>, Stri
 /// `EXPLAIN CREATE MATERIALIZED VIEW`: the streaming plan, one line per row.
 pub async fn explain(session: &mut Session, create: &CreateView) -> WeirResult<Output> {
     session.pin_for_read();
-    let planned = plan_view(session, &create.query, &create.columns).await?;
+    let planned = plan_view(session, &create.query, &create.columns, false).await?;
     let lines = planned.plan.explain();
     Output::text_columns(&["QUERY PLAN"], vec![lines])
 }
@@ -223,7 +249,13 @@ impl Drop for PendingGuard {
 }
 
 /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`.
-pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Output> {
+/// `CREATE MATERIALIZED VIEW`, with `EMIT ON WINDOW CLOSE` if
+/// `emit_on_window_close`.
+pub async fn create(
+    session: &mut Session,
+    create: &CreateView,
+    emit_on_window_close: bool,
+) -> WeirResult<Output> {
     let name = relation_name(&create.name)?;
     if create.or_replace {
         return Err(WeirError::unsupported(
@@ -245,7 +277,13 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             return Ok(skipped);
         }
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-        let planned = plan_view(session, &create.query, &create.columns).await?;
+        let planned = plan_view(
+            session,
+            &create.query,
+            &create.columns,
+            emit_on_window_close,
+        )
+        .await?;
         // The tables' changes so far belong to the snapshot: the running
         // views get them now, and the new view queues only later ones.
         let changes = crate::views::take_table_changes(&mut working);
@@ -367,6 +405,7 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
         failed: None,
         append_only: planned.plan.nodes.last().is_some_and(|n| n.append_only),
         key: planned.key.clone(),
+        emit_on_window_close,
     };
     let query = def.query.clone();
     working.catalog.materialized_views.insert(name.clone(), def);
@@ -376,7 +415,11 @@ pub async fn create(session: &mut Session, create: &CreateView) -> WeirResult<Ou
             id,
             state_ids,
             plan: planned.plan.clone(),
-            definition: crate::cluster::view_definition(&working.catalog, &query)?,
+            definition: crate::cluster::view_definition(
+                &working.catalog,
+                &query,
+                emit_on_window_close,
+            )?,
             reads_views: views_read(&working.catalog, &planned.sources),
             dataflow,
             restored: None,
@@ -590,7 +633,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
     for def in defs.iter().filter(|d| d.failed.is_none()) {
         session.pinned.pin(committed.clone());
         let planned = match parse_query(&def.query) {
-            Ok(query) => plan_view(&session, &query, &[]).await,
+            Ok(query) => plan_view(&session, &query, &[], def.emit_on_window_close).await,
             Err(e) => Err(e),
         };
         let (mut dataflow, planned) = match planned.and_then(|p| Ok((Dataflow::new(&p.plan)?, p))) {
@@ -626,7 +669,11 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             id: def.id,
             state_ids: def.state_ids.clone(),
             plan: planned.plan,
-            definition: crate::cluster::view_definition(&committed.catalog, &def.query)?,
+            definition: crate::cluster::view_definition(
+                &committed.catalog,
+                &def.query,
+                def.emit_on_window_close,
+            )?,
             reads_views: views_read(&committed.catalog, &planned.sources),
             dataflow,
             restored: Some(restored),
@@ -679,7 +726,7 @@ async fn rebuild(
         drop(db.take_restored_output(def.id));
         session.pinned.pin(Arc::new(snapshot.clone()));
         let planned = match parse_query(&def.query) {
-            Ok(query) => plan_view(&session, &query, &[]).await,
+            Ok(query) => plan_view(&session, &query, &[], def.emit_on_window_close).await,
             Err(e) => Err(e),
         };
         let built = match planned {
@@ -738,7 +785,11 @@ async fn rebuild(
                 id,
                 state_ids,
                 plan: planned.plan.clone(),
-                definition: crate::cluster::view_definition(&working.catalog, &def.query)?,
+                definition: crate::cluster::view_definition(
+                    &working.catalog,
+                    &def.query,
+                    def.emit_on_window_close,
+                )?,
                 reads_views: views_read(&working.catalog, &planned.sources),
                 dataflow,
                 restored: None,

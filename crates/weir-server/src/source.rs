@@ -29,6 +29,7 @@ pub async fn create(
     session: &mut Session,
     create: &CreateTable,
     options: &[(String, String)],
+    watermark: Option<&weir_sql::WatermarkClause>,
 ) -> WeirResult<Output> {
     let name = relation_name(&create.name)?;
     let column_options = create.columns.iter().any(|c| !c.options.is_empty());
@@ -100,8 +101,12 @@ pub async fn create(
             declared: None,
             json: crate::json::JsonKind::of(field),
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let watermark = watermark
+        .map(|clause| crate::event_time::watermark_def(session, &columns, clause))
+        .transpose()?;
     let def = SourceDef {
+        watermark,
         id: working.catalog.next_table_id,
         name: name.clone(),
         columns,

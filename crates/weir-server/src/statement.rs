@@ -40,13 +40,33 @@ pub async fn execute(
             session.db.checkpoint().await?;
             return Ok(Output::command("CHECKPOINT"));
         }
-        WeirStatement::CreateSource(create, options) => {
+        WeirStatement::CreateSource(create, options, watermark) => {
             let Statement::CreateTable(create) = create.as_ref() else {
                 return Err(WeirError::internal(
                     "CREATE SOURCE parsed as another statement",
                 ));
             };
-            return crate::source::create(session, create, options).await;
+            return crate::source::create(session, create, options, watermark.as_ref()).await;
+        }
+        WeirStatement::CreateTable {
+            create,
+            append_only,
+            watermark,
+        } => {
+            let Statement::CreateTable(create) = create.as_ref() else {
+                return Err(WeirError::internal(
+                    "CREATE TABLE parsed as another statement",
+                ));
+            };
+            return ddl::create_table(session, create, *append_only, watermark.as_ref()).await;
+        }
+        WeirStatement::CreateViewEmitOnWindowClose(create) => {
+            let Statement::CreateView(create) = create.as_ref() else {
+                return Err(WeirError::internal(
+                    "CREATE MATERIALIZED VIEW parsed as another statement",
+                ));
+            };
+            return crate::mview::create(session, create, true).await;
         }
         WeirStatement::DropSource(drop) => {
             let Statement::Drop {
@@ -86,9 +106,9 @@ pub async fn execute(
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             dml::execute(session, statement, params).await
         }
-        Statement::CreateTable(create) => ddl::create_table(session, create).await,
+        Statement::CreateTable(create) => ddl::create_table(session, create, false, None).await,
         Statement::CreateView(create) if create.materialized => {
-            crate::mview::create(session, create).await
+            crate::mview::create(session, create, false).await
         }
         Statement::CreateView(create) => ddl::create_view(session, create).await,
         Statement::Drop {
@@ -147,6 +167,10 @@ pub async fn execute(
 fn ddl_name(statement: &WeirStatement) -> Option<String> {
     let statement = match statement {
         WeirStatement::CreateSource(..) => return Some("CREATE SOURCE".into()),
+        WeirStatement::CreateTable { .. } => return Some("CREATE TABLE".into()),
+        WeirStatement::CreateViewEmitOnWindowClose(_) => {
+            return Some("CREATE MATERIALIZED VIEW".into())
+        }
         WeirStatement::DropSource(_) => return Some("DROP SOURCE".into()),
         WeirStatement::Sql(statement) => statement.as_ref(),
         _ => return None,

@@ -157,6 +157,7 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Field::new("state_bytes", DataType::UInt64, false),
             Field::new("busy_ms", DataType::UInt64, false),
             Field::new("instances", DataType::UInt64, false),
+            Field::new("late_rows", DataType::UInt64, false),
         ],
         vec![
             Arc::new(StringArray::from_iter_values(
@@ -172,6 +173,7 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             column(|o| o.state_bytes as u64),
             column(|o| o.stats.busy.as_millis() as u64),
             column(|o| o.instances as u64),
+            column(|o| o.late_rows),
         ],
     )
 }

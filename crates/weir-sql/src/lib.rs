@@ -22,6 +22,7 @@
 
 mod depth;
 mod escapes;
+mod event_time;
 mod fetch;
 mod numbers;
 mod parse;
@@ -33,6 +34,7 @@ mod values;
 mod windows;
 
 pub use depth::is_deep;
+pub use event_time::WatermarkClause;
 pub use parse::{parse, ParseError, WeirStatement};
 pub use selects::selects_mut;
 pub use stream_plan::{check_deterministic, stream_plan};

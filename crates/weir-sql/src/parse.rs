@@ -8,6 +8,8 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
+use crate::event_time::WatermarkClause;
+
 /// A statement that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -31,9 +33,25 @@ pub enum WeirStatement {
     /// `CHECKPOINT`: commit an epoch now, even without changes.
     Checkpoint,
     /// `CREATE SOURCE name (columns) WITH (key = 'value', ...)`: the
-    /// statement as a `CREATE TABLE` (name and columns) and the options,
-    /// whose keys may be dotted (`fields.x.kind`), lowercased.
-    CreateSource(Box<Statement>, Vec<(String, String)>),
+    /// statement as a `CREATE TABLE` (name and columns), the options,
+    /// whose keys may be dotted (`fields.x.kind`), lowercased, and the
+    /// `WATERMARK FOR` clause among the columns.
+    CreateSource(
+        Box<Statement>,
+        Vec<(String, String)>,
+        Option<WatermarkClause>,
+    ),
+    /// `CREATE TABLE` with `APPEND ONLY` or a `WATERMARK FOR` clause.
+    CreateTable {
+        /// The statement without them.
+        create: Box<Statement>,
+        /// `APPEND ONLY`: the table takes inserts only.
+        append_only: bool,
+        /// `WATERMARK FOR col AS expr`.
+        watermark: Option<WatermarkClause>,
+    },
+    /// `CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`, without it.
+    CreateViewEmitOnWindowClose(Box<Statement>),
     /// `DROP SOURCE [IF EXISTS] names [CASCADE]`, as a `DROP TABLE`.
     DropSource(Box<Statement>),
     /// `SHOW SOURCES`.
@@ -147,42 +165,123 @@ fn parse_segment(
             out.push(parse_source_statement(tokens)?);
             Ok(())
         }
-        _ => {
-            let flink = crate::windows::flink_window_text(tokens);
-            let text = flink.as_deref().unwrap_or(text);
-            let parsed = if words.iter().any(|t| reads_catalog(t)) {
-                COMPAT.parse(text)
-            } else {
-                Parser::parse_sql(&PostgreSqlDialect {}, text)
+        [Token::Word(verb), ..]
+            if verb.value.eq_ignore_ascii_case("create")
+                && words.iter().any(|t| {
+                    matches!(t, Token::Word(w) if w.quote_style.is_none()
+                        && ["watermark", "append", "emit"].iter().any(|k| w.value.eq_ignore_ascii_case(k)))
+                }) =>
+        {
+            let clauses = crate::event_time::strip(tokens)?;
+            if !clauses.any() {
+                return parse_standard(text, tokens, &words, out);
             }
-            .map_err(|e| {
-                if matches!(e, ParserError::RecursionLimitExceeded) {
-                    return ParseError::TooComplex(
-                        "statement too complex: it nests too deeply to parse".into(),
-                    );
+            let statement = parse_rewritten(&clauses.text)?;
+            out.push(match &statement {
+                Statement::CreateTable(_) if !clauses.emit_on_window_close => {
+                    WeirStatement::CreateTable {
+                        create: Box::new(statement),
+                        append_only: clauses.append_only,
+                        watermark: clauses.watermark,
+                    }
                 }
-                let message = e.to_string();
-                let message = message
-                    .strip_prefix("sql parser error: ")
-                    .unwrap_or(&message)
-                    .to_owned();
-                ParseError::Syntax(message)
-            })?;
-            let mut parsed = parsed;
-            for statement in &mut parsed {
-                crate::depth::check_depth(statement)?;
-                crate::pg_forms::rewrite(statement);
-            }
-            out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
+                Statement::CreateView(view)
+                    if view.materialized
+                        && clauses.emit_on_window_close
+                        && !clauses.append_only
+                        && clauses.watermark.is_none() =>
+                {
+                    WeirStatement::CreateViewEmitOnWindowClose(Box::new(statement))
+                }
+                _ => {
+                    return Err(ParseError::Syntax(
+                        "APPEND ONLY and WATERMARK FOR belong to CREATE TABLE or CREATE SOURCE, \
+                         EMIT ON WINDOW CLOSE to CREATE MATERIALIZED VIEW"
+                            .into(),
+                    ))
+                }
+            });
             Ok(())
         }
+        _ => parse_standard(text, tokens, &words, out),
     }
+}
+
+/// One statement sqlparser reads, rewritten as [`parse_standard`]
+/// rewrites them.
+fn parse_rewritten(text: &str) -> Result<Statement, ParseError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
+        .tokenize_with_location()
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    let tokens: Vec<&TokenWithSpan> = tokens.iter().collect();
+    let words: Vec<&Token> = tokens
+        .iter()
+        .map(|t| &t.token)
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let mut parsed = Vec::new();
+    parse_standard(text, &tokens, &words, &mut parsed)?;
+    match (parsed.pop(), parsed.is_empty()) {
+        (Some(WeirStatement::Sql(statement)), true) => Ok(*statement),
+        _ => Err(ParseError::Syntax("expected one statement".into())),
+    }
+}
+
+/// A statement sqlparser reads (after the rewrite of Flink's window
+/// table functions).
+fn parse_standard(
+    text: &str,
+    tokens: &[&TokenWithSpan],
+    words: &[&Token],
+    out: &mut Vec<WeirStatement>,
+) -> Result<(), ParseError> {
+    let flink = crate::windows::flink_window_text(tokens);
+    let text = flink.as_deref().unwrap_or(text);
+    let parsed = if words.iter().any(|t| reads_catalog(t)) {
+        COMPAT.parse(text)
+    } else {
+        Parser::parse_sql(&PostgreSqlDialect {}, text)
+    }
+    .map_err(|e| {
+        if matches!(e, ParserError::RecursionLimitExceeded) {
+            return ParseError::TooComplex(
+                "statement too complex: it nests too deeply to parse".into(),
+            );
+        }
+        let message = e.to_string();
+        let message = message
+            .strip_prefix("sql parser error: ")
+            .unwrap_or(&message)
+            .to_owned();
+        ParseError::Syntax(message)
+    })?;
+    let mut parsed = parsed;
+    for statement in &mut parsed {
+        crate::depth::check_depth(statement)?;
+        crate::pg_forms::rewrite(statement);
+    }
+    out.extend(parsed.into_iter().map(|s| WeirStatement::Sql(Box::new(s))));
+    Ok(())
 }
 
 /// `CREATE SOURCE` and `DROP SOURCE`: parsed as `CREATE TABLE` and `DROP
 /// TABLE`, except that `CREATE SOURCE`'s `WITH` options are read here,
 /// since sqlparser takes only single-word option keys.
 fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, ParseError> {
+    let clauses = crate::event_time::strip(tokens)?;
+    if clauses.append_only || clauses.emit_on_window_close {
+        return Err(ParseError::Syntax(
+            "a source takes a WATERMARK FOR clause, not APPEND ONLY or EMIT ON WINDOW CLOSE".into(),
+        ));
+    }
+    let watermark = clauses.watermark;
+    // Tokenized again without the clause: the tokens borrow the text.
+    let text = clauses.text;
+    let retokenized = Tokenizer::new(&PostgreSqlDialect {}, &text)
+        .tokenize_with_location()
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    let tokens: Vec<&TokenWithSpan> = retokenized.iter().collect();
+    let tokens = &tokens[..];
     let mut depth = 0i32;
     let mut with = None;
     let mut replaced = false;
@@ -207,14 +306,22 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
     let statement = parse_one(&text)?;
     let is_create = matches!(statement, Statement::CreateTable(_));
     match with {
-        None if is_create => Ok(WeirStatement::CreateSource(Box::new(statement), Vec::new())),
-        None => Ok(WeirStatement::DropSource(Box::new(statement))),
+        None if is_create => Ok(WeirStatement::CreateSource(
+            Box::new(statement),
+            Vec::new(),
+            watermark,
+        )),
+        None if watermark.is_none() => Ok(WeirStatement::DropSource(Box::new(statement))),
         Some(i) if is_create => Ok(WeirStatement::CreateSource(
             Box::new(statement),
             parse_options(&tokens[i + 1..])?,
+            watermark,
         )),
         Some(_) => Err(ParseError::Syntax(
             "syntax error at or near \"WITH\"".into(),
+        )),
+        None => Err(ParseError::Syntax(
+            "syntax error at or near \"WATERMARK\"".into(),
         )),
     }
 }
@@ -352,7 +459,13 @@ mod tests {
             WeirStatement::Flush => "FLUSH".into(),
             WeirStatement::Checkpoint => "CHECKPOINT".into(),
             WeirStatement::ShowSources => "SHOW SOURCES".into(),
-            WeirStatement::CreateSource(s, o) => format!("{s} {o:?}"),
+            WeirStatement::CreateSource(s, o, w) => format!("{s} {o:?} {w:?}"),
+            WeirStatement::CreateTable {
+                create,
+                append_only,
+                watermark,
+            } => format!("{create} append_only={append_only} {watermark:?}"),
+            WeirStatement::CreateViewEmitOnWindowClose(s) => format!("{s} EMIT ON WINDOW CLOSE"),
             WeirStatement::DropSource(s) => s.to_string(),
             WeirStatement::Move(s) => format!("MOVE {s}"),
         }
@@ -390,7 +503,7 @@ mod tests {
             "CREATE SOURCE s (k int, v text) WITH (connector = 'datagen', fields.k.kind = 'sequence', rows_per_second = 10); DROP SOURCE IF EXISTS s CASCADE; show sources",
         )
         .unwrap();
-        let WeirStatement::CreateSource(create, options) = &parsed[0] else {
+        let WeirStatement::CreateSource(create, options, _) = &parsed[0] else {
             panic!("{:?}", parsed[0]);
         };
         assert_eq!(create.to_string(), "CREATE TABLE s (k INT, v TEXT)");

@@ -277,6 +277,7 @@ impl Builder {
                     group,
                     aggregates,
                     filters,
+                    emit_on_window_close: false,
                 };
                 Ok(self.push(NodeKind::Aggregate(spec), vec![input], schema()))
             }
@@ -295,6 +296,7 @@ impl Builder {
                     group,
                     aggregates: Vec::new(),
                     filters: Vec::new(),
+                    emit_on_window_close: false,
                 };
                 Ok(self.push(NodeKind::Aggregate(spec), vec![index], schema()))
             }

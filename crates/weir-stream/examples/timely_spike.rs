@@ -248,6 +248,7 @@ fn aggregate_spec(schema: &Arc<Schema>) -> AggregateSpec {
         group: vec![(col("auction", schema).unwrap(), "auction".into())],
         aggregates: vec![Arc::new(count), Arc::new(sum)],
         filters: vec![None, None],
+        emit_on_window_close: false,
     }
 }
 

@@ -22,6 +22,7 @@ use crate::join::Join;
 use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan};
 use crate::top_n::TopN;
+use crate::watermark::{ColumnBound, WatermarkFilter, Watermarks};
 use crate::{Changes, Operator, Result};
 
 /// What one operator has done since the dataflow started.
@@ -52,6 +53,9 @@ pub struct OperatorInfo {
     /// How many instances run it: the workers of a partitioned view, 1
     /// otherwise.
     pub instances: usize,
+    /// Rows it dropped as late since the view was created.
+    #[serde(default)]
+    pub late_rows: u64,
 }
 
 #[derive(Debug)]
@@ -73,6 +77,7 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
     let schema = spec.schema.clone();
     let operator: Box<dyn Operator> = match &spec.kind {
         NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema)),
+        NodeKind::Watermark { column, .. } => Box::new(WatermarkFilter::new(index, *column)),
         NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
         NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
         NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
@@ -81,9 +86,13 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             keep_null,
             keep_empty,
         } => Box::new(Unnest::new(*column, *keep_null, *keep_empty, schema)),
-        NodeKind::Aggregate(agg) => {
-            crate::aggregate::aggregate(agg.clone(), input_schema(0), schema, append_only(0))?
-        }
+        NodeKind::Aggregate(agg) => crate::aggregate::aggregate(
+            agg.clone(),
+            input_schema(0),
+            schema,
+            append_only(0),
+            window_of(plan, index),
+        )?,
         NodeKind::Join(join) => Box::new(Join::new(
             join.clone(),
             input_schema(0),
@@ -110,6 +119,20 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
     Ok(operator)
 }
 
+/// The first group column of aggregate node `index` with a bound (see
+/// [`crate::watermark::ColumnBound`]): the aggregate's window.
+pub(crate) fn window_of(plan: &StreamPlan, index: usize) -> Option<(usize, ColumnBound)> {
+    let NodeKind::Aggregate(spec) = &plan.nodes[index].kind else {
+        return None;
+    };
+    let bounds = plan.column_bounds().swap_remove(index);
+    bounds
+        .into_iter()
+        .take(spec.group.len())
+        .enumerate()
+        .find_map(|(i, b)| b.map(|b| (i, b)))
+}
+
 /// An aggregate node run in two phases (see [`crate::aggregate::two_phase`]).
 pub(crate) struct TwoPhase {
     /// Runs in every instance on the rows it has.
@@ -132,6 +155,7 @@ pub(crate) fn two_phase(plan: &StreamPlan, index: usize) -> Result<Option<TwoPha
         plan.nodes[spec.inputs[0]].schema.clone(),
         spec.schema.clone(),
         plan.input_append_only(index, 0),
+        window_of(plan, index),
     )?;
     Ok(phases.map(|(local, merge)| TwoPhase {
         exchange: local.exchange(),
@@ -213,10 +237,19 @@ impl Dataflow {
     /// Ends the epoch: every operator flushes, in topological order;
     /// returns the view's output changes.
     pub fn flush(&mut self) -> Result<Vec<Changes>> {
+        self.flush_with(&Watermarks::new())
+    }
+
+    /// Ends the epoch like [`Dataflow::flush`], then puts `watermarks`
+    /// in force in each operator after it flushed (see
+    /// [`Operator::advance`]).
+    pub fn flush_with(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
         let mut out = Vec::new();
         for index in 0..self.nodes.len() {
             let started = Instant::now();
-            let parts = self.nodes[index].operator.flush()?;
+            let operator = &mut self.nodes[index].operator;
+            let mut parts = operator.flush()?;
+            parts.extend(operator.advance(watermarks)?);
             self.nodes[index].stats.busy += started.elapsed();
             for part in parts {
                 self.emit(index, part, &mut out)?;
@@ -305,7 +338,28 @@ impl Dataflow {
                 "more state tables restored than the dataflow declares".into(),
             ));
         }
+        let watermarks = self.watermarks();
+        for node in &mut self.nodes {
+            node.operator.advance(&watermarks)?;
+        }
         Ok(())
+    }
+
+    /// The watermarks its watermark nodes have in force.
+    pub fn watermarks(&self) -> Watermarks {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.operator.watermark())
+            .collect()
+    }
+
+    /// Each watermark node's greatest event time read since the last
+    /// call, for those that read any.
+    pub fn take_event_times(&mut self) -> Vec<(usize, i64)> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.operator.take_event_time())
+            .collect()
     }
 
     /// Bytes every operator holds.
@@ -325,6 +379,7 @@ impl Dataflow {
                 state_rows: n.operator.state_rows(),
                 state_bytes: n.operator.memory_size(),
                 instances: 1,
+                late_rows: n.operator.late_rows(),
             })
             .collect()
     }

@@ -14,6 +14,8 @@
 //! | `aggregate` | `GroupedAggregate` (`count`, `sum`, `avg`, `min`, `max`), `RecomputeAggregate` (any other) | columns per group; input rows by group |
 //! | `join` | `Join`: every join type, by the delta rule or per changed key | each side's rows by join key ([`KeyedRows`]) |
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
+//! | `group_top_n` | `GroupTopN`: `ROW_NUMBER() OVER (PARTITION BY ...) <= n` | each partition's rows in order |
+//! | `watermark` | `WatermarkFilter`: drops late rows, notes event time | the watermark, per instance |
 //!
 //! [`Dataflow`] instantiates a [`StreamPlan`] and pushes changes through
 //! it; [`Aligner`] is the barrier alignment of a task with several inputs;
@@ -35,6 +37,7 @@ mod partition;
 mod plan;
 pub mod runtime;
 mod top_n;
+pub mod watermark;
 
 #[cfg(test)]
 mod testing;

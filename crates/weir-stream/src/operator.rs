@@ -33,6 +33,32 @@ pub trait Operator: Send + std::fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// The epoch's input is flushed and `watermarks` are in force from
+    /// now on (see [`crate::watermark`]): returns the output that makes
+    /// final (windows that close). Called at every cut, after
+    /// [`Operator::flush`], and once when the operator starts, after its
+    /// state is restored (with the watermarks its view's watermark nodes
+    /// restored; output then is dropped).
+    fn advance(&mut self, _watermarks: &crate::watermark::Watermarks) -> Result<Vec<Changes>> {
+        Ok(Vec::new())
+    }
+
+    /// A watermark node's (node index, watermark) in force, if any.
+    fn watermark(&self) -> Option<(usize, i64)> {
+        None
+    }
+
+    /// A watermark node's (node index, greatest event time read since
+    /// the last call), if it read any; taken at every cut.
+    fn take_event_time(&mut self) -> Option<(usize, i64)> {
+        None
+    }
+
+    /// Rows the operator dropped as late since the view was created.
+    fn late_rows(&self) -> u64 {
+        0
+    }
+
     /// The shapes of the operator's durable state tables, in a fixed order.
     fn state_specs(&self) -> Vec<TableSpec>;
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::JoinType;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -48,6 +48,15 @@ pub enum NodeKind {
         /// The columns the plan reads (the others may arrive as NULL);
         /// `None`: all.
         read: Option<Vec<usize>>,
+    },
+    /// Rows whose event-time `column` is below the watermark are
+    /// dropped as late (see [`crate::watermark`]).
+    Watermark {
+        /// The event-time column.
+        column: usize,
+        /// How far the watermark trails the greatest event time read, in
+        /// the column's unit.
+        delay: i64,
     },
     /// Constant rows.
     Values {
@@ -98,6 +107,10 @@ pub struct AggregateSpec {
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// Each aggregate's `FILTER (WHERE ...)`.
     pub filters: Vec<Option<PhysicalExprRef>>,
+    /// `EMIT ON WINDOW CLOSE`: a group's row is emitted once, when the
+    /// watermark passes its window (a group column with a
+    /// [`crate::watermark::ColumnBound`]), and never before.
+    pub emit_on_window_close: bool,
 }
 
 /// How two inputs are joined.
@@ -196,6 +209,7 @@ impl StreamPlan {
             NodeKind::GroupTopN(top) if top.partition.is_empty() => Some(Exchange::Single),
             NodeKind::GroupTopN(top) => Some(Exchange::Hash(top.partition.clone())),
             NodeKind::Source { .. }
+            | NodeKind::Watermark { .. }
             | NodeKind::Values { .. }
             | NodeKind::Filter { .. }
             | NodeKind::Project { .. }
@@ -221,6 +235,7 @@ impl StreamPlan {
                 NodeKind::Source { relation, .. } => relation_is_append_only(relation),
                 NodeKind::Values { .. } => true,
                 NodeKind::Filter { .. }
+                | NodeKind::Watermark { .. }
                 | NodeKind::Project { .. }
                 | NodeKind::Unnest { .. }
                 | NodeKind::Union => all,
@@ -234,7 +249,9 @@ impl StreamPlan {
                         JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
                     ) && !join.null_aware
                 }
-                NodeKind::Aggregate(_) | NodeKind::TopN(_) | NodeKind::GroupTopN(_) => false,
+                // Emitted once, when final.
+                NodeKind::Aggregate(spec) => spec.emit_on_window_close,
+                NodeKind::TopN(_) | NodeKind::GroupTopN(_) => false,
             };
         }
     }
@@ -258,7 +275,9 @@ impl StreamPlan {
             let node = &self.nodes[i];
             let key = match &node.kind {
                 NodeKind::Source { relation, .. } => relation_key(relation),
-                NodeKind::Filter { .. } | NodeKind::TopN(_) => input_key(0),
+                NodeKind::Filter { .. } | NodeKind::Watermark { .. } | NodeKind::TopN(_) => {
+                    input_key(0)
+                }
                 NodeKind::Project { exprs } => input_key(0).and_then(|key| {
                     key.iter()
                         .map(|&column| {
@@ -361,6 +380,9 @@ impl StreamPlan {
                 "right rows by join key".to_owned(),
             ],
             NodeKind::TopN(_) => vec!["input rows in sort order".to_owned()],
+            NodeKind::Watermark { .. } => {
+                vec!["watermark and late rows, per instance".to_owned()]
+            }
             NodeKind::GroupTopN(_) if self.nodes[node.inputs[0]].append_only => {
                 vec!["each partition's first rows (the input only inserts)".to_owned()]
             }
@@ -377,6 +399,20 @@ impl StreamPlan {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
+            NodeKind::Watermark { column, delay } => {
+                let field = node.schema.field(*column);
+                let per_second = match field.data_type() {
+                    DataType::Timestamp(TimeUnit::Second, _) => 1.0,
+                    DataType::Timestamp(TimeUnit::Millisecond, _) => 1e3,
+                    DataType::Timestamp(TimeUnit::Microsecond, _) => 1e6,
+                    _ => 1e9,
+                };
+                format!(
+                    "Watermark: {} - {}s",
+                    field.name(),
+                    *delay as f64 / per_second
+                )
+            }
             NodeKind::Unnest { column, .. } => {
                 format!("Unnest: {}", node.schema.field(*column).name())
             }
@@ -389,14 +425,19 @@ impl StreamPlan {
             NodeKind::Aggregate(spec) => {
                 let input = &self.nodes[node.inputs[0]];
                 format!(
-                    "{}: group=[{}] aggregates=[{}]",
+                    "{}: group=[{}] aggregates=[{}]{}",
                     if crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
                         "HashAggregate"
                     } else {
                         "RecomputeAggregate"
                     },
                     list(&mut spec.group.iter().map(|(e, _)| e.to_string())),
-                    list(&mut spec.aggregates.iter().map(|a| a.name().to_owned()))
+                    list(&mut spec.aggregates.iter().map(|a| a.name().to_owned())),
+                    if spec.emit_on_window_close {
+                        " emit=on window close"
+                    } else {
+                        ""
+                    }
                 )
             }
             NodeKind::Join(spec) => {

@@ -57,6 +57,12 @@ pub struct ServeArgs {
     /// FLUSH and CHECKPOINT.
     #[arg(long, default_value = "1s")]
     pub checkpoint_interval: String,
+    /// How long a reader of a source with a WATERMARK (each worker's share
+    /// of its splits, or an append-only table's changes) may read nothing
+    /// before it stops holding back its views' watermark, so that windows
+    /// over other inputs still close.
+    #[arg(long, default_value = "5s")]
+    pub watermark_idle_timeout: String,
     /// How long a write waits for its epoch to commit before failing.
     #[arg(long, default_value = "30s")]
     pub commit_timeout: String,
@@ -179,6 +185,8 @@ impl Config {
             },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             view_memory_bytes: args.view_memory_mb << 20,
+            watermark_idle_timeout: parse_duration(&args.watermark_idle_timeout)
+                .context("--watermark-idle-timeout")?,
             workers,
             cluster: match args.cluster.len() {
                 0 => None,

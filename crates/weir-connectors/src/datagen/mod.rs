@@ -10,6 +10,7 @@
 //! | `rows_per_second` | `1000` | the rate at which the source emits rows (positive) |
 //! | `total_rows` | none | the source ends after this many rows |
 //! | `seed` | `0` | the seed every random column's own seed derives from |
+//! | `start_time` | when the source was created | the event time of row 0, in Unix microseconds (reproducible event times) |
 //! | `fields.<c>.kind` | `timestamp` for timestamp and date columns, otherwise `random` | `sequence`, `random` or `timestamp` |
 //!
 //! Per kind:
@@ -120,6 +121,7 @@ impl DatagenSpec {
         let mut rows_per_second = 1000;
         let mut total_rows = None;
         let mut seed = 0;
+        let mut start_time_micros = start_time_micros;
         let mut fields: Vec<FieldOptions> = schema
             .fields()
             .iter()
@@ -140,6 +142,7 @@ impl DatagenSpec {
                 }
                 "total_rows" => total_rows = Some(parse(key, value, "a non-negative integer")?),
                 "seed" => seed = parse(key, value, "a non-negative integer")?,
+                "start_time" => start_time_micros = parse(key, value, "an integer")?,
                 _ => {
                     let (column, option) = key
                         .strip_prefix("fields.")

@@ -79,6 +79,10 @@ pub struct DatabaseConfig {
     /// The processes of the timely cluster this server is process 0 of
     /// (`--cluster`); `None`: one process.
     pub cluster: Option<weir_stream::runtime::ClusterConfig>,
+    /// How long a reader of a source with a watermark may read nothing
+    /// before it stops holding the watermark back
+    /// (`--watermark-idle-timeout`).
+    pub watermark_idle_timeout: Duration,
 }
 
 /// The number of cores, the default of `--workers`.
@@ -95,6 +99,7 @@ impl Default for DatabaseConfig {
             view_memory_bytes: DEFAULT_VIEW_MEMORY_MB << 20,
             workers: default_workers(),
             cluster: None,
+            watermark_idle_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -428,6 +433,8 @@ mod tests {
         .await;
 
         let def = TableDef {
+            append_only: false,
+            watermark: None,
             id: 0,
             name: "t".into(),
             columns: vec![ColumnDef {

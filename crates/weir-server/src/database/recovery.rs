@@ -70,6 +70,7 @@ impl Database {
         );
         let store_config = store.config().clone();
         let runtime = Runtime::new(RuntimeConfig {
+            watermark_idle_timeout: config.watermark_idle_timeout,
             view_memory_bytes: config.view_memory_bytes,
             workers: config.workers,
             first_epoch: working.epoch,

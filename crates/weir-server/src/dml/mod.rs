@@ -59,10 +59,10 @@ pub async fn execute(
         let def = target_def(&session.pinned.get().catalog, statement)?;
         returning::schema(session, statement, &def).await?;
     }
-    let target = |catalog: &Catalog| target_def(catalog, statement);
+    let target = |catalog: &Catalog| writable_def(catalog, statement);
     let mut def = None;
     let written = write(session, tag, target, async |session, working| {
-        def = Some(target_def(&working.catalog, statement)?);
+        def = Some(writable_def(&working.catalog, statement)?);
         apply(session, working, statement, params).await
     })
     .await?;
@@ -85,6 +85,32 @@ fn target_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef> 
         Statement::Delete(delete) => delete_query(catalog, delete)?.0,
         other => return Err(WeirError::internal(format!("not DML: {other}"))),
     })
+}
+
+/// The table a DML statement writes, if the statement may write it: an
+/// `APPEND ONLY` table takes inserts only (views over it keep less state
+/// and may close windows for good).
+fn writable_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef> {
+    let def = target_def(catalog, statement)?;
+    let changes_rows = match statement {
+        Statement::Update(_) | Statement::Delete(_) => true,
+        Statement::Insert(insert) => matches!(
+            insert.on.as_ref(),
+            Some(datafusion::sql::sqlparser::ast::OnInsert::OnConflict(conflict))
+                if matches!(conflict.action, datafusion::sql::sqlparser::ast::OnConflictAction::DoUpdate(_))
+        ),
+        _ => false,
+    };
+    if def.append_only && changes_rows {
+        return Err(WeirError::new(
+            SqlState("0A000"),
+            format!(
+                "table \"{}\" is APPEND ONLY: it takes inserts only, not updates or deletes",
+                def.name
+            ),
+        ));
+    }
+    Ok(def)
 }
 
 /// What a statement wrote.

@@ -30,9 +30,11 @@ use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
 use super::accumulator::{accumulator_for, GroupAccumulator};
+use super::window::Windows;
 use crate::changes::{null_as_false, UNIT_COLUMN};
 use crate::operator::expect_tables;
 use crate::plan::AggregateSpec;
+use crate::watermark::{ColumnBound, Watermarks};
 use crate::{Changes, Operator, Result};
 
 /// The group was touched in the current epoch.
@@ -41,6 +43,8 @@ const IN_EPOCH: u8 = 1;
 const IN_DELTA: u8 = 2;
 /// The group existed at the last checkpoint.
 const COMMITTED: u8 = 4;
+/// The group is listed under its window value (see [`Windows`]).
+const WINDOWED: u8 = 8;
 
 /// Name of the row count column of the group table.
 const ROWS_COLUMN: &str = "__weir_rows";
@@ -77,6 +81,8 @@ pub struct GroupedAggregate {
     old_groups: Vec<KeyId>,
     old_values: Vec<Vec<ArrayRef>>,
     table_schema: SchemaRef,
+    /// The window group column, if a watermark bounds one.
+    windows: Option<Windows>,
 }
 
 impl GroupedAggregate {
@@ -130,7 +136,71 @@ impl GroupedAggregate {
             old_groups: Vec::new(),
             old_values,
             table_schema: Arc::new(Schema::new(fields)),
+            windows: None,
         }))
+    }
+
+    /// Closes the windows of group column `window.0` as its bound
+    /// `window.1` passes them: frees them, drops their late rows, and
+    /// with `EMIT ON WINDOW CLOSE` emits them only then. Not for
+    /// aggregates that keep values per group beside the group table
+    /// (`count(DISTINCT)`, `min`/`max` of an input that deletes): those
+    /// keep their windows.
+    pub fn with_window(mut self, window: Option<(usize, ColumnBound)>) -> Self {
+        let side_values = self
+            .accumulators
+            .iter()
+            .any(|a| a.value_entries().is_some());
+        if !side_values {
+            self.windows = window.map(|(column, bound)| Windows::new(column, bound));
+        }
+        self
+    }
+
+    /// Whether its rows wait for their window to close.
+    fn emits_on_close(&self) -> bool {
+        self.spec.emit_on_window_close
+    }
+
+    /// Lists the groups not yet listed under their window.
+    fn register_windows(&mut self, groups: &[KeyId]) -> Result<()> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(());
+        };
+        let mut fresh = Vec::new();
+        for &g in groups {
+            let flags = &mut self.flags[g as usize];
+            if *flags & WINDOWED == 0 {
+                *flags |= WINDOWED;
+                fresh.push(g);
+            }
+        }
+        if !fresh.is_empty() {
+            let values = self.keys.decode(&fresh).map_err(external)?;
+            windows.register(&fresh, &values[windows.column])?;
+        }
+        Ok(())
+    }
+
+    /// Drops input rows of closed windows.
+    fn drop_late(&mut self, input: Changes) -> Result<Changes> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(input);
+        };
+        match self.input {
+            Input::Rows => {
+                let values = self.spec.group[windows.column]
+                    .0
+                    .evaluate(&input.rows)?
+                    .into_array(input.len())?;
+                windows.drop_late(input, &values, None)
+            }
+            Input::Partials => {
+                let values = input.rows.column(windows.column).clone();
+                let counts = self.group_fields.len().max(1);
+                windows.drop_late(input, &values, Some(counts))
+            }
+        }
     }
 
     /// The final phase of a two-phase aggregate: the same aggregate over
@@ -250,7 +320,7 @@ impl GroupedAggregate {
             }
         }
         let existing: Vec<KeyId> = fresh.into_iter().filter(|&g| self.exists(g)).collect();
-        if !existing.is_empty() {
+        if !existing.is_empty() && !self.emits_on_close() {
             for (accumulator, old) in self.accumulators.iter().zip(&mut self.old_values) {
                 old.push(accumulator.evaluate(&existing)?);
             }
@@ -291,11 +361,16 @@ impl Operator for GroupedAggregate {
     }
 
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        let input = self.drop_late(input)?;
+        if input.is_empty() {
+            return Ok(Vec::new());
+        }
         let groups = match self.input {
             Input::Rows => intern_groups(&self.spec, &mut self.keys, &input)?,
             Input::Partials => self.intern_partials(&input)?,
         };
         self.grow();
+        self.register_windows(&groups)?;
         self.touch(&groups)?;
         match self.input {
             Input::Rows => {
@@ -317,6 +392,10 @@ impl Operator for GroupedAggregate {
         let touched = std::mem::take(&mut self.in_epoch);
         for &g in &touched {
             self.flags[g as usize] &= !IN_EPOCH;
+        }
+        if self.emits_on_close() {
+            // Rows come out when their window closes (`advance`).
+            return Ok(Vec::new());
         }
         let old_groups = std::mem::take(&mut self.old_groups);
         let old_values = self
@@ -340,6 +419,58 @@ impl Operator for GroupedAggregate {
             out.push(Changes::inserts(self.output_rows(&now, None)?));
         }
         Ok(out)
+    }
+
+    fn advance(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let column = windows.column;
+        let Some((bound, listed)) = windows.close(watermarks)? else {
+            return Ok(Vec::new());
+        };
+        let mut listed: Vec<KeyId> = listed
+            .into_iter()
+            .filter(|&g| self.flags[g as usize] & WINDOWED != 0)
+            .collect();
+        listed.sort_unstable();
+        listed.dedup();
+        if listed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = self.keys.decode(&listed).map_err(external)?;
+        let below = Windows::below(&values[column], bound)?;
+        let closing: Vec<KeyId> = listed
+            .into_iter()
+            .zip(below)
+            .filter_map(|(g, below)| below.then_some(g))
+            .collect();
+        let mut out = Vec::new();
+        if self.emits_on_close() {
+            let present: Vec<KeyId> = closing
+                .iter()
+                .copied()
+                .filter(|&g| self.exists(g))
+                .collect();
+            if !present.is_empty() {
+                out.push(Changes::inserts(self.output_rows(&present, None)?));
+            }
+        }
+        // Freed at the next checkpoint, like a group whose rows are gone.
+        for g in closing {
+            self.rows[g as usize] = 0;
+            let flags = &mut self.flags[g as usize];
+            *flags &= !WINDOWED;
+            if *flags & IN_DELTA == 0 {
+                *flags |= IN_DELTA;
+                self.in_delta.push(g);
+            }
+        }
+        Ok(out)
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.windows.as_ref().map_or(0, |w| w.late)
     }
 
     fn state_specs(&self) -> Vec<TableSpec> {
@@ -445,6 +576,7 @@ impl Operator for GroupedAggregate {
             self.rows[g as usize] = rows.value(i);
             self.flags[g as usize] = COMMITTED;
         }
+        self.register_windows(&groups)?;
         let mut column = key_width + 1;
         let len = self.keys.slots();
         let mut side = 1;
@@ -490,6 +622,7 @@ impl Operator for GroupedAggregate {
                 .map(|a| a.memory_size())
                 .sum::<usize>()
             + held
+            + self.windows.as_ref().map_or(0, Windows::memory_size)
     }
 
     fn state_rows(&self) -> Vec<usize> {
@@ -615,6 +748,7 @@ mod tests {
         fields.extend(aggregates.iter().map(|a| a.field().as_ref().clone()));
         let spec = AggregateSpec {
             filters: spec.filters[..6].to_vec(),
+            emit_on_window_close: false,
             aggregates,
             group: spec.group,
         };
@@ -674,6 +808,7 @@ mod tests {
             group,
             aggregates,
             filters,
+            emit_on_window_close: false,
         };
         (spec, Arc::new(Schema::new(fields)))
     }
@@ -829,6 +964,7 @@ mod tests {
         let spec = AggregateSpec {
             aggregates: pick(&spec.aggregates, &keep),
             filters: pick(&spec.filters, &keep),
+            emit_on_window_close: false,
             group: spec.group,
         };
         let (_, mut fields) = group_by_k(grouped);
@@ -877,7 +1013,7 @@ mod tests {
         for grouped in [true, false] {
             let (extremes, _) = spec(grouped);
             assert!(
-                crate::aggregate::two_phase(extremes, kv_schema(), spec(grouped).1, false)
+                crate::aggregate::two_phase(extremes, kv_schema(), spec(grouped).1, false, None)
                     .unwrap()
                     .is_none(),
                 "min and max of an input that deletes keep their values in one place"
@@ -888,9 +1024,15 @@ mod tests {
             ];
             for ((spec, out), append_only, epochs) in cases {
                 let two_phase = || {
-                    crate::aggregate::two_phase(spec.clone(), kv_schema(), out.clone(), append_only)
-                        .unwrap()
-                        .expect("these partials merge")
+                    crate::aggregate::two_phase(
+                        spec.clone(),
+                        kv_schema(),
+                        out.clone(),
+                        append_only,
+                        None,
+                    )
+                    .unwrap()
+                    .expect("these partials merge")
                 };
                 let (first, mut merge) = two_phase();
                 let mut locals = [first, two_phase().0.with_max_groups(2)];

@@ -13,6 +13,7 @@ mod accumulator;
 mod grouped;
 mod partial;
 mod recompute;
+mod window;
 
 pub use grouped::GroupedAggregate;
 pub use partial::PartialAggregate;
@@ -21,15 +22,19 @@ pub use recompute::RecomputeAggregate;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::plan::AggregateSpec;
+use crate::watermark::ColumnBound;
 use crate::{Operator, Result};
 
 /// The operator for `spec` over rows of `input_schema`; `append_only`: the
-/// input never deletes (so `min`/`max` keep one value per group).
+/// input never deletes (so `min`/`max` keep one value per group);
+/// `window`: a group column a watermark bounds (see
+/// [`GroupedAggregate::with_window`]).
 pub fn aggregate(
     spec: AggregateSpec,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
     append_only: bool,
+    window: Option<(usize, ColumnBound)>,
 ) -> Result<Box<dyn Operator>> {
     match GroupedAggregate::try_new(
         spec.clone(),
@@ -37,7 +42,7 @@ pub fn aggregate(
         output_schema.clone(),
         append_only,
     )? {
-        Some(grouped) => Ok(Box::new(grouped)),
+        Some(grouped) => Ok(Box::new(grouped.with_window(window))),
         None => Ok(Box::new(RecomputeAggregate::new(
             spec,
             input_schema,
@@ -45,6 +50,16 @@ pub fn aggregate(
             append_only,
         )?)),
     }
+}
+
+/// Whether `spec` over `input_schema` can emit on window close: columnar
+/// state, and none kept per value beside the group table (see
+/// [`GroupedAggregate::with_window`]).
+pub fn closes_windows(spec: &AggregateSpec, input_schema: &SchemaRef, append_only: bool) -> bool {
+    spec.aggregates.iter().all(|function| {
+        accumulator::accumulator_for(function, input_schema, append_only)
+            .is_ok_and(|a| a.is_some_and(|a| a.value_entries().is_none()))
+    })
 }
 
 /// Whether `spec` over `input_schema` gets columnar state.
@@ -65,6 +80,7 @@ pub fn two_phase(
     input_schema: SchemaRef,
     output_schema: SchemaRef,
     append_only: bool,
+    window: Option<(usize, ColumnBound)>,
 ) -> Result<Option<(PartialAggregate, GroupedAggregate)>> {
     let Some(whole) = GroupedAggregate::try_new(
         spec.clone(),
@@ -79,5 +95,5 @@ pub fn two_phase(
         return Ok(None);
     };
     let local = PartialAggregate::new(spec, &input_schema, append_only, merging.table_schema())?;
-    Ok(Some((local, merging)))
+    Ok(Some((local, merging.with_window(window))))
 }

@@ -20,6 +20,7 @@
 //! | `source` | the [`Source`] trait connectors implement, reader positions |
 //! | `reader` | tasks reading a share of a source's splits for a view, barriers in-band |
 //! | `view` | a running view: operators, output table, memory budget |
+//! | `event_clock` | a view's watermarks, from its instances' event times |
 //! | `worker` | the coordinator's loop: commands, readers and workers' cuts in, barriers aligned, parts out |
 //! | `cluster` | the timely workers (of one process or a cluster) that run views over sources and tables as partitioned instances |
 //! | `batch` | the change batches timely moves, and their exchange by key |
@@ -27,6 +28,7 @@
 
 mod batch;
 mod cluster;
+mod event_clock;
 mod reader;
 mod source;
 mod view;
@@ -170,6 +172,9 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// The epoch the first barrier will end.
     pub first_epoch: u64,
+    /// How long an instance of a watermark node may read nothing before
+    /// it stops holding its view's watermark back.
+    pub watermark_idle_timeout: std::time::Duration,
     /// The processes of a timely cluster this one is process 0 of
     /// (`--cluster`); `None`: one process.
     pub cluster: Option<ClusterConfig>,
@@ -232,6 +237,9 @@ pub struct RuntimeStatus {
     /// Set when workers of other processes read sources: their batches
     /// are not counted here, so every epoch may have changes.
     remote_readers: std::sync::atomic::AtomicBool,
+    /// Set when a watermark moved at the last cut: the next barrier
+    /// carries it, so an epoch has work even without new rows.
+    watermark_moved: std::sync::atomic::AtomicBool,
 }
 
 impl RuntimeStatus {
@@ -239,6 +247,7 @@ impl RuntimeStatus {
     /// has changes even if no table does.
     pub fn has_rows_since_barrier(&self) -> bool {
         self.remote_readers.load(Ordering::SeqCst)
+            || self.watermark_moved.load(Ordering::SeqCst)
             || self.batches_read.load(Ordering::SeqCst)
                 > self.batches_at_barrier.load(Ordering::SeqCst)
     }
@@ -258,6 +267,10 @@ impl RuntimeStatus {
     /// checkpoint.
     pub fn view_workers(&self) -> BTreeMap<String, Vec<WorkerFigures>> {
         self.workers.lock().expect("workers lock").clone()
+    }
+
+    fn note_watermark_moved(&self) {
+        self.watermark_moved.store(true, Ordering::SeqCst);
     }
 
     fn set_remote_readers(&self, remote: bool) {
@@ -280,6 +293,7 @@ impl RuntimeStatus {
     /// (or in this one, which then counts them twice: one epoch more goes
     /// through the views, never one less).
     fn note_barrier(&self) {
+        self.watermark_moved.store(false, Ordering::SeqCst);
         let read = self.batches_read.load(Ordering::SeqCst);
         self.batches_at_barrier.store(read, Ordering::SeqCst);
     }

@@ -176,6 +176,7 @@ async fn barriers_until(
 
 fn runtime(view_memory_bytes: usize, workers: usize) -> (Runtime, Parts) {
     let runtime = Runtime::new(RuntimeConfig {
+        watermark_idle_timeout: std::time::Duration::from_secs(10),
         view_memory_bytes,
         workers,
         first_epoch: 1,
@@ -335,6 +336,7 @@ fn grouped_view(source: Counter) -> ViewRuntime {
                     group: vec![(key, "k".into())],
                     aggregates: vec![Arc::new(count)],
                     filters: vec![None],
+                    emit_on_window_close: false,
                 }),
                 inputs: vec![0],
                 schema: output,
@@ -457,6 +459,7 @@ async fn a_view_runs_across_two_processes_of_a_cluster() {
         serve_process(1, &remote, Arc::new(GroupedBuilder { total }), tokio)
     });
     let runtime = Runtime::new(RuntimeConfig {
+        watermark_idle_timeout: std::time::Duration::from_secs(10),
         view_memory_bytes: usize::MAX,
         workers: 1,
         first_epoch: 1,

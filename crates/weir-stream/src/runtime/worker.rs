@@ -40,6 +40,7 @@ use tracing::{debug, error, warn};
 use weir_state::{DeltaBatches, TableChange, TableId};
 
 use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
+use super::event_clock::EventClock;
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key};
 use super::view::{
@@ -167,6 +168,8 @@ pub(super) struct Worker {
     aligned_by_removal: Option<u64>,
     /// When views' memory was last counted.
     memory_checked: Instant,
+    /// Each running view's watermarks.
+    clocks: HashMap<String, EventClock>,
 }
 
 enum Next {
@@ -230,6 +233,7 @@ impl Worker {
             barrier_since: None,
             aligned_by_removal: None,
             memory_checked: Instant::now(),
+            clocks: HashMap::new(),
         }
     }
 
@@ -368,7 +372,15 @@ impl Worker {
                 }
                 if let Some(cluster) = &self.cluster {
                     if !self.partitioned.is_empty() {
-                        cluster.send(ClusterCommand::Barrier(epoch));
+                        let watermarks = self
+                            .partitioned
+                            .keys()
+                            .filter_map(|view| {
+                                let marks = self.clocks.get(view)?.watermarks();
+                                (!marks.is_empty()).then(|| (view.clone(), marks))
+                            })
+                            .collect();
+                        cluster.send(ClusterCommand::Barrier(epoch, watermarks));
                     }
                 }
                 return self.on_barrier(Input::Commands, epoch).await;
@@ -423,12 +435,22 @@ impl Worker {
         }
         let reads_views = &view.reads_views;
         let is_table = |relation: &str| !reads_views.contains(relation);
+        let idle = self.config.watermark_idle_timeout;
         if let Some(cluster) = self
             .cluster
             .as_ref()
             .filter(|_| partitionable(&view.plan, &view.sources, is_table))
         {
             let peers = cluster.peers();
+            // Every worker reads a source's splits; only worker 0 a
+            // table's changes.
+            let sources = &view.sources;
+            let instances = |relation: &str| match sources.iter().any(|s| s.name == relation) {
+                true => peers,
+                false => 1,
+            };
+            let clock = EventClock::new(&view.plan, instances, idle);
+            self.clocks.insert(view.name.clone(), clock);
             if let Err(e) = self.start_partitioned(&mut view, peers) {
                 self.stop_failed(&view.name, FailureReason::Error(e));
                 return;
@@ -459,6 +481,8 @@ impl Worker {
             self.aligner.add_input(Input::Reader(reader.key.clone()));
             self.readers.push(reader);
         }
+        let clock = EventClock::new(&view.plan, |_| 1, idle);
+        self.clocks.insert(view.name.clone(), clock);
         self.views.push(view);
     }
 
@@ -548,6 +572,11 @@ impl Worker {
                 c.rows_in += cut.rows_read;
             });
         }
+        if let Some(clock) = self.clocks.get_mut(name) {
+            for (node, time) in cut.event_times {
+                clock.report(worker, node, time);
+            }
+        }
         if let Some(partitioned) = self.partitioned.get_mut(name) {
             partitioned
                 .deltas
@@ -589,6 +618,7 @@ impl Worker {
             self.memory_checked = Instant::now();
         }
         let mut failed = Vec::new();
+        let clocks = &self.clocks;
         for view in self.views.iter_mut() {
             let own = source
                 .as_ref()
@@ -640,7 +670,11 @@ impl Worker {
                     }
                 }
                 if end_of_epoch {
-                    out.extend(view.dataflow.flush()?);
+                    let watermarks = clocks
+                        .get(&view.name)
+                        .map(EventClock::watermarks)
+                        .unwrap_or_default();
+                    out.extend(view.dataflow.flush_with(&watermarks)?);
                 }
                 let out = apply_output(&mut view.output, out)?;
                 if check {
@@ -711,6 +745,7 @@ impl Worker {
             }
         }
         self.views.retain(|v| v.name != name);
+        self.clocks.remove(name);
         if self.partitioned.remove(name).is_some() {
             if let Some(cluster) = &self.cluster {
                 cluster.send(ClusterCommand::Drop(name.to_owned()));
@@ -795,6 +830,11 @@ impl Worker {
                     cut_partitioned(view, partitioned, &figures, budget, &mut part)
                 }
                 None => {
+                    if let Some(clock) = self.clocks.get_mut(&view.name) {
+                        for (node, time) in view.dataflow.take_event_times() {
+                            clock.report(0, node, time);
+                        }
+                    }
                     self.status.publish_operators(&view.name, operators(view));
                     cut_view(view, &mut part)
                 }
@@ -805,6 +845,14 @@ impl Worker {
         }
         for (name, failure) in failed {
             self.stop_failed(&name, failure);
+        }
+        let mut moved = false;
+        for clock in self.clocks.values_mut() {
+            moved |= clock.tick();
+        }
+        if moved {
+            // The next barrier carries them, even without new rows.
+            self.status.note_watermark_moved();
         }
         let running: BTreeSet<TableId> = self
             .views
@@ -873,6 +921,7 @@ fn merged_operators(view: &ViewRuntime, workers: &[WorkerShare]) -> Vec<Operator
                     }
                     sum.state_bytes += info.state_bytes;
                     sum.instances += info.instances;
+                    sum.late_rows += info.late_rows;
                 }
             }
         }
@@ -894,6 +943,7 @@ fn with_output(view: &ViewRuntime, mut operators: Vec<OperatorInfo>) -> Vec<Oper
         state_rows: vec![view.output.len()],
         state_bytes: view.output.memory_size(),
         instances: 1,
+        late_rows: 0,
     });
     operators
 }

@@ -8,6 +8,11 @@
 //! names, and runs each query as a plain SELECT (DataFusion's batch
 //! execution). Once every view's readers stand at the stream's end, each
 //! view must hold exactly what its query returns over the tables.
+//!
+//! A bid source with a watermark feeds a windowed view that emits on
+//! window close: each window it emitted must be exact, and none missing
+//! below the last (the reference is the batch query over the windows up
+//! to the last one emitted: the ones the watermark passed).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,6 +54,12 @@ const TABLES: [(&str, &str); 3] = [
         "auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, date_time TIMESTAMP, extra TEXT",
     ),
 ];
+
+/// Each auction's bids and top price per 10-second window: over `bid` as
+/// the reference runs it, over `bid_wm` (with a watermark) as a view that
+/// emits on window close.
+const CLOSED_WINDOWS: &str = "SELECT auction, window_start, count(*) AS bids, max(price) AS top \
+     FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY auction, window_start";
 
 /// q13's side input table.
 const SIDE_INPUT: &str = include_str!("../../../../sql-tests/nexmark/side_input.sql");
@@ -123,6 +134,27 @@ async fn nexmark_views_equal_their_queries_over_the_same_events() {
             .unwrap();
     }
     client.batch_execute(SIDE_INPUT).await.unwrap();
+    // A source without a column list takes the connector's columns, and
+    // the watermark clause alone in the parentheses.
+    let with: Vec<String> = options("bid")
+        .iter()
+        .map(|(k, v)| format!("{k} = '{v}'"))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bid_wm (WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+             WITH (connector = 'nexmark', {})",
+            with.join(", ")
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW closed_windows AS {} EMIT ON WINDOW CLOSE",
+            CLOSED_WINDOWS.replace("TUMBLE(bid,", "TUMBLE(bid_wm,")
+        ))
+        .await
+        .unwrap();
     for (name, query) in &queries {
         client
             .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
@@ -179,6 +211,35 @@ async fn nexmark_views_equal_their_queries_over_the_same_events() {
             "{name}: the view differs from its query over the events"
         );
     }
+    // The watermark the last rows moved closes windows one epoch later.
+    client
+        .batch_execute("CHECKPOINT; CHECKPOINT")
+        .await
+        .unwrap();
+    let closed = sorted_rows(&client, "SELECT * FROM closed_windows").await;
+    let last = closed
+        .iter()
+        .filter_map(|row| row[1].clone())
+        .max()
+        .expect("windows closed");
+    let want = sorted_rows(
+        &reference,
+        &format!("SELECT * FROM ({CLOSED_WINDOWS}) AS w WHERE window_start <= '{last}'"),
+    )
+    .await;
+    let windows: std::collections::BTreeSet<_> = want.iter().map(|row| row[1].clone()).collect();
+    assert!(windows.len() >= 4, "windows closed: {windows:?}");
+    assert_eq!(closed.len(), want.len(), "closed windows: rows");
+    assert!(
+        closed == want,
+        "the closed windows differ from the batch query"
+    );
+    let late = column(
+        &client,
+        "SELECT sum(late_rows) FROM weir_view_operators WHERE view = 'closed_windows'",
+    )
+    .await;
+    assert_eq!(late, vec![Some("0".to_string())], "no bid is late");
     streaming.kill();
     batch.kill();
 }

@@ -7,7 +7,9 @@
 //! read (each split's rows up to its position, read at the same epoch as
 //! the view) and the table as committed: no row lost, none doubled, no
 //! epoch mixing records of two epochs (the join of the fast and the slow
-//! source would show it).
+//! source would show it). A source with a watermark feeds 1-second windows
+//! emitted on close: after every restart each window is there once, exact
+//! over every row of the source in it, and none is missing below the last.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use datafusion::arrow::array::{Int32Array, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
@@ -63,7 +65,29 @@ const SOURCES: &[SourceSpec] = &[
             ("fields.k.max", "11"),
         ],
     ),
+    (
+        "timed",
+        &[
+            ("id", DataType::Int64),
+            ("ts", DataType::Timestamp(TimeUnit::Microsecond, None)),
+        ],
+        &[
+            ("rows_per_second", "2000"),
+            ("fields.id.kind", "sequence"),
+            ("fields.id.start", "0"),
+            ("start_time", "1700000000000000"),
+        ],
+    ),
 ];
+
+/// The watermark of source `timed`.
+const TIMED_WATERMARK: &str = "WATERMARK FOR ts AS ts - INTERVAL '1' SECOND";
+
+/// The windows of `timed`, as `closed` groups them (`date_bin`, which the
+/// check's DataFusion also runs).
+const WINDOWS: &str =
+    "SELECT date_bin(INTERVAL '1 second', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, \
+     count(*) AS n, sum(id) AS s FROM timed GROUP BY 1";
 
 /// The views, their queries, and for views on views the query the check
 /// runs instead (over the upstream view, read at the same epoch).
@@ -74,6 +98,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("top", "SELECT id, v FROM fast ORDER BY v DESC, id LIMIT 5"),
     ("slow_total", "SELECT count(*) AS n, sum(id) AS s FROM slow"),
     ("on_view", "SELECT count(*) AS keys, sum(n) AS total FROM by_key"),
+    ("running", WINDOWS),
 ];
 
 fn create_source_sql(name: &str, columns: &[(&str, DataType)], options: &[(&str, &str)]) -> String {
@@ -82,10 +107,12 @@ fn create_source_sql(name: &str, columns: &[(&str, DataType)], options: &[(&str,
         .map(|(c, t)| {
             let sql_type = match t {
                 DataType::Int64 => "bigint",
+                DataType::Timestamp(..) => "timestamp",
                 _ => "int",
             };
             format!("{c} {sql_type}")
         })
+        .chain((name == "timed").then(|| TIMED_WATERMARK.to_owned()))
         .collect();
     let options: Vec<String> = options
         .iter()
@@ -150,7 +177,8 @@ async fn expected(query: &str, tables: Vec<(&str, RecordBatch)>) -> Vec<Vec<Opti
     let batches = ctx.sql(query).await.unwrap().collect().await.unwrap();
     let mut rows = Vec::new();
     for batch in batches {
-        let options = FormatOptions::default();
+        // Timestamps as the server writes them.
+        let options = FormatOptions::default().with_timestamp_format(Some("%Y-%m-%d %H:%M:%S"));
         let formatters: Vec<ArrayFormatter> = batch
             .columns()
             .iter()
@@ -211,7 +239,9 @@ async fn check_views(
         "SELECT count(*) AS keys, sum(n) AS total FROM by_key",
     )
     .await;
+    let closed = sorted_rows(client, "SELECT * FROM closed").await;
     client.batch_execute("COMMIT").await.unwrap();
+    check_closed_windows(&closed, context).await;
 
     let dims = RecordBatch::try_new(
         Arc::new(Schema::new(vec![
@@ -247,6 +277,44 @@ async fn check_views(
         );
     }
     positions
+}
+
+/// `closed` (the windows of `timed` emitted on close, sorted) against
+/// [`WINDOWS`] over every row of the source up to the last window's end:
+/// each window once and exact, none missing below the last.
+async fn check_closed_windows(closed: &[Vec<Option<String>>], context: &str) {
+    let Some(last) = closed.last() else {
+        return;
+    };
+    let (_, columns, options) = SOURCES.iter().find(|s| s.0 == "timed").unwrap();
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(c, t)| Field::new(*c, t.clone(), false))
+            .collect::<Vec<_>>(),
+    ));
+    let options: BTreeMap<String, String> = options
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let spec = DatagenSpec::new(schema, &options, 0).unwrap();
+    // Rows run at 2000 a second from 1700000000 s: those up to the end of
+    // the last window, and a second more.
+    let last_start =
+        chrono::NaiveDateTime::parse_from_str(last[0].as_deref().unwrap(), "%Y-%m-%d %H:%M:%S")
+            .unwrap_or_else(|e| panic!("{context}: window start {last:?}: {e}"));
+    let seconds = (last_start.and_utc().timestamp() - 1_700_000_000 + 2) as usize;
+    let rows = spec.generate(0, seconds * 2000);
+    let query = format!(
+        "SELECT * FROM ({WINDOWS}) AS windows WHERE w <= TIMESTAMP '{}'",
+        last_start.format("%Y-%m-%d %H:%M:%S")
+    );
+    let want = expected(&query, vec![("timed", rows)]).await;
+    assert_eq!(
+        closed,
+        &want[..],
+        "{context}: the windows emitted on close differ from the source's windows"
+    );
 }
 
 /// Upserts and deletes on `dims` until the connection fails; records the
@@ -314,6 +382,12 @@ pub async fn kill_cycles(mut server: TestServer) {
             .unwrap();
     }
     crate::common::create_views(&client, VIEWS).await;
+    client
+        .batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW closed AS {WINDOWS} EMIT ON WINDOW CLOSE"
+        ))
+        .await
+        .unwrap();
     drop(client);
     let state = Arc::new(Mutex::new(DimsState::default()));
     let mut last_positions: HashMap<(String, String), Vec<u64>> = HashMap::new();
@@ -407,6 +481,24 @@ pub async fn kill_cycles(mut server: TestServer) {
     assert!(
         fast > 1000 && slow > 10,
         "readers barely moved: fast {fast}, slow {slow}"
+    );
+    // Windows closed as the watermark moved.
+    let client = server.client().await;
+    let windows = sorted_rows(&client, "SELECT * FROM closed").await;
+    assert!(
+        windows.len() >= 3,
+        "the watermark closed {} windows",
+        windows.len()
+    );
+    let late = crate::common::column(
+        &client,
+        "SELECT sum(late_rows) FROM weir_view_operators WHERE view = 'closed'",
+    )
+    .await;
+    assert_eq!(
+        late,
+        vec![Some("0".to_string())],
+        "no row of `timed` is late"
     );
     server.kill();
 }

@@ -80,8 +80,9 @@ pub(super) enum ClusterCommand {
     /// Stop running a view.
     Drop(String),
     /// Every row of epoch E has been read up to the readers' barriers,
-    /// and every table change of E sent.
-    Barrier(u64),
+    /// and every table change of E sent; the views' watermarks in force
+    /// from E's cut on (by view; views without any are left out).
+    Barrier(u64, BTreeMap<String, crate::watermark::Watermarks>),
     /// Changes of the open epoch to a table a view reads; for worker 0
     /// only, which feeds them into the view's dataflow.
     Changes {
@@ -211,6 +212,9 @@ pub(super) struct ShardCut {
     pub operators: Vec<OperatorInfo>,
     /// Source rows its readers delivered in the epoch.
     pub rows_read: u64,
+    /// Its watermark nodes' greatest event times read in the epoch:
+    /// (node, time).
+    pub event_times: Vec<(usize, i64)>,
 }
 
 /// The coordinator's handle on the workers.
@@ -501,10 +505,11 @@ impl WorkerLoop {
                     worker.drop_dataflow(view.dataflow);
                 }
             }
-            ClusterCommand::Barrier(epoch) => {
+            ClusterCommand::Barrier(epoch, mut watermarks) => {
                 debug!(worker = worker.index(), epoch, "barrier");
                 for view in &mut self.views {
-                    view.shared.borrow_mut().barrier(epoch);
+                    let marks = watermarks.remove(&view.name).unwrap_or_default();
+                    view.shared.borrow_mut().barrier(epoch, marks);
                     for feed in &view.feeds {
                         if let Some(reader) = &feed.reader {
                             reader.inject_barrier(epoch);
@@ -718,6 +723,12 @@ fn start_view(
         operator.restore_share(tables, id.index, &placement)?;
         operators.push(operator);
     }
+    // The watermarks the state was cut under are in force again.
+    let restored: crate::watermark::Watermarks =
+        operators.iter().filter_map(|o| o.watermark()).collect();
+    for operator in &mut operators {
+        operator.advance(&restored)?;
+    }
     let shared = Rc::new(RefCell::new(Shared::new(
         (0..plan.nodes.len())
             .map(|node| OperatorInfo {
@@ -730,6 +741,7 @@ fn start_view(
                 state_rows: operators[node].state_rows(),
                 state_bytes: operators[node].memory_size(),
                 instances: 1,
+                late_rows: operators[node].late_rows(),
             })
             .collect(),
     )));
@@ -791,6 +803,12 @@ fn start_view(
             };
             let shared = shared.clone();
             let stream = match (plan.exchange(node, 0), inputs.len()) {
+                (None, 1) if plan.cuts_in_place(node) => {
+                    let input = inputs.into_iter().next().expect("one input");
+                    let core = (operator, Phase::Whole);
+                    let core = Stateful::new(core, node, first_table, epoch, shared.clone());
+                    stateful(input, Pipeline, "InPlace", core, shared)
+                }
                 (None, _) => {
                     let input = if inputs.len() == 1 {
                         inputs.into_iter().next().expect("one input")
@@ -826,10 +844,11 @@ fn start_view(
                         DistributorPact(move |peers| KeyRouter::new(left, peers)),
                         DistributorPact(move |peers| KeyRouter::new(right, peers)),
                         "Join",
-                        move |_, info| {
+                        move |capability, info| {
                             let activator = scope.activator_for(info.address.clone());
                             shared.borrow_mut().add_cutter(activator);
                             let mut core = core;
+                            core.hold(capability);
                             move |(left, left_frontier), (right, right_frontier), output| {
                                 left.for_each(|cap, data| core.take(0, &cap, data));
                                 right.for_each(|cap, data| core.take(1, &cap, data));

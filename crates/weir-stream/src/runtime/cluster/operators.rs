@@ -21,6 +21,7 @@ use weir_state::DeltaBatches;
 use super::super::batch::ChangeBatch;
 use super::super::wire::{WireChanges, WireDelta, WireError, WireFailure};
 use super::{ShardCut, ShardMessage};
+use crate::watermark::Watermarks;
 use crate::{Changes, Operator, OperatorInfo, Result};
 
 /// A stream of change batches between a view's operators.
@@ -42,6 +43,11 @@ pub(super) struct Shared {
     pub deltas: Vec<(u64, usize, DeltaBatches)>,
     /// Reader positions at each epoch's barrier.
     pub positions: BTreeMap<u64, Vec<(String, u32, u64)>>,
+    /// The watermarks each barrier carried, in force from its cut on.
+    watermarks: BTreeMap<u64, Watermarks>,
+    /// Watermark nodes' greatest event times, by the epoch they were
+    /// read in: (epoch, node, time).
+    pub event_times: Vec<(u64, usize, i64)>,
     /// Each node's figures.
     pub operators: Vec<OperatorInfo>,
     /// Source rows this worker's readers delivered since the last cut.
@@ -67,6 +73,8 @@ impl Shared {
             barriers: BTreeSet::new(),
             deltas: Vec::new(),
             positions: BTreeMap::new(),
+            watermarks: BTreeMap::new(),
+            event_times: Vec::new(),
             operators,
             rows_read: 0,
             outbox: VecDeque::new(),
@@ -81,10 +89,30 @@ impl Shared {
         self.cutters.push(activator);
     }
 
-    /// A barrier arrived: every operator that cuts at barriers looks again.
-    pub fn barrier(&mut self, epoch: u64) {
+    /// A barrier arrived, with the view's watermarks: every operator that
+    /// cuts at barriers looks again.
+    pub fn barrier(&mut self, epoch: u64, watermarks: Watermarks) {
         self.barriers.insert(epoch);
+        self.watermarks.insert(epoch, watermarks);
         self.wake_cutters();
+    }
+
+    /// The watermarks in force from barrier `epoch`'s cut on.
+    fn watermarks_at(&self, epoch: u64) -> Watermarks {
+        self.watermarks
+            .range(..=epoch)
+            .next_back()
+            .map(|(_, w)| w.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets what the cuts up to `epoch` needed.
+    fn cut_done(&mut self, epoch: u64) {
+        self.barriers = self.barriers.split_off(&(epoch + 1));
+        // The last watermarks stay: later barriers without any fall back
+        // on them.
+        let later = self.watermarks.split_off(&epoch);
+        self.watermarks = later;
     }
 
     fn wake_cutters(&self) {
@@ -168,10 +196,11 @@ where
     input.unary_frontier::<CapacityContainerBuilder<ChangeBatch>, _, _, _>(
         pact,
         name,
-        move |_, info| {
+        move |capability, info| {
             let activator = scope.activator_for(info.address.clone());
             shared.borrow_mut().add_cutter(activator);
             let mut core = core;
+            core.hold(capability);
             move |(input, frontier), output| {
                 input.for_each(|cap, data| core.take(0, &cap, data));
                 core.advance(&[frontier], |cap, out| {
@@ -209,6 +238,10 @@ pub(super) struct Stateful {
     open: u64,
     held: BTreeMap<u64, Vec<(usize, Changes)>>,
     caps: BTreeMap<u64, Capability<u64>>,
+    /// A capability for the earliest epoch not cut: the output a cut
+    /// makes without input in its epoch (windows the watermark closes)
+    /// goes out under it.
+    open_cap: Option<Capability<u64>>,
     shared: Rc<RefCell<Shared>>,
     failed: bool,
 }
@@ -231,9 +264,16 @@ impl Stateful {
             open: epoch,
             held: BTreeMap::new(),
             caps: BTreeMap::new(),
+            open_cap: None,
             shared,
             failed: false,
         }
+    }
+
+    /// Keeps the operator's initial capability, for its open epoch.
+    pub fn hold(&mut self, mut capability: Capability<u64>) {
+        capability.downgrade(&self.open);
+        self.open_cap = Some(capability);
     }
 
     /// Takes a message of input `port`.
@@ -261,6 +301,7 @@ impl Stateful {
         if self.failed {
             self.held.clear();
             self.caps.clear();
+            self.open_cap = None;
             return;
         }
         let passed = frontiers
@@ -272,6 +313,7 @@ impl Stateful {
             self.failed = true;
             self.held.clear();
             self.caps.clear();
+            self.open_cap = None;
             self.shared.borrow_mut().fail_with(e);
         }
     }
@@ -306,8 +348,10 @@ impl Stateful {
                 cap = cap.or_else(|| self.caps.get(&time).cloned());
             }
             let complete = target.filter(|&b| b < passed);
-            if complete.is_some() {
+            if let Some(barrier) = complete {
                 out.extend(self.operator.flush()?);
+                let watermarks = self.shared.borrow().watermarks_at(barrier);
+                out.extend(self.operator.advance(&watermarks)?);
             }
             let rows_out: u64 = out.iter().map(|c| c.len() as u64).sum();
             if !out.is_empty() {
@@ -318,7 +362,8 @@ impl Stateful {
                     .range(self.open..=last)
                     .next()
                     .map(|(_, c)| c.clone());
-                let cap = cap.or(earliest).ok_or_else(|| {
+                let cap = cap.or(earliest).or_else(|| self.open_cap.clone());
+                let cap = cap.ok_or_else(|| {
                     DataFusionError::Internal("output in an epoch without input".into())
                 })?;
                 emit(&cap, std::mem::take(&mut out));
@@ -339,6 +384,10 @@ impl Stateful {
             if self.phase != Phase::Local {
                 info.state_rows = self.operator.state_rows();
                 info.state_bytes = self.operator.memory_size();
+                info.late_rows = self.operator.late_rows();
+            }
+            if let Some((node, time)) = self.operator.take_event_time() {
+                shared.event_times.push((barrier, node, time));
             }
             for (i, delta) in deltas.into_iter().enumerate() {
                 if let Some(delta) = delta {
@@ -348,6 +397,9 @@ impl Stateful {
             drop(shared);
             self.caps = self.caps.split_off(&(barrier + 1));
             self.open = barrier + 1;
+            if let Some(cap) = self.open_cap.as_mut() {
+                cap.downgrade(&self.open);
+            }
         }
     }
 }
@@ -423,6 +475,11 @@ pub(super) fn shard<'scope>(
                     let (mine, later): (Vec<_>, Vec<_>) =
                         shared.deltas.drain(..).partition(|(e, _, _)| *e <= barrier);
                     shared.deltas = later;
+                    let (cut_times, later): (Vec<_>, Vec<_>) = shared
+                        .event_times
+                        .drain(..)
+                        .partition(|(e, _, _)| *e <= barrier);
+                    shared.event_times = later;
                     let later = shared.positions.split_off(&(barrier + 1));
                     let positions = std::mem::replace(&mut shared.positions, later)
                         .into_values()
@@ -440,13 +497,14 @@ pub(super) fn shard<'scope>(
                         positions,
                         operators: shared.operators.clone(),
                         rows_read: std::mem::take(&mut shared.rows_read),
+                        event_times: cut_times.into_iter().map(|(_, n, t)| (n, t)).collect(),
                     };
                     debug!(%view, epoch = barrier, worker = worker.index, "shard cut");
                     output
                         .session(&cap.delayed(&barrier))
                         .give((worker.index, ShardMessage::Cut(cut)));
                     cap.downgrade(&(barrier + 1));
-                    shared.barriers = shared.barriers.split_off(&(barrier + 1));
+                    shared.cut_done(barrier);
                     open = barrier + 1;
                 }
             }

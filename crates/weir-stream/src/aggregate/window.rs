@@ -1,0 +1,110 @@
+//! The window of a grouped aggregate: a group column bounded by a
+//! watermark (see [`crate::watermark`]). Groups below the bound are
+//! final: their rows are late from then on, and the aggregate frees
+//! them (and, with `EMIT ON WINDOW CLOSE`, emits them then).
+
+use std::collections::BTreeMap;
+
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
+use weir_state::KeyId;
+
+use crate::watermark::{drop_late, event_times, ColumnBound, Watermarks};
+use crate::{Changes, Result};
+
+/// The window column's state.
+#[derive(Debug)]
+pub(super) struct Windows {
+    /// The group column that holds the window.
+    pub column: usize,
+    bound: ColumnBound,
+    /// Groups whose window value is below it are closed.
+    closed: Option<i64>,
+    /// Groups by window value, since they were registered. A group freed
+    /// and its id reused stays listed under its old value too: ids are
+    /// checked against their current value when the window closes.
+    open: BTreeMap<i64, Vec<KeyId>>,
+    /// Rows dropped as late since the operator started.
+    pub late: u64,
+}
+
+impl Windows {
+    /// The window of group column `column`, bounded by `bound`.
+    pub fn new(column: usize, bound: ColumnBound) -> Self {
+        Windows {
+            column,
+            bound,
+            closed: None,
+            open: BTreeMap::new(),
+            late: 0,
+        }
+    }
+
+    /// Drops the rows of `input` whose window (`values`) is closed;
+    /// `counts`: the rows each input row stands for (a partial
+    /// aggregate's row count), else its weight.
+    pub fn drop_late(
+        &mut self,
+        input: Changes,
+        values: &ArrayRef,
+        counts: Option<usize>,
+    ) -> Result<Changes> {
+        let Some(closed) = self.closed else {
+            return Ok(input);
+        };
+        let times = event_times(values)?;
+        let Some(counts) = counts else {
+            let (kept, late) = drop_late(input, &times, closed)?;
+            self.late += late;
+            return Ok(kept);
+        };
+        let represented = input.rows.column(counts).clone();
+        let (kept, _) = drop_late(input, &times, closed)?;
+        if kept.len() < times.len() {
+            let represented = event_times(&represented)?;
+            let late: i64 = (0..times.len())
+                .filter(|&i| times.is_valid(i) && times.value(i) < closed)
+                .map(|i| represented.value(i))
+                .sum();
+            self.late += late.unsigned_abs();
+        }
+        Ok(kept)
+    }
+
+    /// Lists new groups under their window values.
+    pub fn register(&mut self, groups: &[KeyId], values: &ArrayRef) -> Result<()> {
+        let times = event_times(values)?;
+        for (&group, time) in groups.iter().zip(times.iter()) {
+            // A NULL window never closes.
+            if let Some(time) = time {
+                self.open.entry(time).or_default().push(group);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the bound to where `watermarks` put it; returns the new bound
+    /// and the groups listed below it, if it moved.
+    pub fn close(&mut self, watermarks: &Watermarks) -> Result<Option<(i64, Vec<KeyId>)>> {
+        let Some(bound) = self.bound.value(watermarks)? else {
+            return Ok(None);
+        };
+        if self.closed.is_some_and(|c| c >= bound) {
+            return Ok(None);
+        }
+        self.closed = Some(bound);
+        let still_open = self.open.split_off(&bound);
+        let closing = std::mem::replace(&mut self.open, still_open);
+        Ok(Some((bound, closing.into_values().flatten().collect())))
+    }
+
+    /// Which of `values` (of groups listed below `bound`) are below it.
+    pub fn below(values: &ArrayRef, bound: i64) -> Result<Vec<bool>> {
+        let times: Int64Array = event_times(values)?;
+        Ok(times.iter().map(|t| t.is_some_and(|t| t < bound)).collect())
+    }
+
+    /// Bytes its lists take.
+    pub fn memory_size(&self) -> usize {
+        self.open.values().map(|g| g.capacity() * 4 + 48).sum()
+    }
+}

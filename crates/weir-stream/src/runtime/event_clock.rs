@@ -1,0 +1,178 @@
+//! A view's watermarks, as the coordinator works them out: every
+//! instance of a watermark node reports the greatest event time it read
+//! in each epoch; the watermark is the least of the instances' greatest
+//! times, minus the node's delay, and never goes back. The next barrier
+//! carries it to every instance (see [`crate::watermark`]).
+//!
+//! An instance that has read nothing for the idle timeout (and one that
+//! has read nothing since the view started, once the timeout passed) is
+//! idle: it holds back no watermark until it reads again. Without that,
+//! one quiet split would stop every window from closing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::watermark::Watermarks;
+use crate::StreamPlan;
+
+/// One instance of a watermark node.
+#[derive(Debug)]
+struct Instance {
+    /// The greatest event time it read.
+    greatest: Option<i64>,
+    /// When it last read a row (or when the view started).
+    last_read: Instant,
+}
+
+/// One watermark node's instances and watermark.
+#[derive(Debug)]
+struct NodeClock {
+    delay: i64,
+    instances: Vec<Instance>,
+    watermark: Option<i64>,
+}
+
+/// The watermarks of one view (see the module documentation).
+#[derive(Debug)]
+pub(super) struct EventClock {
+    nodes: BTreeMap<usize, NodeClock>,
+    idle_timeout: Duration,
+}
+
+impl EventClock {
+    /// The clock of a view running `plan`; `instances_of(relation)`: how
+    /// many instances of a watermark node over `relation` read rows.
+    pub fn new(
+        plan: &StreamPlan,
+        instances_of: impl Fn(&str) -> usize,
+        idle_timeout: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        let nodes = plan
+            .watermark_nodes()
+            .into_iter()
+            .map(|(node, delay, relation)| {
+                let instances = (0..instances_of(&relation).max(1))
+                    .map(|_| Instance {
+                        greatest: None,
+                        last_read: now,
+                    })
+                    .collect();
+                let clock = NodeClock {
+                    delay,
+                    instances,
+                    watermark: None,
+                };
+                (node, clock)
+            })
+            .collect();
+        EventClock {
+            nodes,
+            idle_timeout,
+        }
+    }
+
+    /// Instance `instance` of node `node` read rows up to event time
+    /// `time` in the epoch just cut.
+    pub fn report(&mut self, instance: usize, node: usize, time: i64) {
+        let Some(clock) = self.nodes.get_mut(&node) else {
+            return;
+        };
+        if let Some(slot) = clock.instances.get_mut(instance) {
+            slot.greatest = Some(slot.greatest.map_or(time, |g| g.max(time)));
+            slot.last_read = Instant::now();
+        }
+    }
+
+    /// Works the watermarks out again; returns whether any moved.
+    pub fn tick(&mut self) -> bool {
+        let now = Instant::now();
+        let mut moved = false;
+        for clock in self.nodes.values_mut() {
+            let active = clock
+                .instances
+                .iter()
+                .filter(|i| now.duration_since(i.last_read) < self.idle_timeout);
+            let mut least: Option<Option<i64>> = None;
+            for instance in active {
+                least = Some(match (least, instance.greatest) {
+                    (None, greatest) => greatest,
+                    (Some(Some(l)), Some(g)) => Some(l.min(g)),
+                    // An active instance that has read nothing holds back.
+                    _ => None,
+                });
+            }
+            let Some(Some(least)) = least else {
+                continue;
+            };
+            let candidate = least.saturating_sub(clock.delay);
+            if clock.watermark.is_none_or(|w| candidate > w) {
+                clock.watermark = Some(candidate);
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// The watermarks worked out so far.
+    pub fn watermarks(&self) -> Watermarks {
+        self.nodes
+            .iter()
+            .filter_map(|(&node, clock)| clock.watermark.map(|w| (node, w)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clock(instances: usize, idle: Duration) -> EventClock {
+        let node = NodeClock {
+            delay: 10,
+            instances: (0..instances)
+                .map(|_| Instance {
+                    greatest: None,
+                    last_read: Instant::now(),
+                })
+                .collect(),
+            watermark: None,
+        };
+        EventClock {
+            nodes: BTreeMap::from([(1, node)]),
+            idle_timeout: idle,
+        }
+    }
+
+    #[test]
+    fn the_watermark_is_the_least_instance_minus_the_delay_and_never_goes_back() {
+        let mut clock = clock(2, Duration::from_secs(3600));
+        clock.report(0, 1, 100);
+        // Instance 1 has read nothing yet: it holds the watermark back.
+        assert!(!clock.tick());
+        assert!(clock.watermarks().is_empty());
+        clock.report(1, 1, 50);
+        assert!(clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 40)]));
+        clock.report(1, 1, 30);
+        assert!(!clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 40)]));
+        clock.report(1, 1, 120);
+        assert!(clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 90)]));
+    }
+
+    #[test]
+    fn an_idle_instance_holds_nothing_back() {
+        let mut clock = clock(2, Duration::ZERO);
+        clock.report(0, 1, 100);
+        // Every instance is idle at once with a zero timeout: nothing to
+        // take the least of, and the watermark stays.
+        assert!(!clock.tick());
+        clock.idle_timeout = Duration::from_secs(3600);
+        clock.nodes.get_mut(&1).unwrap().instances[1].last_read =
+            Instant::now() - Duration::from_secs(7200);
+        assert!(clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 90)]));
+    }
+}
