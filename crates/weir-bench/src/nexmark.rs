@@ -10,7 +10,8 @@
 //! over bids alone does not pay for generating people and auctions (the
 //! Flink kit's generator builds every event whole and drops those a query
 //! does not read). Runs, CPU time and memory are taken as by `stream`
-//! (`stream.rs`).
+//! (`stream.rs`). The sources have the Flink kit's watermark, 4 seconds
+//! behind the latest event time, so windows close and free their state.
 
 use std::collections::BTreeMap;
 
@@ -62,7 +63,8 @@ pub fn workload(name: &str, events: u64) -> anyhow::Result<Workload> {
     let mut setup = String::new();
     for kind in ["person", "auction", "bid"] {
         setup.push_str(&format!(
-            "CREATE SOURCE {kind} WITH (connector = 'nexmark', nexmark.table.type = '{kind}',
+            "CREATE SOURCE {kind} (WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+               WITH (connector = 'nexmark', nexmark.table.type = '{kind}',
                nexmark.event.num = '{events}', nexmark.emit.rate = '1000000000',
                nexmark.base.time = '1700000000000');"
         ));

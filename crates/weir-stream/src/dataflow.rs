@@ -93,13 +93,16 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             append_only(0),
             window_of(plan, index),
         )?,
-        NodeKind::Join(join) => Box::new(Join::new(
-            join.clone(),
-            input_schema(0),
-            input_schema(1),
-            schema,
-            [append_only(0), append_only(1)],
-        )?),
+        NodeKind::Join(join) => Box::new(
+            Join::new(
+                join.clone(),
+                input_schema(0),
+                input_schema(1),
+                schema,
+                [append_only(0), append_only(1)],
+            )?
+            .with_window(join_window_of(plan, index))?,
+        ),
         NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
         NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
             top,
@@ -131,6 +134,30 @@ pub(crate) fn window_of(plan: &StreamPlan, index: usize) -> Option<(usize, Colum
         .take(spec.group.len())
         .enumerate()
         .find_map(|(i, b)| b.map(|b| (i, b)))
+}
+
+/// The first key of join node `index` that pairs two bounded columns
+/// (see [`crate::watermark::ColumnBound`]), with both bounds: the join's
+/// window.
+pub(crate) fn join_window_of(
+    plan: &StreamPlan,
+    index: usize,
+) -> Option<(usize, ColumnBound, ColumnBound)> {
+    let NodeKind::Join(spec) = &plan.nodes[index].kind else {
+        return None;
+    };
+    let node = &plan.nodes[index];
+    let bounds = plan.column_bounds();
+    let (left, right) = (&bounds[node.inputs[0]], &bounds[node.inputs[1]]);
+    spec.left_keys
+        .iter()
+        .zip(&spec.right_keys)
+        .enumerate()
+        .find_map(|(i, (l, r))| {
+            let l = ColumnBound::through(l, left)?;
+            let r = ColumnBound::through(r, right)?;
+            Some((i, l, r))
+        })
 }
 
 /// An aggregate node run in two phases (see [`crate::aggregate::two_phase`]).

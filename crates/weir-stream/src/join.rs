@@ -24,9 +24,11 @@ use datafusion::common::JoinType;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
+use crate::join_window::JoinWindows;
 use crate::keyed_rows::KeyedRows;
 use crate::operator::expect_tables;
 use crate::plan::JoinSpec;
+use crate::watermark::{ColumnBound, Watermarks};
 use crate::{Changes, Operator, Result};
 
 /// A join of two changing inputs.
@@ -37,6 +39,8 @@ pub struct Join {
     right: KeyedRows,
     output_schema: SchemaRef,
     key_types: Vec<DataType>,
+    /// A window join's windows (see [`JoinWindows`]).
+    windows: Option<JoinWindows>,
 }
 
 /// What a null-aware anti join needs to know about its right side as a
@@ -79,7 +83,47 @@ impl Join {
             spec,
             output_schema,
             key_types,
+            windows: None,
         })
+    }
+
+    /// Makes an inner join whose key `window.0` pairs columns bounded by
+    /// `window.1` (left) and `window.2` (right) a window join, which drops
+    /// rows once the other side's watermark passes their window. Both
+    /// sides then keep rows by id (as for an input that deletes), so that
+    /// a row can leave the state. Other joins are unchanged.
+    pub fn with_window(
+        mut self,
+        window: Option<(usize, ColumnBound, ColumnBound)>,
+    ) -> Result<Self> {
+        let Some((key, left, right)) = window else {
+            return Ok(self);
+        };
+        if self.spec.join_type != JoinType::Inner || self.spec.null_aware {
+            return Ok(self);
+        }
+        self.left = KeyedRows::new(
+            self.left.schema().clone(),
+            self.spec.left_keys.clone(),
+            true,
+        )?;
+        self.right = KeyedRows::new(
+            self.right.schema().clone(),
+            self.spec.right_keys.clone(),
+            true,
+        )?;
+        self.windows = Some(JoinWindows::new(key, left, right));
+        Ok(self)
+    }
+
+    /// Lists the windows of rows just stored on a side.
+    fn list_windows(&mut self, from_left: bool, input: &Changes, ids: &[KeyId]) -> Result<()> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(());
+        };
+        let store = if from_left { &self.left } else { &self.right };
+        let values = store.key_columns(&input.rows)?.swap_remove(windows.key);
+        windows.list(usize::from(!from_left), ids, &values)
     }
 
     fn side(&self, left: bool) -> &KeyedRows {
@@ -370,7 +414,8 @@ impl Operator for Join {
         if kind == JoinType::Inner {
             // The delta rule: the change joined with the other side.
             let out = self.delta_inner(from_left, &input)?;
-            self.side_mut(from_left).update(&input)?;
+            let ids = self.side_mut(from_left).update(&input)?;
+            self.list_windows(from_left, &input, &ids)?;
             return Ok(vec![out]);
         }
         // Whether a row matches can flip: the touched keys' rows before
@@ -385,6 +430,13 @@ impl Operator for Join {
         Ok(out)
     }
 
+    fn advance(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
+        if let Some(windows) = self.windows.as_mut() {
+            windows.expire(watermarks, [&mut self.left, &mut self.right])?;
+        }
+        Ok(Vec::new())
+    }
+
     fn state_specs(&self) -> Vec<TableSpec> {
         vec![self.left.state_spec(), self.right.state_spec()]
     }
@@ -396,7 +448,8 @@ impl Operator for Join {
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
         expect_tables(tables, 2)?;
         self.left.restore(&tables[0])?;
-        self.right.restore(&tables[1])
+        self.right.restore(&tables[1])?;
+        self.list_restored(tables)
     }
 
     fn restore_share(
@@ -410,7 +463,8 @@ impl Operator for Join {
         self.left
             .restore_share(&tables[0], instance, placement, by_key)?;
         self.right
-            .restore_share(&tables[1], instance, placement, by_key)
+            .restore_share(&tables[1], instance, placement, by_key)?;
+        self.list_restored(tables)
     }
 
     fn memory_size(&self) -> usize {
@@ -419,6 +473,31 @@ impl Operator for Join {
 
     fn state_rows(&self) -> Vec<usize> {
         vec![self.left.live_rows(), self.right.live_rows()]
+    }
+}
+
+impl Join {
+    /// Lists the windows of the restored rows (`tables`: every stored row;
+    /// rows of other instances find no key here and are skipped).
+    fn list_restored(&mut self, tables: &[RecordBatch]) -> Result<()> {
+        let Some(key) = self.windows.as_ref().map(|w| w.key) else {
+            return Ok(());
+        };
+        for (side, stored) in tables.iter().enumerate() {
+            let store = if side == 0 { &self.left } else { &self.right };
+            let columns = store.stored_keys(stored)?;
+            let ids = store.find_keys(&columns, stored.num_rows())?;
+            let (ids, rows): (Vec<KeyId>, Vec<u32>) = ids
+                .into_iter()
+                .enumerate()
+                .filter_map(|(row, id)| id.map(|id| (id, row as u32)))
+                .unzip();
+            let values = take(&columns[key], &UInt32Array::from(rows), None)?;
+            if let Some(windows) = self.windows.as_mut() {
+                windows.list(side, &ids, &values)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -559,6 +638,44 @@ mod tests {
         out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
         assert_eq!(join.state_rows(), vec![2, 2]);
+    }
+
+    #[test]
+    fn a_window_join_drops_rows_the_other_sides_watermark_passed() {
+        // The key is the window: bounded by watermark node 7 on the left
+        // and 8 on the right.
+        let bound = |node| ColumnBound {
+            node,
+            data_type: DataType::Int32,
+            expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
+                "watermark",
+                0,
+            )),
+            first_element: false,
+        };
+        let mut join = join(JoinType::Inner)
+            .with_window(Some((0, bound(7), bound(8))))
+            .unwrap();
+        join.process(0, kv(&[(Some(1), Some(10), 1), (Some(4), Some(40), 1)]))
+            .unwrap();
+        join.process(1, kv(&[(Some(2), Some(20), 1), (Some(5), Some(50), 1)]))
+            .unwrap();
+        // Right rows of windows below 3 come no more: left window 1 goes;
+        // left rows reach only 2, so no right row goes.
+        join.advance(&Watermarks::from([(7, 2), (8, 3)])).unwrap();
+        assert_eq!(join.state_rows(), vec![1, 2]);
+        // The stored rows leave through the state's deltas, and a restored
+        // join keeps expiring them.
+        let deltas = join.checkpoint().unwrap();
+        assert!(deltas[0].as_ref().is_some_and(|d| d.deletes.is_none()));
+        let out = join.process(1, kv(&[(Some(4), Some(41), 1)])).unwrap();
+        assert_eq!(net(&out), rows(&[("4,40,4,41", 1)]));
+        join.advance(&Watermarks::from([(7, 6), (8, 6)])).unwrap();
+        assert_eq!(join.state_rows(), vec![0, 0]);
+        let deltas = join.checkpoint().unwrap();
+        assert!(deltas
+            .iter()
+            .all(|d| d.as_ref().is_some_and(|d| d.deletes.is_some())));
     }
 
     #[test]

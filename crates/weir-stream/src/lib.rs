@@ -29,6 +29,7 @@ mod changes;
 mod dataflow;
 mod group_top_n;
 mod join;
+mod join_window;
 mod keyed_rows;
 mod map;
 mod operator;

@@ -314,7 +314,10 @@ impl ColumnBound {
     /// The bound of a column computed by `expr` from input columns
     /// bounded by `inputs`: `expr` must read one bounded column and not
     /// decrease as it grows.
-    fn through(expr: &PhysicalExprRef, inputs: &[Option<ColumnBound>]) -> Option<ColumnBound> {
+    pub(crate) fn through(
+        expr: &PhysicalExprRef,
+        inputs: &[Option<ColumnBound>],
+    ) -> Option<ColumnBound> {
         let columns = collect_columns(expr);
         let [column] = columns.iter().collect::<Vec<_>>()[..] else {
             return None;
