@@ -87,11 +87,13 @@ impl Join {
         })
     }
 
-    /// Makes an inner join whose key `window.0` pairs columns bounded by
-    /// `window.1` (left) and `window.2` (right) a window join, which drops
-    /// rows once the other side's watermark passes their window. Both
-    /// sides then keep rows by id (as for an input that deletes), so that
-    /// a row can leave the state. Other joins are unchanged.
+    /// Makes an inner or semi join whose key `window.0` pairs columns
+    /// bounded by `window.1` (left) and `window.2` (right) a window join,
+    /// which drops rows once the other side's watermark passes their
+    /// window (its inputs no longer change there: the windows upstream
+    /// closed). Both sides then keep rows by id (as for an input that
+    /// deletes), so that a row can leave the state. Other joins are
+    /// unchanged.
     pub fn with_window(
         mut self,
         window: Option<(usize, ColumnBound, ColumnBound)>,
@@ -99,7 +101,13 @@ impl Join {
         let Some((key, left, right)) = window else {
             return Ok(self);
         };
-        if self.spec.join_type != JoinType::Inner || self.spec.null_aware {
+        // An outer or anti join's output depends on rows not arriving,
+        // so it cannot forget a window's rows.
+        let forgets = matches!(
+            self.spec.join_type,
+            JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+        );
+        if !forgets || self.spec.null_aware {
             return Ok(self);
         }
         self.left = KeyedRows::new(
@@ -425,6 +433,7 @@ impl Operator for Join {
         let before = self.side(from_left).rows_with_keys(mine)?;
         let mut out = vec![self.join_sides(kind, from_left, &before, &others)?.negate()];
         let keys = self.side_mut(from_left).update(&input)?;
+        self.list_windows(from_left, &input, &keys)?;
         let after = self.side(from_left).rows_with_keys(distinct_ids(keys))?;
         out.push(self.join_sides(kind, from_left, &after, &others)?);
         Ok(out)

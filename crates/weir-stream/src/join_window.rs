@@ -1,4 +1,4 @@
-//! The window of an inner join whose keys pair two columns a watermark
+//! The window of an inner or semi join whose keys pair two columns a watermark
 //! bounds (a window join: `a.window_start = b.window_start`): once the
 //! right side's bound passes a window, no right row of it can come, so
 //! the left rows of that window are no longer needed, and the other way
@@ -87,27 +87,21 @@ impl JoinWindows {
             for &id in &ids {
                 windows.is_listed[id as usize] = false;
             }
-            let rows = store.rows_with_keys(ids.iter().copied())?;
-            if rows.is_empty() {
-                continue;
-            }
-            // Only rows still below the bound (a reused key id may hold
-            // a later window's rows).
-            let values = store.key_columns(&rows.rows)?.swap_remove(self.key);
-            let times = event_times(&values)?;
-            let below: datafusion::arrow::array::BooleanArray = times
-                .iter()
-                .map(|t| Some(t.is_some_and(|t| t < bound)))
-                .collect();
-            let gone = rows.filter(&below)?;
-            if !gone.is_empty() {
-                store.update(&gone.negate())?;
-            }
-            // Keys that kept rows of later windows are listed again.
-            let kept = rows.filter(&datafusion::arrow::compute::not(&below)?)?;
+            // Only rows still below the bound: a reused key id may hold a
+            // later window's rows, and is listed again.
+            let expr = store.key_exprs()[self.key].clone();
+            let kept = store.remove_where(&ids, |rows| {
+                let values = expr.evaluate(rows)?.into_array(rows.num_rows())?;
+                let times = event_times(&values)?;
+                Ok(times
+                    .iter()
+                    .map(|t| Some(t.is_none_or(|t| t >= bound)))
+                    .collect())
+            })?;
             if !kept.is_empty() {
-                let columns = store.key_columns(&kept.rows)?;
-                let ids = store.find_keys(&columns, kept.len())?;
+                let rows = store.rows_with_keys(kept.iter().copied())?;
+                let columns = store.key_columns(&rows.rows)?;
+                let ids = store.find_keys(&columns, rows.len())?;
                 let ids: Vec<KeyId> = ids.into_iter().flatten().collect();
                 self.list(side, &ids, &columns[self.key])?;
             }

@@ -165,6 +165,11 @@ impl KeyedRows {
     }
 
     /// Whether rows may be removed.
+    /// The key expressions, over the stored rows.
+    pub fn key_exprs(&self) -> &[PhysicalExprRef] {
+        &self.key_exprs
+    }
+
     fn updating(&self) -> bool {
         self.hashes.is_some()
     }
@@ -443,6 +448,47 @@ impl KeyedRows {
             }
         }
         self.changes_at(&found)
+    }
+
+    /// Removes the live rows of `keys` that `keep` (given them as a batch)
+    /// does not keep, walking each key's chain once (rows a watermark made
+    /// useless); returns the keys that kept rows. Only on a store that
+    /// keeps rows by id (`updating`), whose durable rows can be deleted.
+    pub fn remove_where(
+        &mut self,
+        keys: &[KeyId],
+        keep: impl FnOnce(&RecordBatch) -> Result<datafusion::arrow::array::BooleanArray>,
+    ) -> Result<Vec<KeyId>> {
+        if !self.updating() {
+            return Err(DataFusionError::Internal(
+                "rows removed from a store of an append-only input".into(),
+            ));
+        }
+        let (mut rows, mut owners) = (Vec::new(), Vec::new());
+        for &key in keys {
+            let mut at = self.heads.get(key as usize).copied().unwrap_or(NONE);
+            while at != NONE {
+                if self.weights[at as usize] > 0 {
+                    rows.push(at);
+                    owners.push(key);
+                }
+                at = self.next[at as usize];
+            }
+        }
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kept = keep(&self.gather(&rows)?)?;
+        let mut kept_keys = Vec::new();
+        for ((&row, &key), kept) in rows.iter().zip(&owners).zip(kept.values().iter()) {
+            if kept {
+                kept_keys.push(key);
+            } else {
+                self.set_weight(row, 0, key);
+            }
+        }
+        kept_keys.dedup();
+        Ok(kept_keys)
     }
 
     /// The live rows of each of `keys` in turn (a key may come more than
