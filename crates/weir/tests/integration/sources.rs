@@ -125,9 +125,8 @@ fn create_source_sql(name: &str, columns: &[(&str, DataType)], options: &[(&str,
     )
 }
 
-/// The rows of a source up to each split's position, as the server
-/// generates them.
-fn source_rows(name: &str, positions: &[u64]) -> RecordBatch {
+/// Source `name`'s generator, as the server's.
+fn source_spec(name: &str) -> DatagenSpec {
     let (_, columns, options) = SOURCES.iter().find(|s| s.0 == name).unwrap();
     let schema = Arc::new(Schema::new(
         columns
@@ -139,7 +138,14 @@ fn source_rows(name: &str, positions: &[u64]) -> RecordBatch {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let spec = DatagenSpec::new(schema.clone(), &options, 0).unwrap();
+    DatagenSpec::new(schema, &options, 0).unwrap()
+}
+
+/// The rows of a source up to each split's position, as the server
+/// generates them.
+fn source_rows(name: &str, positions: &[u64]) -> RecordBatch {
+    let spec = source_spec(name);
+    let schema = spec.schema().clone();
     let batches: Vec<RecordBatch> = positions
         .iter()
         .enumerate()
@@ -286,18 +292,7 @@ async fn check_closed_windows(closed: &[Vec<Option<String>>], context: &str) {
     let Some(last) = closed.last() else {
         return;
     };
-    let (_, columns, options) = SOURCES.iter().find(|s| s.0 == "timed").unwrap();
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(c, t)| Field::new(*c, t.clone(), false))
-            .collect::<Vec<_>>(),
-    ));
-    let options: BTreeMap<String, String> = options
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let spec = DatagenSpec::new(schema, &options, 0).unwrap();
+    let spec = source_spec("timed");
     // Rows run at 2000 a second from 1700000000 s: those up to the end of
     // the last window, and a second more.
     let last_start =
