@@ -158,6 +158,11 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Field::new("busy_ms", DataType::UInt64, false),
             Field::new("instances", DataType::UInt64, false),
             Field::new("late_rows", DataType::UInt64, false),
+            Field::new(
+                "watermark",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                true,
+            ),
         ],
         vec![
             Arc::new(StringArray::from_iter_values(
@@ -174,6 +179,9 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             column(|o| o.stats.busy.as_millis() as u64),
             column(|o| o.instances as u64),
             column(|o| o.late_rows),
+            Arc::new(TimestampMicrosecondArray::from_iter(
+                rows.iter().map(|(_, o)| o.watermark_micros),
+            )),
         ],
     )
 }

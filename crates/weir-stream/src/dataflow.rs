@@ -56,6 +56,9 @@ pub struct OperatorInfo {
     /// Rows it dropped as late since the view was created.
     #[serde(default)]
     pub late_rows: u64,
+    /// A watermark node's watermark in force, in Unix microseconds.
+    #[serde(default)]
+    pub watermark_micros: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -77,7 +80,11 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
     let schema = spec.schema.clone();
     let operator: Box<dyn Operator> = match &spec.kind {
         NodeKind::Source { .. } | NodeKind::Union => Box::new(Rename::new(schema)),
-        NodeKind::Watermark { column, .. } => Box::new(WatermarkFilter::new(index, *column)),
+        NodeKind::Watermark { column, .. } => Box::new(WatermarkFilter::new(
+            index,
+            *column,
+            input_schema(0).field(*column).data_type(),
+        )),
         NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
         NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
         NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
@@ -407,6 +414,7 @@ impl Dataflow {
                 state_bytes: n.operator.memory_size(),
                 instances: 1,
                 late_rows: n.operator.late_rows(),
+                watermark_micros: n.operator.watermark_micros(),
             })
             .collect()
     }

@@ -48,6 +48,12 @@ pub trait Operator: Send + std::fmt::Debug {
         None
     }
 
+    /// A watermark node's watermark in force, in Unix microseconds (for
+    /// `weir_view_operators`).
+    fn watermark_micros(&self) -> Option<i64> {
+        None
+    }
+
     /// A watermark node's (node index, greatest event time read since
     /// the last call), if it read any; taken at every cut.
     fn take_event_time(&mut self) -> Option<(usize, i64)> {

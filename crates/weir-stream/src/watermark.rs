@@ -25,7 +25,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::gt_eq;
 use datafusion::arrow::compute::{cast, max};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::DataFusionError;
@@ -102,6 +102,8 @@ pub(crate) fn drop_late(input: Changes, times: &Int64Array, bound: i64) -> Resul
 pub struct WatermarkFilter {
     node: usize,
     column: usize,
+    /// The event-time column's values per microsecond.
+    per_micro: f64,
     instance: u32,
     /// The watermark in force: rows below it are late.
     applied: Option<i64>,
@@ -117,11 +119,19 @@ pub struct WatermarkFilter {
 }
 
 impl WatermarkFilter {
-    /// The filter of plan node `node`, on event-time column `column`.
-    pub fn new(node: usize, column: usize) -> Self {
+    /// The filter of plan node `node`, on event-time column `column` of
+    /// type `data_type`.
+    pub fn new(node: usize, column: usize, data_type: &DataType) -> Self {
+        let per_micro = match data_type {
+            DataType::Timestamp(TimeUnit::Second, _) => 1e-6,
+            DataType::Timestamp(TimeUnit::Millisecond, _) => 1e-3,
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => 1e3,
+            _ => 1.0,
+        };
         WatermarkFilter {
             node,
             column,
+            per_micro,
             instance: 0,
             applied: None,
             seen: None,
@@ -173,6 +183,10 @@ impl Operator for WatermarkFilter {
 
     fn take_event_time(&mut self) -> Option<(usize, i64)> {
         self.seen.take().map(|t| (self.node, t))
+    }
+
+    fn watermark_micros(&self) -> Option<i64> {
+        self.applied.map(|w| (w as f64 / self.per_micro) as i64)
     }
 
     fn late_rows(&self) -> u64 {
@@ -593,7 +607,8 @@ mod tests {
 
     #[test]
     fn the_filter_drops_rows_below_the_applied_watermark_and_counts_them() {
-        let mut filter = WatermarkFilter::new(1, 0);
+        let mut filter =
+            WatermarkFilter::new(1, 0, &DataType::Timestamp(TimeUnit::Microsecond, None));
         let out = filter.process(0, ts_rows(&[Some(5), Some(9)])).unwrap();
         assert_eq!(out[0].len(), 2);
         assert_eq!(filter.take_event_time(), Some((1, 9)));
@@ -610,7 +625,8 @@ mod tests {
 
         // Restored, a filter applies the watermark and keeps the count.
         let delta = filter.checkpoint().unwrap().pop().unwrap().unwrap();
-        let mut restored = WatermarkFilter::new(1, 0);
+        let mut restored =
+            WatermarkFilter::new(1, 0, &DataType::Timestamp(TimeUnit::Microsecond, None));
         restored.restore(&[delta.upserts.unwrap()]).unwrap();
         assert_eq!(restored.watermark(), Some((1, 7)));
         assert_eq!(restored.late_rows(), 1);

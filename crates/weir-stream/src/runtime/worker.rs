@@ -922,6 +922,7 @@ fn merged_operators(view: &ViewRuntime, workers: &[WorkerShare]) -> Vec<Operator
                     sum.state_bytes += info.state_bytes;
                     sum.instances += info.instances;
                     sum.late_rows += info.late_rows;
+                    sum.watermark_micros = sum.watermark_micros.max(info.watermark_micros);
                 }
             }
         }
@@ -944,6 +945,7 @@ fn with_output(view: &ViewRuntime, mut operators: Vec<OperatorInfo>) -> Vec<Oper
         state_bytes: view.output.memory_size(),
         instances: 1,
         late_rows: 0,
+        watermark_micros: None,
     });
     operators
 }

@@ -742,6 +742,7 @@ fn start_view(
                 state_bytes: operators[node].memory_size(),
                 instances: 1,
                 late_rows: operators[node].late_rows(),
+                watermark_micros: operators[node].watermark_micros(),
             })
             .collect(),
     )));

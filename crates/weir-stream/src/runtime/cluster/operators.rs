@@ -385,6 +385,7 @@ impl Stateful {
                 info.state_rows = self.operator.state_rows();
                 info.state_bytes = self.operator.memory_size();
                 info.late_rows = self.operator.late_rows();
+                info.watermark_micros = self.operator.watermark_micros();
             }
             if let Some((node, time)) = self.operator.take_event_time() {
                 shared.event_times.push((barrier, node, time));
