@@ -7,10 +7,10 @@ use datafusion::arrow::datatypes::{DataType, Schema, TimeUnit};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
-use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Ident};
+use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr};
 use weir_sql::WatermarkClause;
 
-use crate::catalog::{ColumnDef, WatermarkDef};
+use crate::catalog::{normalize_ident, ColumnDef, WatermarkDef};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::Session;
 
@@ -43,9 +43,9 @@ pub fn watermark_def(
         ));
     };
     let is_column = |e: &Expr| match e {
-        Expr::Identifier(ident) => normalize(ident) == clause.column,
+        Expr::Identifier(ident) => normalize_ident(ident) == clause.column,
         Expr::Nested(inner) => {
-            matches!(inner.as_ref(), Expr::Identifier(i) if normalize(i) == clause.column)
+            matches!(inner.as_ref(), Expr::Identifier(i) if normalize_ident(i) == clause.column)
         }
         _ => false,
     };
@@ -74,13 +74,6 @@ pub fn watermark_def(
         delay,
         expr: clause.expr.to_string(),
     })
-}
-
-fn normalize(ident: &Ident) -> String {
-    match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_lowercase(),
-    }
 }
 
 /// A constant interval expression in microseconds: no months (they have

@@ -11,7 +11,7 @@ use datafusion::arrow::array::ArrayRef;
 use weir_state::KeyId;
 
 use crate::keyed_rows::KeyedRows;
-use crate::watermark::{event_times, ColumnBound, Watermarks};
+use crate::watermark::{at_or_above, event_times, ColumnBound, Watermarks};
 use crate::Result;
 
 /// One side's windows: its keys by window value.
@@ -91,12 +91,7 @@ impl JoinWindows {
             // later window's rows, and is listed again.
             let expr = store.key_exprs()[self.key].clone();
             let kept = store.remove_where(&ids, |rows| {
-                let values = expr.evaluate(rows)?.into_array(rows.num_rows())?;
-                let times = event_times(&values)?;
-                Ok(times
-                    .iter()
-                    .map(|t| Some(t.is_none_or(|t| t >= bound)))
-                    .collect())
+                at_or_above(&expr.evaluate(rows)?.into_array(rows.num_rows())?, bound)
             })?;
             if !kept.is_empty() {
                 let rows = store.rows_with_keys(kept.iter().copied())?;

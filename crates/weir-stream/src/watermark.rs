@@ -64,10 +64,12 @@ pub fn is_event_time_type(data_type: &DataType) -> bool {
     )
 }
 
-/// Which rows of `times` are at or above `bound` (rows with a NULL time
-/// are kept: they belong to no window).
-fn at_or_above(times: &Int64Array, bound: i64) -> Result<BooleanArray> {
-    let keep = gt_eq(times, &Int64Array::new_scalar(bound))?;
+/// Which of `values` (event times, or values bounded by a watermark) are
+/// at or above `bound` as [`event_times`] reads them (a NULL counts as
+/// above: it belongs to no window and never closes).
+pub(crate) fn at_or_above(values: &ArrayRef, bound: i64) -> Result<BooleanArray> {
+    let times = event_times(values)?;
+    let keep = gt_eq(&times, &Int64Array::new_scalar(bound))?;
     Ok(match times.nulls() {
         None => keep,
         Some(nulls) => {
@@ -77,20 +79,31 @@ fn at_or_above(times: &Int64Array, bound: i64) -> Result<BooleanArray> {
     })
 }
 
-/// Rows of `input` whose `times` are below `bound` are dropped; returns
-/// the rest and how many rows (by absolute weight) were dropped.
-pub(crate) fn drop_late(input: Changes, times: &Int64Array, bound: i64) -> Result<(Changes, u64)> {
-    let keep = at_or_above(times, bound)?;
+/// Rows of `input` whose `values` are below `bound` are dropped; returns
+/// the rest and how many rows were dropped: by absolute weight, or by
+/// the counts in column `counts` (a partial aggregate's rows, each
+/// standing for that many input rows).
+pub(crate) fn drop_late(
+    input: Changes,
+    values: &ArrayRef,
+    bound: i64,
+    counts: Option<usize>,
+) -> Result<(Changes, u64)> {
+    let keep = at_or_above(values, bound)?;
     if keep.true_count() == keep.len() {
         return Ok((input, 0));
     }
-    let late: u64 = input
-        .weights
+    let dropped = datafusion::arrow::compute::not(&keep)?;
+    let represented = match counts {
+        Some(column) => event_times(input.rows.column(column))?,
+        None => input.weights.clone(),
+    };
+    let represented = datafusion::arrow::compute::filter(&represented, &dropped)?;
+    let late: u64 = represented
+        .as_primitive::<Int64Type>()
         .values()
         .iter()
-        .zip(keep.values().iter())
-        .filter(|(_, kept)| !kept)
-        .map(|(w, _)| w.unsigned_abs())
+        .map(|w| w.unsigned_abs())
         .sum();
     Ok((input.filter(&keep)?, late))
 }
@@ -152,16 +165,18 @@ impl WatermarkFilter {
 
 impl Operator for WatermarkFilter {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        // As `i64` once: the cast of an `Int64Array` in `drop_late` is free.
         let times = event_times(input.rows.column(self.column))?;
+        let greatest = max(&times);
         let (kept, late) = match self.applied {
-            Some(bound) => drop_late(input, &times, bound)?,
+            Some(bound) => drop_late(input, &(Arc::new(times) as ArrayRef), bound, None)?,
             None => (input, 0),
         };
         if late > 0 {
             self.late += late;
             self.changed = true;
         }
-        if let Some(greatest) = max(&times) {
+        if let Some(greatest) = greatest {
             self.seen = Some(self.seen.map_or(greatest, |s| s.max(greatest)));
         }
         Ok(vec![kept])

@@ -34,7 +34,7 @@ use super::window::Windows;
 use crate::changes::{null_as_false, UNIT_COLUMN};
 use crate::operator::expect_tables;
 use crate::plan::AggregateSpec;
-use crate::watermark::{ColumnBound, Watermarks};
+use crate::watermark::{at_or_above, ColumnBound, Watermarks};
 use crate::{Changes, Operator, Result};
 
 /// The group was touched in the current epoch.
@@ -439,11 +439,11 @@ impl Operator for GroupedAggregate {
             return Ok(Vec::new());
         }
         let values = self.keys.decode(&listed).map_err(external)?;
-        let below = Windows::below(&values[column], bound)?;
+        let open = at_or_above(&values[column], bound)?;
         let closing: Vec<KeyId> = listed
             .into_iter()
-            .zip(below)
-            .filter_map(|(g, below)| below.then_some(g))
+            .zip(open.values().iter())
+            .filter_map(|(g, open)| (!open).then_some(g))
             .collect();
         let mut out = Vec::new();
         if self.emits_on_close() {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array};
+use datafusion::arrow::array::ArrayRef;
 use weir_state::KeyId;
 
 use crate::watermark::{drop_late, event_times, ColumnBound, Watermarks};
@@ -40,8 +40,8 @@ impl Windows {
     }
 
     /// Drops the rows of `input` whose window (`values`) is closed;
-    /// `counts`: the rows each input row stands for (a partial
-    /// aggregate's row count), else its weight.
+    /// `counts`: the column of the rows each input row stands for (a
+    /// partial aggregate's row count), else its weight.
     pub fn drop_late(
         &mut self,
         input: Changes,
@@ -51,22 +51,8 @@ impl Windows {
         let Some(closed) = self.closed else {
             return Ok(input);
         };
-        let times = event_times(values)?;
-        let Some(counts) = counts else {
-            let (kept, late) = drop_late(input, &times, closed)?;
-            self.late += late;
-            return Ok(kept);
-        };
-        let represented = input.rows.column(counts).clone();
-        let (kept, _) = drop_late(input, &times, closed)?;
-        if kept.len() < times.len() {
-            let represented = event_times(&represented)?;
-            let late: i64 = (0..times.len())
-                .filter(|&i| times.is_valid(i) && times.value(i) < closed)
-                .map(|i| represented.value(i))
-                .sum();
-            self.late += late.unsigned_abs();
-        }
+        let (kept, late) = drop_late(input, values, closed, counts)?;
+        self.late += late;
         Ok(kept)
     }
 
@@ -95,12 +81,6 @@ impl Windows {
         let still_open = self.open.split_off(&bound);
         let closing = std::mem::replace(&mut self.open, still_open);
         Ok(Some((bound, closing.into_values().flatten().collect())))
-    }
-
-    /// Which of `values` (of groups listed below `bound`) are below it.
-    pub fn below(values: &ArrayRef, bound: i64) -> Result<Vec<bool>> {
-        let times: Int64Array = event_times(values)?;
-        Ok(times.iter().map(|t| t.is_some_and(|t| t < bound)).collect())
     }
 
     /// Bytes its lists take.

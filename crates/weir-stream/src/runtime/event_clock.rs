@@ -89,20 +89,18 @@ impl EventClock {
         let now = Instant::now();
         let mut moved = false;
         for clock in self.nodes.values_mut() {
-            let active = clock
+            let active: Vec<Option<i64>> = clock
                 .instances
                 .iter()
-                .filter(|i| now.duration_since(i.last_read) < self.idle_timeout);
-            let mut least: Option<Option<i64>> = None;
-            for instance in active {
-                least = Some(match (least, instance.greatest) {
-                    (None, greatest) => greatest,
-                    (Some(Some(l)), Some(g)) => Some(l.min(g)),
-                    // An active instance that has read nothing holds back.
-                    _ => None,
-                });
-            }
-            let Some(Some(least)) = least else {
+                .filter(|i| now.duration_since(i.last_read) < self.idle_timeout)
+                .map(|i| i.greatest)
+                .collect();
+            // No active instance: nothing moves it. An active one that
+            // has read nothing holds it back.
+            let Some(Some(least)) = active
+                .into_iter()
+                .reduce(|a, b| a.zip(b).map(|(a, b)| a.min(b)))
+            else {
                 continue;
             };
             let candidate = least.saturating_sub(clock.delay);
