@@ -7,7 +7,8 @@
 //!               DDL   → catalog
 //!               DML   → a DataFusion query over the working state
 //!               query → a DataFusion query over the committed epoch
-//!               CREATE MATERIALIZED VIEW → check_deterministic, DataFusion's
+//!               CREATE MATERIALIZED VIEW → extract_temporal_filters,
+//!                 check_deterministic, DataFusion's
 //!                 optimizer, then stream_plan → weir_stream::StreamPlan
 //! ```
 //!
@@ -30,6 +31,7 @@ mod pg_forms;
 mod selects;
 mod stream_plan;
 mod subquery_ops;
+mod temporal;
 mod values;
 mod windows;
 
@@ -38,3 +40,4 @@ pub use event_time::WatermarkClause;
 pub use parse::{parse, ParseError, WeirStatement};
 pub use selects::selects_mut;
 pub use stream_plan::{check_deterministic, stream_plan};
+pub use temporal::extract_temporal_filters;

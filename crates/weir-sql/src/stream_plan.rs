@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_empty_array, ArrayRef};
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, JoinType, NullEquality, NullHandling, ScalarValue};
@@ -22,8 +22,8 @@ use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    Expr, FetchType, Filter, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort, TableScan,
-    Unnest, Volatility,
+    Expr, ExprSchemable, FetchType, Filter, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort,
+    TableScan, Unnest, Volatility,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
@@ -31,8 +31,10 @@ use datafusion::physical_expr::{
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use weir_stream::{
-    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec,
+    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TemporalBound, TopNSpec,
 };
+
+use crate::temporal::{BoundKind, TemporalFilter};
 
 /// Refuses expressions whose value can change without any input
 /// changing (`now()`, `random()`): a view of them could never be kept
@@ -360,6 +362,12 @@ impl Builder {
                 )?;
                 Ok(self.push(NodeKind::Values { rows }, vec![], schema))
             }
+            LogicalPlan::Extension(extension) => {
+                match extension.node.as_any().downcast_ref::<TemporalFilter>() {
+                    Some(filter) => self.temporal_filter(filter),
+                    None => Err(unsupported(extension.node.name().to_owned())),
+                }
+            }
             LogicalPlan::Window(_) => Err(unsupported("window functions")),
             LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON")),
             LogicalPlan::Unnest(unnest) => self.unnest(unnest, schema()),
@@ -500,6 +508,31 @@ impl Builder {
             vec![index],
             schema,
         )))
+    }
+
+    /// A temporal filter: its bounds' times must be timestamps or dates.
+    fn temporal_filter(&mut self, filter: &TemporalFilter) -> Result<usize> {
+        let input = self.add(&filter.input)?;
+        let schema = filter.input.schema();
+        let mut bounds = Vec::new();
+        for (value, bound) in filter.values.iter().zip(&filter.bounds) {
+            let data_type = value.get_type(schema)?;
+            if !matches!(
+                data_type,
+                DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
+            ) {
+                return Err(unsupported(format!(
+                    "comparing now() with {value} of type {data_type}: it needs a timestamp or a date"
+                )));
+            }
+            bounds.push(TemporalBound {
+                value: self.physical(value, schema)?,
+                from: bound.kind == BoundKind::From,
+                plus_one: bound.plus_one,
+            });
+        }
+        let schema = Arc::new(schema.as_arrow().clone());
+        Ok(self.push(NodeKind::TemporalFilter { bounds }, vec![input], schema))
     }
 
     /// `unnest` of one list column, one level deep (what a select-list

@@ -21,6 +21,7 @@ use crate::group_top_n::GroupTopN;
 use crate::join::Join;
 use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan};
+use crate::temporal_filter::TemporalFilter;
 use crate::top_n::TopN;
 use crate::watermark::{ColumnBound, WatermarkFilter, Watermarks};
 use crate::{Changes, Operator, Result};
@@ -87,6 +88,9 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
         )),
         NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
         NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
+        NodeKind::TemporalFilter { bounds } => {
+            Box::new(TemporalFilter::new(index, bounds.clone(), input_schema(0))?)
+        }
         NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
         NodeKind::Unnest {
             column,

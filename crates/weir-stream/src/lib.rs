@@ -16,6 +16,7 @@
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
 //! | `group_top_n` | `GroupTopN`: `ROW_NUMBER() OVER (PARTITION BY ...) <= n` | each partition's rows in order |
 //! | `watermark` | `WatermarkFilter`: drops late rows, notes event time | the watermark, per instance |
+//! | `temporal_filter` | `TemporalFilter`: `WHERE ts > now() - INTERVAL ...` as the epoch clock moves | rows in or to come, by their times |
 //!
 //! [`Dataflow`] instantiates a [`StreamPlan`] and pushes changes through
 //! it; [`Aligner`] is the barrier alignment of a task with several inputs;
@@ -37,6 +38,7 @@ mod ordered_rows;
 mod partition;
 mod plan;
 pub mod runtime;
+mod temporal_filter;
 mod top_n;
 pub mod watermark;
 
@@ -51,7 +53,8 @@ pub use keyed_rows::KeyedRows;
 pub use operator::Operator;
 pub use partition::{vnodes, Placement, VNODES};
 pub use plan::{
-    AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TopNSpec,
+    AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan,
+    TemporalBound, TopNSpec,
 };
 
 /// Errors of the streaming engine are DataFusion's: expressions fail with

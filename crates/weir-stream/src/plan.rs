@@ -68,6 +68,12 @@ pub enum NodeKind {
         /// The predicate, over the input's columns.
         predicate: PhysicalExprRef,
     },
+    /// The rows whose interval, worked out by the bounds, holds the
+    /// epoch's `now()` (see [`crate::temporal_filter`]).
+    TemporalFilter {
+        /// The bounds, all of which hold.
+        bounds: Vec<TemporalBound>,
+    },
     /// Computed columns.
     Project {
         /// One expression per output column.
@@ -95,6 +101,19 @@ pub enum NodeKind {
         /// Whether an empty list gives one row with a NULL element (else none).
         keep_empty: bool,
     },
+}
+
+/// One bound of a temporal filter: a row is in from its time on
+/// (`from`) or until its time (else). The time is `value` (a timestamp
+/// or date over the input's rows), one microsecond later if `plus_one`.
+#[derive(Debug, Clone)]
+pub struct TemporalBound {
+    /// The time, over the input's columns.
+    pub value: PhysicalExprRef,
+    /// Whether the row is in from the time on, rather than until it.
+    pub from: bool,
+    /// Whether the time is one microsecond after `value`.
+    pub plus_one: bool,
 }
 
 /// What an aggregation computes.
@@ -208,6 +227,10 @@ impl StreamPlan {
             NodeKind::TopN(_) => Some(Exchange::Single),
             NodeKind::GroupTopN(top) if top.partition.is_empty() => Some(Exchange::Single),
             NodeKind::GroupTopN(top) => Some(Exchange::Hash(top.partition.clone())),
+            // Its rows are stored by their bound values.
+            NodeKind::TemporalFilter { bounds } => Some(Exchange::Hash(
+                bounds.iter().map(|b| b.value.clone()).collect(),
+            )),
             NodeKind::Source { .. }
             | NodeKind::Watermark { .. }
             | NodeKind::Values { .. }
@@ -251,6 +274,8 @@ impl StreamPlan {
                 }
                 // Emitted once, when final.
                 NodeKind::Aggregate(spec) => spec.emit_on_window_close,
+                // Rows that only come in stay.
+                NodeKind::TemporalFilter { bounds } => all && bounds.iter().all(|b| b.from),
                 NodeKind::TopN(_) | NodeKind::GroupTopN(_) => false,
             };
         }
@@ -275,9 +300,10 @@ impl StreamPlan {
             let node = &self.nodes[i];
             let key = match &node.kind {
                 NodeKind::Source { relation, .. } => relation_key(relation),
-                NodeKind::Filter { .. } | NodeKind::Watermark { .. } | NodeKind::TopN(_) => {
-                    input_key(0)
-                }
+                NodeKind::Filter { .. }
+                | NodeKind::TemporalFilter { .. }
+                | NodeKind::Watermark { .. }
+                | NodeKind::TopN(_) => input_key(0),
                 NodeKind::Project { exprs } => input_key(0).and_then(|key| {
                     key.iter()
                         .map(|&column| {
@@ -387,6 +413,10 @@ impl StreamPlan {
                 vec!["each partition's first rows (the input only inserts)".to_owned()]
             }
             NodeKind::GroupTopN(_) => vec!["input rows by partition in sort order".to_owned()],
+            NodeKind::TemporalFilter { .. } => vec![
+                "rows in or still to come, by their times".to_owned(),
+                "now() in force, per instance".to_owned(),
+            ],
             _ => Vec::new(),
         }
     }
@@ -399,6 +429,18 @@ impl StreamPlan {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
+            NodeKind::TemporalFilter { bounds } => {
+                let bounds = bounds.iter().map(|b| {
+                    let op = match (b.from, b.plus_one) {
+                        (true, false) => ">=",
+                        (true, true) => ">",
+                        (false, false) => "<",
+                        (false, true) => "<=",
+                    };
+                    format!("now() {op} {}", b.value)
+                });
+                format!("TemporalFilter: {}", list(&mut bounds.into_iter()))
+            }
             NodeKind::Watermark { column, delay } => {
                 let field = node.schema.field(*column);
                 let per_second = match field.data_type() {

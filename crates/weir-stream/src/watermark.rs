@@ -444,7 +444,10 @@ impl StreamPlan {
                     });
                     bounds
                 }
-                NodeKind::Filter { .. } | NodeKind::TopN(_) | NodeKind::GroupTopN(_) => input(0),
+                NodeKind::Filter { .. }
+                | NodeKind::TemporalFilter { .. }
+                | NodeKind::TopN(_)
+                | NodeKind::GroupTopN(_) => input(0),
                 NodeKind::Union if node.inputs.len() == 1 => input(0),
                 NodeKind::Union => Vec::new(),
                 NodeKind::Unnest { column, .. } => {

@@ -1,4 +1,5 @@
-//! A view's watermarks, as the coordinator works them out: every
+//! A view's watermarks and `now()`, as the coordinator works them out:
+//! every
 //! instance of a watermark node reports the greatest event time it read
 //! in each epoch; the watermark is the least of the instances' greatest
 //! times, minus the node's delay, and never goes back. The next barrier
@@ -8,6 +9,10 @@
 //! has read nothing since the view started, once the timeout passed) is
 //! idle: it holds back no watermark until it reads again. Without that,
 //! one quiet split would stop every window from closing.
+//!
+//! A view's temporal filters get the epoch's `now()` the same way, under
+//! their node indexes: the time the coordinator sent the epoch's barrier
+//! (see `crate::temporal_filter`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -37,6 +42,11 @@ struct NodeClock {
 pub(super) struct EventClock {
     nodes: BTreeMap<usize, NodeClock>,
     idle_timeout: Duration,
+    /// The temporal filter nodes.
+    temporal: Vec<usize>,
+    /// The `now()` of the epoch whose barrier went last, in Unix
+    /// microseconds.
+    now: Option<i64>,
 }
 
 impl EventClock {
@@ -69,7 +79,20 @@ impl EventClock {
         EventClock {
             nodes,
             idle_timeout,
+            temporal: plan.temporal_filter_nodes(),
+            now: None,
         }
+    }
+
+    /// The barrier of an epoch whose `now()` is `now` went out.
+    pub fn set_now(&mut self, now: i64) {
+        self.now = Some(self.now.map_or(now, |n| n.max(now)));
+    }
+
+    /// Whether the view's rows depend on `now()`: every epoch may change
+    /// them, even without input.
+    pub fn follows_now(&self) -> bool {
+        !self.temporal.is_empty()
     }
 
     /// Instance `instance` of node `node` read rows up to event time
@@ -114,9 +137,14 @@ impl EventClock {
 
     /// The watermarks worked out so far.
     pub fn watermarks(&self) -> Watermarks {
+        let now = self
+            .now
+            .into_iter()
+            .flat_map(|now| self.temporal.iter().map(move |&node| (node, now)));
         self.nodes
             .iter()
             .filter_map(|(&node, clock)| clock.watermark.map(|w| (node, w)))
+            .chain(now)
             .collect()
     }
 }
@@ -139,6 +167,8 @@ mod tests {
         EventClock {
             nodes: BTreeMap::from([(1, node)]),
             idle_timeout: idle,
+            temporal: Vec::new(),
+            now: None,
         }
     }
 

@@ -367,6 +367,10 @@ impl Worker {
                 self.status.note_barrier();
                 self.barrier_since = Some(std::time::Instant::now());
                 self.open_epoch = epoch + 1;
+                let now = unix_micros(std::time::SystemTime::now());
+                for clock in self.clocks.values_mut() {
+                    clock.set_now(now);
+                }
                 for reader in &self.readers {
                     reader.reader.inject_barrier(epoch);
                 }
@@ -848,10 +852,11 @@ impl Worker {
         }
         let mut moved = false;
         for clock in self.clocks.values_mut() {
-            moved |= clock.tick();
+            moved |= clock.tick() | clock.follows_now();
         }
         if moved {
-            // The next barrier carries them, even without new rows.
+            // The next barrier carries them (or the next `now()`), even
+            // without new rows.
             self.status.note_watermark_moved();
         }
         let running: BTreeSet<TableId> = self
@@ -1036,4 +1041,10 @@ struct Closed;
 
 fn external(e: weir_state::StateError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
+}
+
+/// `time` in Unix microseconds (0 before 1970).
+fn unix_micros(time: std::time::SystemTime) -> i64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

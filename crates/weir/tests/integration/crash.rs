@@ -443,3 +443,69 @@ async fn steady_updates_keep_the_state_folder_bounded() {
         "state folder peaked at {peak} bytes for {live} live bytes"
     );
 }
+
+/// A temporal filter's rows come in and leave as the clock moves, across
+/// SIGKILLs: a row let in before a kill is not let in again after it, and
+/// none is retracted twice, so once every row's time has passed the
+/// views are empty again.
+#[tokio::test]
+async fn temporal_filter_rows_come_and_go_across_kills() {
+    const ROWS: u64 = 30;
+    const STEP_MS: u64 = 200;
+    let mut server = TestServer::start().await;
+    let client = server.client().await;
+    // Row i's time is i * 200 ms after the insert; each is in `recent`
+    // for the two seconds after its time.
+    let values: Vec<String> = (0..ROWS)
+        .map(|i| format!("({i}, now() + INTERVAL '{} milliseconds')", i * STEP_MS))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE ev (id INT PRIMARY KEY, ts TIMESTAMP);
+             CREATE MATERIALIZED VIEW recent AS SELECT id FROM ev
+               WHERE ts <= now() AND ts > now() - INTERVAL '2 seconds';
+             CREATE MATERIALIZED VIEW recent_count AS SELECT count(*) AS n FROM recent;
+             INSERT INTO ev VALUES {};",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    let inserted = std::time::Instant::now();
+    let mut most_seen = 0;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        server.kill();
+        server.restart_after_kill().await;
+        let client = server.client().await;
+        let ids: Vec<i64> = column(&client, "SELECT id FROM recent ORDER BY id")
+            .await
+            .into_iter()
+            .map(|v| v.unwrap().parse().unwrap())
+            .collect();
+        // The rows in are those of one stretch of time, each once.
+        let distinct: BTreeSet<i64> = ids.iter().copied().collect();
+        assert_eq!(distinct.len(), ids.len(), "a row is in twice: {ids:?}");
+        if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+            assert_eq!(
+                (last - first + 1) as usize,
+                ids.len(),
+                "not one stretch: {ids:?}"
+            );
+        }
+        most_seen = most_seen.max(ids.len());
+    }
+    assert!(most_seen > 0, "no row was ever in the view");
+    // Every row's time and two seconds more have passed.
+    let all_out = Duration::from_millis(ROWS * STEP_MS + 2_000 + 1_000);
+    tokio::time::sleep(all_out.saturating_sub(inserted.elapsed())).await;
+    let client = server.client().await;
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    assert_eq!(
+        column(&client, "SELECT count(*) FROM recent").await,
+        vec![Some("0".into())]
+    );
+    assert_eq!(
+        column(&client, "SELECT n FROM recent_count").await,
+        vec![Some("0".into())]
+    );
+}
