@@ -25,6 +25,7 @@ pub const QUERIES: &[(&str, &str)] = &[
     ("q3", include_str!("../../../sql-tests/nexmark/q3.sql")),
     ("q4", include_str!("../../../sql-tests/nexmark/q4.sql")),
     ("q5", include_str!("../../../sql-tests/nexmark/q5.sql")),
+    ("q6", include_str!("../../../sql-tests/nexmark/q6.sql")),
     ("q7", include_str!("../../../sql-tests/nexmark/q7.sql")),
     ("q8", include_str!("../../../sql-tests/nexmark/q8.sql")),
     ("q9", include_str!("../../../sql-tests/nexmark/q9.sql")),

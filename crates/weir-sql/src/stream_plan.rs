@@ -20,18 +20,20 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::utils::{generate_sort_key, split_conjunction};
 use datafusion::logical_expr::{
     Expr, ExprSchemable, FetchType, Filter, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort,
-    TableScan, Unnest, Volatility,
+    SortExpr, TableScan, Unnest, Volatility, Window,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
 };
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
+use datafusion::physical_planner::create_window_expr;
 use weir_stream::{
-    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TemporalBound, TopNSpec,
+    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TemporalBound,
+    TopNSpec, WindowSpec,
 };
 
 use crate::temporal::{BoundKind, TemporalFilter};
@@ -368,7 +370,7 @@ impl Builder {
                     None => Err(unsupported(extension.node.name().to_owned())),
                 }
             }
-            LogicalPlan::Window(_) => Err(unsupported("window functions")),
+            LogicalPlan::Window(window) => self.window(window),
             LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT ON")),
             LogicalPlan::Unnest(unnest) => self.unnest(unnest, schema()),
             LogicalPlan::RecursiveQuery(_) => Err(unsupported("recursive queries")),
@@ -508,6 +510,69 @@ impl Builder {
             vec![index],
             schema,
         )))
+    }
+
+    /// `OVER` window functions that share a sort key (DataFusion puts
+    /// functions with other keys in other `Window` nodes).
+    fn window(&mut self, window: &Window) -> Result<usize> {
+        let input = self.add(&window.input)?;
+        let input_schema = window.input.schema();
+        let context = PhysicalPlanningContext::default();
+        let mut partition: Option<Vec<Expr>> = None;
+        let mut functions = Vec::new();
+        for expr in &window.window_expr {
+            let Expr::WindowFunction(function) = unalias(expr) else {
+                return Err(unsupported(format!("window expression {expr}")));
+            };
+            let picks_by_order = matches!(
+                function.fun.name(),
+                "row_number"
+                    | "lag"
+                    | "lead"
+                    | "first_value"
+                    | "last_value"
+                    | "nth_value"
+                    | "ntile"
+            );
+            if picks_by_order && function.params.order_by.is_empty() {
+                return Err(unsupported(format!(
+                    "{}() without ORDER BY in its window: which row comes first would be arbitrary",
+                    function.fun.name()
+                )));
+            }
+            let own = &function.params.partition_by;
+            partition = Some(match partition {
+                None => own.clone(),
+                Some(common) => common.into_iter().filter(|e| own.contains(e)).collect(),
+            });
+            functions.push(create_window_expr(
+                expr,
+                &window.schema,
+                &self.props,
+                &context,
+            )?);
+        }
+        let Some(Expr::WindowFunction(first)) = window.window_expr.first().map(unalias) else {
+            return Err(unsupported("a window without functions"));
+        };
+        let sort_key: Vec<SortExpr> =
+            generate_sort_key(&first.params.partition_by, &first.params.order_by)?
+                .into_iter()
+                .map(|(sort, _)| sort)
+                .collect();
+        let order = create_physical_sort_exprs(&sort_key, input_schema, &self.props, &context)?;
+        let partition = partition
+            .unwrap_or_default()
+            .iter()
+            .map(|e| self.physical(e, input_schema))
+            .collect::<Result<_>>()?;
+        let spec = WindowSpec {
+            partition,
+            order,
+            functions,
+        };
+        let schema = Arc::new(window.schema.as_arrow().clone());
+        Ok(self.push(NodeKind::Window(spec), vec![input], schema))
     }
 
     /// A temporal filter: its bounds' times must be timestamps or dates.

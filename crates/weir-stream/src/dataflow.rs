@@ -24,6 +24,7 @@ use crate::plan::{NodeKind, StreamPlan};
 use crate::temporal_filter::TemporalFilter;
 use crate::top_n::TopN;
 use crate::watermark::{ColumnBound, WatermarkFilter, Watermarks};
+use crate::window_function::RecomputeWindow;
 use crate::{Changes, Operator, Result};
 
 /// What one operator has done since the dataflow started.
@@ -115,6 +116,12 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             .with_window(join_window_of(plan, index))?,
         ),
         NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
+        NodeKind::Window(window) => Box::new(RecomputeWindow::new(
+            window.clone(),
+            input_schema(0),
+            schema,
+            append_only(0),
+        )?),
         NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
             top,
             input_schema(0),

@@ -14,6 +14,7 @@
 //! | `aggregate` | `GroupedAggregate` (`count`, `sum`, `avg`, `min`, `max`), `RecomputeAggregate` (any other) | columns per group; input rows by group |
 //! | `join` | `Join`: every join type, by the delta rule or per changed key | each side's rows by join key ([`KeyedRows`]) |
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
+//! | `window_function` | `RecomputeWindow`: `OVER` functions, each touched partition recomputed (`recompute`) | input rows by partition |
 //! | `group_top_n` | `GroupTopN`: `ROW_NUMBER() OVER (PARTITION BY ...) <= n` | each partition's rows in order |
 //! | `watermark` | `WatermarkFilter`: drops late rows, notes event time | the watermark, per instance |
 //! | `temporal_filter` | `TemporalFilter`: `WHERE ts > now() - INTERVAL ...` as the epoch clock moves | rows in or to come, by their times |
@@ -37,10 +38,12 @@ mod operator;
 mod ordered_rows;
 mod partition;
 mod plan;
+mod recompute;
 pub mod runtime;
 mod temporal_filter;
 mod top_n;
 pub mod watermark;
+mod window_function;
 
 #[cfg(test)]
 mod testing;
@@ -54,7 +57,7 @@ pub use operator::Operator;
 pub use partition::{vnodes, Placement, VNODES};
 pub use plan::{
     AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan,
-    TemporalBound, TopNSpec,
+    TemporalBound, TopNSpec, WindowSpec,
 };
 
 /// Errors of the streaming engine are DataFusion's: expressions fail with

@@ -11,6 +11,7 @@ use datafusion::common::JoinType;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{PhysicalExprRef, PhysicalSortExpr};
+use datafusion::physical_plan::WindowExpr;
 
 /// A view's dataflow: nodes in topological order, the last one is the
 /// view's output.
@@ -91,6 +92,8 @@ pub enum NodeKind {
     /// (PARTITION BY ... ORDER BY ...) <= n`): the input's columns and
     /// the row number.
     GroupTopN(GroupTopNSpec),
+    /// `OVER` window functions: the input's columns and one per function.
+    Window(WindowSpec),
     /// Each row once per element of its list column `column`, which the
     /// element replaces.
     Unnest {
@@ -182,6 +185,19 @@ pub struct GroupTopNSpec {
     pub fetch: usize,
 }
 
+/// Window functions that share their partitioning.
+#[derive(Debug, Clone)]
+pub struct WindowSpec {
+    /// The `PARTITION BY` columns every function has: the operator's key
+    /// (none: the whole input is one partition).
+    pub partition: Vec<PhysicalExprRef>,
+    /// The order the functions read a partition's rows in: their
+    /// partition columns, then their `ORDER BY`.
+    pub order: Vec<PhysicalSortExpr>,
+    /// The functions, over the input's columns.
+    pub functions: Vec<Arc<dyn WindowExpr>>,
+}
+
 /// How the rows into an operator's input are spread over the operator's
 /// parallel instances.
 #[derive(Debug, Clone)]
@@ -227,6 +243,8 @@ impl StreamPlan {
             NodeKind::TopN(_) => Some(Exchange::Single),
             NodeKind::GroupTopN(top) if top.partition.is_empty() => Some(Exchange::Single),
             NodeKind::GroupTopN(top) => Some(Exchange::Hash(top.partition.clone())),
+            NodeKind::Window(window) if window.partition.is_empty() => Some(Exchange::Single),
+            NodeKind::Window(window) => Some(Exchange::Hash(window.partition.clone())),
             // Its rows are stored by their bound values.
             NodeKind::TemporalFilter { bounds } => Some(Exchange::Hash(
                 bounds.iter().map(|b| b.value.clone()).collect(),
@@ -276,7 +294,7 @@ impl StreamPlan {
                 NodeKind::Aggregate(spec) => spec.emit_on_window_close,
                 // Rows that only come in stay.
                 NodeKind::TemporalFilter { bounds } => all && bounds.iter().all(|b| b.from),
-                NodeKind::TopN(_) | NodeKind::GroupTopN(_) => false,
+                NodeKind::TopN(_) | NodeKind::GroupTopN(_) | NodeKind::Window(_) => false,
             };
         }
     }
@@ -300,10 +318,12 @@ impl StreamPlan {
             let node = &self.nodes[i];
             let key = match &node.kind {
                 NodeKind::Source { relation, .. } => relation_key(relation),
+                // A window function adds columns to each input row.
                 NodeKind::Filter { .. }
                 | NodeKind::TemporalFilter { .. }
                 | NodeKind::Watermark { .. }
-                | NodeKind::TopN(_) => input_key(0),
+                | NodeKind::TopN(_)
+                | NodeKind::Window(_) => input_key(0),
                 NodeKind::Project { exprs } => input_key(0).and_then(|key| {
                     key.iter()
                         .map(|&column| {
@@ -413,6 +433,7 @@ impl StreamPlan {
                 vec!["each partition's first rows (the input only inserts)".to_owned()]
             }
             NodeKind::GroupTopN(_) => vec!["input rows by partition in sort order".to_owned()],
+            NodeKind::Window(_) => vec!["input rows by partition".to_owned()],
             NodeKind::TemporalFilter { .. } => vec![
                 "rows in or still to come, by their times".to_owned(),
                 "now() in force, per instance".to_owned(),
@@ -429,6 +450,11 @@ impl StreamPlan {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
+            NodeKind::Window(window) => format!(
+                "Window: {} partition=[{}]",
+                list(&mut window.functions.iter().map(|f| f.name().to_owned())),
+                list(&mut window.partition.iter().map(|e| e.to_string()))
+            ),
             NodeKind::TemporalFilter { bounds } => {
                 let bounds = bounds.iter().map(|b| {
                     let op = match (b.from, b.plus_one) {

@@ -447,7 +447,8 @@ impl StreamPlan {
                 NodeKind::Filter { .. }
                 | NodeKind::TemporalFilter { .. }
                 | NodeKind::TopN(_)
-                | NodeKind::GroupTopN(_) => input(0),
+                | NodeKind::GroupTopN(_)
+                | NodeKind::Window(_) => input(0),
                 NodeKind::Union if node.inputs.len() == 1 => input(0),
                 NodeKind::Union => Vec::new(),
                 NodeKind::Unnest { column, .. } => {

@@ -39,7 +39,8 @@ const fn on_views(name: &'static str, view: &'static str, batch: &'static str) -
 const AGG_A: &str = "SELECT k, count(*) AS n, count(v) AS nv, sum(v) AS sv, min(v) AS mn, max(v) AS mx FROM a GROUP BY k";
 
 /// Every operator: projection, filter, each aggregate, each join kind,
-/// subqueries, set operations, top-N, views on views.
+/// subqueries, set operations, top-N, `OVER` window functions, views on
+/// views.
 const CASES: &[Case] = &[
     case("p_project", "SELECT id, v * 2 + 1 AS x, upper(s) AS us FROM a WHERE v > 3"),
     case("p_case", "SELECT id, CASE WHEN b THEN 'yes' WHEN NOT b THEN 'no' ELSE 'unknown' END AS bb, coalesce(s, '-') AS s2 FROM a"),
@@ -88,6 +89,13 @@ const CASES: &[Case] = &[
     case("t_agg", "SELECT k, count(*) AS n FROM a WHERE v BETWEEN 2 AND 8 GROUP BY k ORDER BY n DESC, k LIMIT 3"),
     case("t_per_key", "SELECT * FROM (SELECT id, k, v, row_number() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, id) AS rn FROM a) t WHERE rn <= 2"),
     case("t_dedup", "SELECT k, v FROM (SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY id DESC) AS rn FROM a) t WHERE rn = 1"),
+    case("o_rank", "SELECT id, k, rank() OVER (PARTITION BY k ORDER BY v) AS r, dense_rank() OVER (PARTITION BY k ORDER BY v) AS dr FROM a"),
+    case("o_row_number", "SELECT id, row_number() OVER (PARTITION BY k ORDER BY v, id) AS rn FROM a"),
+    case("o_lag_lead", "SELECT id, lag(v) OVER (PARTITION BY k ORDER BY id) AS prev, lead(v, 2) OVER (PARTITION BY k ORDER BY id) AS next2 FROM a"),
+    case("o_first_last", "SELECT id, first_value(v) OVER (PARTITION BY k ORDER BY id) AS fv, last_value(v) OVER (PARTITION BY k ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lv FROM a"),
+    case("o_frames", "SELECT id, sum(v) OVER (PARTITION BY k ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS s3, count(*) OVER (PARTITION BY k) AS n, avg(v) OVER (ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS run FROM a"),
+    case("o_rank_top", "SELECT * FROM (SELECT id, k, v, rank() OVER (PARTITION BY k ORDER BY v DESC) AS r FROM a) t WHERE r <= 2"),
+    case("o_dups", "SELECT k, v, dense_rank() OVER (PARTITION BY k ORDER BY v) AS dr, count(*) OVER (PARTITION BY k) AS n FROM c"),
     case("g_distinct_filter", "SELECT k, count(DISTINCT v) FILTER (WHERE b) AS db, count(DISTINCT s) AS ds FROM a GROUP BY k"),
     on_views(
         "w_filter",

@@ -1,0 +1,72 @@
+//! [`RecomputeWindow`]: `OVER` window functions (`rank`, `dense_rank`,
+//! `lag`, `lead`, `first_value`, `last_value`, `row_number`, aggregates
+//! over frames, ...) in views.
+//!
+//! A window function's value for a row depends on the other rows of its
+//! partition, so the operator keeps its input rows by partition and
+//! recomputes each partition an epoch touched ([`Recompute`]) with
+//! DataFusion's own `WindowAggExec` over the partition's rows, sorted by
+//! the functions' partition and order keys. It emits the rows whose
+//! values changed: a row added at the end of a partition changes its own
+//! row (and those a frame reaches), a row added at the front renumbers the
+//! partition. An epoch costs the size of the partitions it touched; a
+//! function without `PARTITION BY` makes the whole input one partition.
+//! (`ROW_NUMBER() ... <= n` is planned as [`crate::GroupTopNSpec`]
+//! instead, which never recomputes a partition.)
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::LexOrdering;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::windows::WindowAggExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::plan::WindowSpec;
+use crate::recompute::{run_in_memory, Recomputation, Recompute};
+use crate::Result;
+
+/// Window functions that recompute each touched partition (see the
+/// module documentation).
+pub type RecomputeWindow = Recompute<PartitionRows>;
+
+/// A partition's rows with their window function values, from its rows.
+#[derive(Debug)]
+pub struct PartitionRows {
+    spec: WindowSpec,
+    input_schema: SchemaRef,
+}
+
+impl Recomputation for PartitionRows {
+    fn compute(&self, rows: RecordBatch, task: &Arc<TaskContext>) -> Result<RecordBatch> {
+        let mut input: Arc<dyn ExecutionPlan> =
+            MemorySourceConfig::try_new_exec(&[vec![rows]], self.input_schema.clone(), None)?;
+        if let Some(order) = LexOrdering::new(self.spec.order.clone()) {
+            input = Arc::new(SortExec::new(order, input));
+        }
+        let exec = WindowAggExec::try_new(self.spec.functions.clone(), input, false)?;
+        run_in_memory(Arc::new(exec), task)
+    }
+}
+
+impl RecomputeWindow {
+    /// The functions of `spec` over rows of `input_schema`, producing
+    /// `output_schema` (the input's columns, then one per function).
+    /// `append_only`: the input never deletes.
+    pub fn new(
+        spec: WindowSpec,
+        input_schema: SchemaRef,
+        output_schema: SchemaRef,
+        append_only: bool,
+    ) -> Result<Self> {
+        let keys = spec.partition.clone();
+        let rows = PartitionRows {
+            spec,
+            input_schema: input_schema.clone(),
+        };
+        Recompute::with(rows, keys, input_schema, output_schema, append_only)
+    }
+}
