@@ -58,8 +58,9 @@ fn kinds(events: u64) -> BTreeMap<String, u64> {
     ])
 }
 
-/// Query `name` over a stream of `events` events.
-pub fn workload(name: &str, events: u64) -> anyhow::Result<Workload> {
+/// Query `name` over a stream of `events` events, as a view or as a
+/// blackhole sink.
+pub fn workload(name: &str, events: u64, blackhole: bool) -> anyhow::Result<Workload> {
     let query = crate::stream::find_query(QUERIES, name)?;
     let mut setup = String::new();
     for kind in ["person", "auction", "bid"] {
@@ -84,6 +85,7 @@ pub fn workload(name: &str, events: u64) -> anyhow::Result<Workload> {
         source_rows: kinds(events),
         update_auctions: false,
         check: None,
+        blackhole,
     })
 }
 

@@ -74,6 +74,9 @@ pub struct Workload {
     pub update_auctions: bool,
     /// A query over the view `v` and the bigint it must return at the end.
     pub check: Option<(String, u64)>,
+    /// Run the query as a blackhole sink (`CREATE SINK v ... WITH
+    /// (connector = 'blackhole')`): its output is discarded, not kept.
+    pub blackhole: bool,
 }
 
 /// How to run a workload.
@@ -137,6 +140,7 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
         source_rows: BTreeMap::from([("bid".to_string(), rows)]),
         update_auctions: join,
         check: check.map(|sql| (sql.to_string(), rows)),
+        blackhole: false,
     })
 }
 
@@ -269,9 +273,14 @@ async fn measure(
     let bytes_before = crate::show(&client, "bytes_written").await?;
     let cpu_before = cpu_time()?;
     let started = Instant::now();
-    client
-        .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {}", load.query))
-        .await?;
+    let create = match load.blackhole {
+        true => format!(
+            "CREATE SINK v AS {} WITH (connector = 'blackhole')",
+            load.query
+        ),
+        false => format!("CREATE MATERIALIZED VIEW v AS {}", load.query),
+    };
+    client.batch_execute(&create).await?;
     // The join's table changes now and then while the stream runs.
     let updater = if load.update_auctions {
         let client = server.client().await?;

@@ -205,6 +205,19 @@ pub struct MaterializedViewDef {
     /// `EMIT ON WINDOW CLOSE`: its windows' rows appear once, final.
     #[serde(default)]
     pub emit_on_window_close: bool,
+    /// Set for a sink (`CREATE SINK`): its output goes to its connector,
+    /// and its output table stays empty.
+    #[serde(default)]
+    pub sink: Option<SinkDef>,
+}
+
+/// Where a sink's output goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkDef {
+    /// The connector (`blackhole`).
+    pub connector: String,
+    /// The options of `WITH (...)`, but the connector.
+    pub options: Vec<(String, String)>,
 }
 
 impl MaterializedViewDef {
@@ -360,6 +373,8 @@ pub enum ObjectKind {
     MaterializedView,
     /// A source.
     Source,
+    /// A sink: a view whose output goes to a connector.
+    Sink,
 }
 
 impl Catalog {
@@ -382,8 +397,11 @@ impl Catalog {
             Some(ObjectKind::Table)
         } else if self.views.contains_key(name) {
             Some(ObjectKind::View)
-        } else if self.materialized_views.contains_key(name) {
-            Some(ObjectKind::MaterializedView)
+        } else if let Some(view) = self.materialized_views.get(name) {
+            Some(match view.sink {
+                Some(_) => ObjectKind::Sink,
+                None => ObjectKind::MaterializedView,
+            })
         } else if self.sources.contains_key(name) {
             Some(ObjectKind::Source)
         } else {
@@ -415,12 +433,18 @@ impl Catalog {
         }
     }
 
-    /// Names of every table and view.
+    /// Names of every relation a query can read (tables, views, sources;
+    /// not sinks).
     pub fn relation_names(&self) -> Vec<String> {
+        let readable_views = self
+            .materialized_views
+            .values()
+            .filter(|v| v.sink.is_none())
+            .map(|v| &v.name);
         self.tables
             .keys()
             .chain(self.views.keys())
-            .chain(self.materialized_views.keys())
+            .chain(readable_views)
             .chain(self.sources.keys())
             .cloned()
             .collect()

@@ -313,7 +313,7 @@ pub async fn create_view(session: &mut Session, create: &CreateView) -> WeirResu
     let mut working = db.working().await;
     let name = relation_name(&create.name)?;
     match working.catalog.kind_of(&name) {
-        Some(ObjectKind::Table | ObjectKind::MaterializedView) => {
+        Some(ObjectKind::Table | ObjectKind::MaterializedView | ObjectKind::Sink) => {
             return Err(duplicate_relation(&name))
         }
         Some(ObjectKind::View) if create.if_not_exists => {
@@ -391,7 +391,10 @@ fn dependents(catalog: &Catalog, name: &str) -> Vec<(ObjectKind, String)> {
         .materialized_views
         .values()
         .filter(|v| v.name != name && v.depends_on.iter().any(|d| d == name))
-        .map(|v| (ObjectKind::MaterializedView, v.name.clone()));
+        .map(|v| match v.sink {
+            Some(_) => (ObjectKind::Sink, v.name.clone()),
+            None => (ObjectKind::MaterializedView, v.name.clone()),
+        });
     plain.chain(materialized).collect()
 }
 
@@ -401,6 +404,7 @@ fn kind_noun(kind: ObjectKind) -> &'static str {
         ObjectKind::View => "view",
         ObjectKind::MaterializedView => "materialized view",
         ObjectKind::Source => "source",
+        ObjectKind::Sink => "sink",
     }
 }
 
@@ -431,6 +435,7 @@ pub async fn drop_relations(
         ObjectKind::View => "DROP VIEW",
         ObjectKind::MaterializedView => "DROP MATERIALIZED VIEW",
         ObjectKind::Source => "DROP SOURCE",
+        ObjectKind::Sink => "DROP SINK",
     };
     let db = session.db.clone();
     let mut working = db.working().await;

@@ -58,6 +58,7 @@ mod rows;
 pub mod server;
 pub mod session;
 mod settings;
+mod sink;
 mod source;
 mod statement;
 mod system;

@@ -32,7 +32,9 @@ use tracing::{info, warn};
 use weir_state::TableId;
 use weir_stream::{Changes, Dataflow, StreamPlan};
 
-use crate::catalog::{relation_name, ColumnDef, MaterializedViewDef, ObjectKind, ViewFailure};
+use crate::catalog::{
+    relation_name, ColumnDef, MaterializedViewDef, ObjectKind, SinkDef, ViewFailure,
+};
 use crate::database::{Database, DbSnapshot};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -256,6 +258,7 @@ pub async fn create(
     session: &mut Session,
     create: &CreateView,
     emit_on_window_close: bool,
+    sink: Option<SinkDef>,
 ) -> WeirResult<Output> {
     let name = relation_name(&create.name)?;
     if create.or_replace {
@@ -263,18 +266,18 @@ pub async fn create(
             "CREATE OR REPLACE MATERIALIZED VIEW; drop the view and create it again",
         ));
     }
+    let tag = match sink {
+        Some(_) => "CREATE SINK",
+        None => "CREATE MATERIALIZED VIEW",
+    };
     let db = session.db.clone();
     // 1. Plan, snapshot the tables, register with the stream worker.
     let queue: PendingQueue = Arc::default();
     let (planned, mut snapshot, views_reply, guard) = {
         let mut working = db.working().await;
-        if let Some(skipped) = crate::ddl::claim_name(
-            session,
-            &working.catalog,
-            &name,
-            create.if_not_exists,
-            "CREATE MATERIALIZED VIEW",
-        )? {
+        if let Some(skipped) =
+            crate::ddl::claim_name(session, &working.catalog, &name, create.if_not_exists, tag)?
+        {
             return Ok(skipped);
         }
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
@@ -407,6 +410,7 @@ pub async fn create(
         append_only: planned.plan.nodes.last().is_some_and(|n| n.append_only),
         key: planned.key.clone(),
         emit_on_window_close,
+        sink: sink.clone(),
     };
     let query = def.query.clone();
     working.catalog.materialized_views.insert(name.clone(), def);
@@ -425,6 +429,8 @@ pub async fn create(
             dataflow,
             restored: None,
             output: table,
+            // The worker hands it the backfill when it starts the sink.
+            sink: sink.as_ref().map(crate::sink::open),
             sources,
             early,
         }),
@@ -438,6 +444,9 @@ pub async fn create(
     drop(guard);
     info!(view = %name, input_rows, elapsed_ms = started.elapsed().as_millis() as u64, "created materialized view");
     db.wait_committed(epoch).await?;
+    if sink.is_some() {
+        return Ok(Output::command(tag));
+    }
     // PostgreSQL's tag: the rows the view was filled with.
     Ok(Output::Command {
         tag: "SELECT",
@@ -679,6 +688,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
             dataflow,
             restored: Some(restored),
             output,
+            sink: def.sink.as_ref().map(crate::sink::open),
             sources,
             early: EarlyDeltas::default(),
         });
@@ -795,6 +805,7 @@ async fn rebuild(
                 dataflow,
                 restored: None,
                 output,
+                sink: def.sink.as_ref().map(crate::sink::open),
                 sources,
                 early,
             }),

@@ -148,6 +148,13 @@ impl SchemaProvider for PublicSchema {
             return self.view(view).await.map(Some);
         }
         if let Some(view) = snapshot.catalog.materialized_views.get(name) {
+            if view.sink.is_some() {
+                let error = crate::error::WeirError::new(
+                    crate::error::SqlState::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is a sink: its rows go to its connector, not to a table"),
+                );
+                return Err(DataFusionError::External(Box::new(error)));
+            }
             if let Some(failure) = &view.failed {
                 let mut error = crate::error::WeirError::new(
                     crate::error::SqlState(crate::error::leak_code(&failure.sqlstate)),
@@ -190,7 +197,11 @@ impl SchemaProvider for PublicSchema {
         let snapshot = self.pinned.get();
         Ok(
             if snapshot.catalog.tables.contains_key(name)
-                || snapshot.catalog.materialized_views.contains_key(name)
+                || snapshot
+                    .catalog
+                    .materialized_views
+                    .get(name)
+                    .is_some_and(|v| v.sink.is_none())
                 || snapshot.catalog.sources.contains_key(name)
             {
                 Some(TableType::Base)

@@ -66,8 +66,31 @@ pub async fn execute(
                     "CREATE MATERIALIZED VIEW parsed as another statement",
                 ));
             };
-            return crate::mview::create(session, create, true).await;
+            return crate::mview::create(session, create, true, None).await;
         }
+        WeirStatement::CreateSink(create, options) => {
+            let Statement::CreateView(create) = create.as_ref() else {
+                return Err(WeirError::internal(
+                    "CREATE SINK parsed as another statement",
+                ));
+            };
+            let sink = crate::sink::definition(options)?;
+            return crate::mview::create(session, create, false, Some(sink)).await;
+        }
+        WeirStatement::DropSink(drop) => {
+            let Statement::Drop {
+                if_exists,
+                names,
+                cascade,
+                ..
+            } = drop.as_ref()
+            else {
+                return Err(WeirError::internal("DROP SINK parsed as another statement"));
+            };
+            return ddl::drop_relations(session, ObjectKind::Sink, names, *if_exists, *cascade)
+                .await;
+        }
+        WeirStatement::ShowSinks => return crate::sink::show(session),
         WeirStatement::DropSource(drop) => {
             let Statement::Drop {
                 if_exists,
@@ -108,7 +131,7 @@ pub async fn execute(
         }
         Statement::CreateTable(create) => ddl::create_table(session, create, false, None).await,
         Statement::CreateView(create) if create.materialized => {
-            crate::mview::create(session, create, false).await
+            crate::mview::create(session, create, false, None).await
         }
         Statement::CreateView(create) => ddl::create_view(session, create).await,
         Statement::Drop {
@@ -135,7 +158,12 @@ pub async fn execute(
         Statement::ShowViews { materialized, .. } => {
             let catalog = session.db.committed().catalog.clone();
             let names: Vec<String> = if *materialized {
-                catalog.materialized_views.keys().cloned().collect()
+                catalog
+                    .materialized_views
+                    .values()
+                    .filter(|v| v.sink.is_none())
+                    .map(|v| v.name.clone())
+                    .collect()
             } else {
                 catalog.views.keys().cloned().collect()
             };
@@ -172,6 +200,8 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
             return Some("CREATE MATERIALIZED VIEW".into())
         }
         WeirStatement::DropSource(_) => return Some("DROP SOURCE".into()),
+        WeirStatement::CreateSink(..) => return Some("CREATE SINK".into()),
+        WeirStatement::DropSink(_) => return Some("DROP SINK".into()),
         WeirStatement::Sql(statement) => statement.as_ref(),
         _ => return None,
     };
@@ -305,7 +335,10 @@ fn set_variable(session: &mut Session, set: &Set) -> WeirResult<Output> {
 /// DDL or statements that manage blocks themselves.
 pub fn fits_implicit_block(statement: &WeirStatement) -> bool {
     let WeirStatement::Sql(statement) = statement else {
-        return matches!(statement, WeirStatement::ShowSources);
+        return matches!(
+            statement,
+            WeirStatement::ShowSources | WeirStatement::ShowSinks
+        );
     };
     matches!(
         statement.as_ref(),

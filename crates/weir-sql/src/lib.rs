@@ -29,6 +29,7 @@ mod numbers;
 mod parse;
 mod pg_forms;
 mod selects;
+mod sink;
 mod stream_plan;
 mod subquery_ops;
 mod temporal;

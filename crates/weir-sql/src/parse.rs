@@ -56,6 +56,15 @@ pub enum WeirStatement {
     DropSource(Box<Statement>),
     /// `SHOW SOURCES`.
     ShowSources,
+    /// `CREATE SINK name AS query WITH (...)` (or `FROM relation`): the
+    /// `CREATE MATERIALIZED VIEW` it runs as, and its options (keys
+    /// lowercased).
+    CreateSink(Box<Statement>, Vec<(String, String)>),
+    /// `DROP SINK [IF EXISTS] names [CASCADE]`, as a `DROP MATERIALIZED
+    /// VIEW`.
+    DropSink(Box<Statement>),
+    /// `SHOW SINKS`.
+    ShowSinks,
     /// `MOVE direction FROM cursor`: a `FETCH` that returns no rows.
     Move(Box<Statement>),
     /// Any statement sqlparser understands.
@@ -141,6 +150,27 @@ fn parse_segment(
                 && sources.value.eq_ignore_ascii_case("sources") =>
         {
             out.push(WeirStatement::ShowSources);
+            Ok(())
+        }
+        [Token::Word(show), Token::Word(sinks)]
+            if show.value.eq_ignore_ascii_case("show")
+                && sinks.value.eq_ignore_ascii_case("sinks") =>
+        {
+            out.push(WeirStatement::ShowSinks);
+            Ok(())
+        }
+        [Token::Word(verb), Token::Word(noun), ..]
+            if noun.quote_style.is_none() && noun.value.eq_ignore_ascii_case("sink") =>
+        {
+            if verb.value.eq_ignore_ascii_case("create") {
+                let (view, options) = crate::sink::parse_create_sink(tokens)?;
+                out.push(WeirStatement::CreateSink(Box::new(view), options));
+            } else if verb.value.eq_ignore_ascii_case("drop") {
+                let drop = crate::sink::parse_drop_sink(tokens)?;
+                out.push(WeirStatement::DropSink(Box::new(drop)));
+            } else {
+                return parse_standard(text, tokens, &words, out);
+            }
             Ok(())
         }
         [Token::Word(verb), ..]
@@ -334,7 +364,7 @@ pub(crate) fn parse_expr(sql: &str) -> Option<Expr> {
         .ok()
 }
 
-fn parse_one(text: &str) -> Result<Statement, ParseError> {
+pub(crate) fn parse_one(text: &str) -> Result<Statement, ParseError> {
     let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, text)
         .map_err(|e| ParseError::Syntax(e.to_string()))?;
     match (parsed.pop(), parsed.is_empty()) {
@@ -345,7 +375,9 @@ fn parse_one(text: &str) -> Result<Statement, ParseError> {
 
 /// `( key = value, ... )` where a key is words joined by dots and a value
 /// is a string, number or word.
-fn parse_options(tokens: &[&TokenWithSpan]) -> Result<Vec<(String, String)>, ParseError> {
+pub(crate) fn parse_options(
+    tokens: &[&TokenWithSpan],
+) -> Result<Vec<(String, String)>, ParseError> {
     let mut words = tokens
         .iter()
         .map(|t| &t.token)
@@ -459,6 +491,9 @@ mod tests {
             WeirStatement::Flush => "FLUSH".into(),
             WeirStatement::Checkpoint => "CHECKPOINT".into(),
             WeirStatement::ShowSources => "SHOW SOURCES".into(),
+            WeirStatement::ShowSinks => "SHOW SINKS".into(),
+            WeirStatement::CreateSink(s, o) => format!("{s} {o:?}"),
+            WeirStatement::DropSink(s) => s.to_string(),
             WeirStatement::CreateSource(s, o, w) => format!("{s} {o:?} {w:?}"),
             WeirStatement::CreateTable {
                 create,
@@ -492,6 +527,43 @@ mod tests {
             "FETCH 1.5 FROM c",
             "FETCH ABSOLUTE FROM c",
             "MOVE 1 FROM 2",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sink_statements_run_as_views() {
+        let parsed = parse(
+            "CREATE SINK s AS WITH t AS (SELECT 1 AS x) SELECT x FROM t WITH (connector = 'blackhole'); \
+             CREATE SINK IF NOT EXISTS f FROM v WITH (connector = 'blackhole', type = 'append-only'); \
+             DROP SINK IF EXISTS s, f CASCADE; SHOW SINKS",
+        )
+        .unwrap();
+        let WeirStatement::CreateSink(view, options) = &parsed[0] else {
+            panic!("{:?}", parsed[0]);
+        };
+        assert_eq!(
+            view.to_string(),
+            "CREATE MATERIALIZED VIEW s AS WITH t AS (SELECT 1 AS x) SELECT x FROM t"
+        );
+        assert_eq!(
+            options,
+            &[("connector".to_string(), "blackhole".to_string())]
+        );
+        assert_eq!(
+            sql_of(&parsed[1]),
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS f AS SELECT * FROM v [(\"connector\", \"blackhole\"), (\"type\", \"append-only\")]"
+        );
+        assert_eq!(
+            sql_of(&parsed[2]),
+            "DROP MATERIALIZED VIEW IF EXISTS s, f CASCADE"
+        );
+        assert_eq!(parsed[3], WeirStatement::ShowSinks);
+        for bad in [
+            "CREATE SINK s AS SELECT 1",
+            "CREATE SINK s WITH (connector = 'blackhole')",
+            "CREATE SINK s FROM WITH (connector = 'blackhole')",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -19,7 +19,8 @@
 //! |---|---|
 //! | `source` | the [`Source`] trait connectors implement, reader positions |
 //! | `reader` | tasks reading a share of a source's splits for a view, barriers in-band |
-//! | `view` | a running view: operators, output table, memory budget |
+//! | `view` | a running view: operators, output table (or sink), memory budget |
+//! | `sink` | the [`Sink`] trait a sink's output goes to, and `blackhole` |
 //! | `event_clock` | a view's watermarks, from its instances' event times |
 //! | `worker` | the coordinator's loop: commands, readers and workers' cuts in, barriers aligned, parts out |
 //! | `cluster` | the timely workers (of one process or a cluster) that run views over sources and tables as partitioned instances |
@@ -30,6 +31,7 @@ mod batch;
 mod cluster;
 mod event_clock;
 mod reader;
+mod sink;
 mod source;
 mod view;
 mod wire;
@@ -40,9 +42,10 @@ mod tests;
 
 pub use batch::{ChangeBatch, KeyRouter};
 pub use cluster::serve_process;
+pub use sink::{Blackhole, Sink};
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
-    apply_output, catch_up, check_memory, is_counted, EarlyDeltas, MemoryBudgetExceeded,
+    apply_output, catch_up, check_memory, deliver, is_counted, EarlyDeltas, MemoryBudgetExceeded,
     RelationChanges, SourceInput, ViewRuntime, COUNT_COLUMN,
 };
 

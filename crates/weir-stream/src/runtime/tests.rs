@@ -134,6 +134,7 @@ fn view_of(name: &str, plan: StreamPlan, state_ids: Vec<TableId>, source: Counte
         reads_views: Default::default(),
         restored: None,
         output: StateTable::new(TableSpec::with_primary_key(output, vec![0])).expect("table"),
+        sink: None,
         sources: vec![SourceInput {
             source_id: 2,
             name: "s".into(),

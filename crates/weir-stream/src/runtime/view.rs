@@ -45,8 +45,10 @@ pub struct ViewRuntime {
     /// in dataflow order), for a view that runs partitioned; `None` for a
     /// new view.
     pub restored: Option<Vec<RecordBatch>>,
-    /// Its output: rows by key, or rows with counts.
+    /// Its output: rows by key, or rows with counts; empty for a sink.
     pub output: StateTable,
+    /// Where a sink's output goes instead of `output`.
+    pub sink: Option<Box<dyn super::Sink>>,
     /// The sources it reads through readers of its own.
     pub sources: Vec<SourceInput>,
     /// State deltas taken before it started running (its backfill), to be
@@ -153,6 +155,65 @@ pub fn is_counted(spec: &TableSpec) -> bool {
         .fields()
         .last()
         .is_some_and(|f| f.name() == COUNT_COLUMN)
+}
+
+impl ViewRuntime {
+    /// A new sink's output so far (its backfill and catch-up, which went
+    /// into its output table before it ran): handed to its sink as
+    /// changes, the table emptied, its deltas dropped. Returns the rows
+    /// handed over; 0 for a view that is not a sink.
+    pub fn hand_over_backfill(&mut self) -> Result<usize> {
+        let Some(sink) = self.sink.as_mut() else {
+            return Ok(0);
+        };
+        let spec = self.output.spec().clone();
+        let counted = is_counted(&spec);
+        let width = spec.schema.fields().len() - usize::from(counted);
+        let schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
+        let mut handed = 0;
+        for batch in self.output.snapshot().scan(None, false).map_err(external)? {
+            let changes = match counted {
+                true => Changes::new(
+                    batch.project(&(0..width).collect::<Vec<_>>())?,
+                    crate::changes::as_weights(batch.column(width))?,
+                )?,
+                false => Changes::inserts(batch),
+            }
+            .with_schema(schema.clone())?;
+            if !changes.is_empty() {
+                handed += changes.len();
+                sink.write(&changes)?;
+            }
+        }
+        self.output = StateTable::new(spec).map_err(external)?;
+        self.early.output.clear();
+        Ok(handed)
+    }
+}
+
+/// A view's output changes: to its sink if it is one (returned as one
+/// batch of the output's columns), else into its output table (see
+/// [`apply_output`]).
+pub fn deliver(
+    table: &mut StateTable,
+    sink: Option<&mut Box<dyn super::Sink>>,
+    out: Vec<Changes>,
+) -> Result<Changes> {
+    let Some(sink) = sink else {
+        return apply_output(table, out);
+    };
+    let spec = table.spec();
+    let width = spec.schema.fields().len() - usize::from(is_counted(spec));
+    let schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
+    let parts = out
+        .into_iter()
+        .map(|c| c.with_schema(schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let all = Changes::concat(&schema, &parts)?;
+    if !all.is_empty() {
+        sink.write(&all)?;
+    }
+    Ok(all)
 }
 
 /// Adds a view's output changes to its output table (keyed rows, or rows

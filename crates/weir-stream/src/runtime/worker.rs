@@ -44,7 +44,7 @@ use super::event_clock::EventClock;
 use super::reader::{Reader, SourceMessage};
 use super::source::{deal_splits, position_key};
 use super::view::{
-    apply_output, catch_up, check_memory, full_state, within_budget, RelationChanges, SourceInput,
+    catch_up, check_memory, deliver, full_state, within_budget, RelationChanges, SourceInput,
     ViewRuntime,
 };
 use super::wire::WireChanges;
@@ -429,12 +429,26 @@ impl Worker {
             let pending = self.pending.remove(position);
             let queued = std::mem::take(&mut *pending.queue.lock().expect("queue lock"));
             let budget = self.config.view_memory_bytes;
+            // A sink's backfill first, then what it catches up on.
+            match view.hand_over_backfill() {
+                Ok(rows) => self.status.count(&view.name, |c| c.rows_out += rows as u64),
+                Err(e) => {
+                    self.stop_failed(&view.name, FailureReason::Error(e));
+                    return;
+                }
+            }
             let caught_up = catch_up(&mut view.dataflow, queued)
-                .and_then(|out| apply_output(&mut view.output, out))
-                .and_then(|_| check_memory(&view.name, &view.dataflow, &view.output, budget));
-            if let Err(e) = caught_up {
-                self.stop_failed(&view.name, FailureReason::Error(e));
-                return;
+                .and_then(|out| deliver(&mut view.output, view.sink.as_mut(), out))
+                .and_then(|out| {
+                    check_memory(&view.name, &view.dataflow, &view.output, budget)?;
+                    Ok(out.len())
+                });
+            match caught_up {
+                Ok(rows) => self.status.count(&view.name, |c| c.rows_out += rows as u64),
+                Err(e) => {
+                    self.stop_failed(&view.name, FailureReason::Error(e));
+                    return;
+                }
             }
         }
         let reads_views = &view.reads_views;
@@ -552,7 +566,7 @@ impl Worker {
         let Some(view) = self.views.iter_mut().find(|v| v.name == name) else {
             return;
         };
-        match apply_output(&mut view.output, vec![changes]) {
+        match deliver(&mut view.output, view.sink.as_mut(), vec![changes]) {
             Ok(out) => {
                 self.status.count(name, |c| c.rows_out += out.len() as u64);
                 if !out.is_empty() {
@@ -680,7 +694,7 @@ impl Worker {
                         .unwrap_or_default();
                     out.extend(view.dataflow.flush_with(&watermarks)?);
                 }
-                let out = apply_output(&mut view.output, out)?;
+                let out = deliver(&mut view.output, view.sink.as_mut(), out)?;
                 if check {
                     check_memory(&view.name, &view.dataflow, &view.output, budget)?;
                 }
@@ -1003,6 +1017,9 @@ fn add_tables(
     rows: Vec<usize>,
     part: &mut ViewPart,
 ) -> datafusion::error::Result<()> {
+    if let Some(sink) = view.sink.as_mut() {
+        sink.cut(part.epoch)?;
+    }
     let snapshot = view.output.snapshot();
     let early = std::mem::take(&mut view.early);
     part.tables.insert(

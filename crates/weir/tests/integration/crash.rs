@@ -509,3 +509,50 @@ async fn temporal_filter_rows_come_and_go_across_kills() {
         vec![Some("0".into())]
     );
 }
+
+/// The rows a sink delivered since the server started, as `SHOW SINKS`
+/// reports them.
+async fn rows_delivered(client: &tokio_postgres::Client, sink: &str) -> Option<u64> {
+    let rows = client.simple_query("SHOW SINKS").await.unwrap();
+    rows.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some(sink) => {
+            row.get(2).map(|n| n.parse().unwrap())
+        }
+        _ => None,
+    })
+}
+
+/// A sink over a source runs on after a SIGKILL: it is restored with its
+/// state, its readers resume, and it delivers again.
+#[tokio::test]
+async fn a_sink_runs_on_after_a_kill() {
+    let mut server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE SOURCE clicks (id BIGINT, page INT) WITH (connector = 'datagen',
+               rows_per_second = 2000, fields.id.kind = 'sequence', fields.page.min = 1,
+               fields.page.max = 5);
+             CREATE SINK per_page AS SELECT page, count(*) AS n FROM clicks GROUP BY page
+               WITH (connector = 'blackhole')",
+        )
+        .await
+        .unwrap();
+    for round in 0..2 {
+        let client = server.client().await;
+        let started = std::time::Instant::now();
+        let mut delivered = 0;
+        while delivered == 0 && started.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            delivered = rows_delivered(&client, "per_page").await.expect("listed");
+        }
+        assert!(delivered > 0, "round {round}: the sink delivered nothing");
+        let error = client
+            .simple_query("SELECT * FROM per_page")
+            .await
+            .unwrap_err();
+        assert_eq!(error.code().unwrap().code(), "42809");
+        server.kill();
+        server.restart_after_kill().await;
+    }
+}
