@@ -11,6 +11,7 @@
 //! ```
 
 mod nexmark;
+mod nexmark_suite;
 mod server;
 mod sources;
 mod stream;
@@ -96,6 +97,30 @@ enum Bench {
         blackhole: bool,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Every Nexmark query at each worker count, as a markdown table
+    /// against its target; `--write docs/benchmarks.md` puts the table
+    /// (and the machine it ran on) in that file's suite section.
+    NexmarkSuite {
+        /// Events in each run's stream.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// The server's `--workers` for each column group.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+        workers: Vec<usize>,
+        /// Keep each query's output in a materialized view instead of
+        /// discarding it in a blackhole sink.
+        #[arg(long)]
+        views: bool,
+        /// The markdown file whose suite section the table replaces.
+        #[arg(long)]
+        write: Option<std::path::PathBuf>,
+        /// The server's checkpoint interval.
+        #[arg(long, default_value = "1s")]
+        checkpoint_interval: String,
+        /// Runs per configuration; the median is reported.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
     /// The write path: 128-byte rows by COPY or multi-row INSERT into a
     /// table, alone or read by a group-by view; reports rows per second and
@@ -186,6 +211,30 @@ async fn main() -> anyhow::Result<()> {
             blackhole,
             run,
         } => stream::run(&nexmark::workload(&query, events, blackhole)?, &run.into()).await,
+        Bench::NexmarkSuite {
+            events,
+            workers,
+            views,
+            write,
+            checkpoint_interval,
+            repeat,
+        } => {
+            nexmark_suite::run(nexmark_suite::Suite {
+                events,
+                workers,
+                views,
+                write,
+                run: stream::RunOptions {
+                    checkpoint_interval,
+                    compare_off: false,
+                    repeat,
+                    workers: 1,
+                    processes: 1,
+                    server_args: Vec::new(),
+                },
+            })
+            .await
+        }
         Bench::Write {
             mode,
             rows,

@@ -145,14 +145,26 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
 }
 
 /// Figures of one run.
-struct Measured {
-    wall: Duration,
-    cpu: Duration,
-    peak_rss_kib: u64,
+pub struct Measured {
+    /// Wall time from `CREATE` until every event went through.
+    pub wall: Duration,
+    /// CPU time of the server (and the cluster's other processes).
+    pub cpu: Duration,
+    /// Peak resident memory of the server (summed over processes).
+    pub peak_rss_kib: u64,
     epochs: u64,
     commit_p50_ms: f64,
     commit_p99_ms: f64,
     bytes_written: u64,
+}
+
+/// Runs the workload `options.repeat` times and returns the median run.
+pub async fn measure_median(load: &Workload, options: &RunOptions) -> anyhow::Result<Measured> {
+    let mut runs = Vec::new();
+    for _ in 0..options.repeat.max(1) {
+        runs.push(measure(load, options, &options.checkpoint_interval).await?);
+    }
+    Ok(median(runs, load.events))
 }
 
 /// Runs the workload (and, if asked, once more with checkpoints off) and

@@ -563,10 +563,10 @@ impl StreamPlan {
                 continue;
             }
             let input = &self.nodes[self.nodes[index].inputs[0]];
-            if !crate::aggregate::closes_windows(spec, &input.schema, input.append_only) {
+            if !crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
                 return Err(format!(
-                    "EMIT ON WINDOW CLOSE is not supported for \"{}\": its aggregates keep state per value \
-                     (count(DISTINCT), min or max over rows that change, or an aggregate without columnar state)",
+                    "EMIT ON WINDOW CLOSE is not supported for \"{}\": an aggregate without columnar \
+                     state (string_agg, array_agg, ...) recomputes its groups from their rows",
                     self.describe(index)
                 ));
             }

@@ -914,6 +914,27 @@ impl ValueCounts {
 
     /// Moves group `g`'s distinct count by `by`, if distinct values are
     /// what it reads.
+    /// Drops every value of `groups` (groups of windows the watermark
+    /// closed, which no row can reach again); the durable table loses
+    /// them at the next delta, taken before the groups are freed.
+    pub(crate) fn forget(&mut self, groups: &[KeyId]) {
+        for &g in groups {
+            let entries: Vec<GroupValue> = self
+                .counts
+                .range(group_range(g))
+                .map(|(entry, _)| entry.clone())
+                .collect();
+            for entry in entries {
+                self.counts.remove(&entry);
+                self.bytes -= entry.1.len() + VALUE_ENTRY_BYTES;
+                self.changed.insert(entry);
+            }
+            if let Some(distinct) = self.distinct.get_mut(g as usize) {
+                *distinct = 0;
+            }
+        }
+    }
+
     fn count_distinct(&mut self, g: KeyId, by: i64) {
         if self.reading == Reading::DistinctCount {
             let g = g as usize;

@@ -141,19 +141,12 @@ impl GroupedAggregate {
     }
 
     /// Closes the windows of group column `window.0` as its bound
-    /// `window.1` passes them: frees them, drops their late rows, and
-    /// with `EMIT ON WINDOW CLOSE` emits them only then. Not for
-    /// aggregates that keep values per group beside the group table
-    /// (`count(DISTINCT)`, `min`/`max` of an input that deletes): those
-    /// keep their windows.
+    /// `window.1` passes them: frees them (with the values aggregates
+    /// keep per group beside the group table: `count(DISTINCT)`,
+    /// `min`/`max` of an input that deletes), drops their late rows, and
+    /// with `EMIT ON WINDOW CLOSE` emits them only then.
     pub fn with_window(mut self, window: Option<(usize, ColumnBound)>) -> Self {
-        let side_values = self
-            .accumulators
-            .iter()
-            .any(|a| a.value_entries().is_some());
-        if !side_values {
-            self.windows = window.map(|(column, bound)| Windows::new(column, bound));
-        }
+        self.windows = window.map(|(column, bound)| Windows::new(column, bound));
         self
     }
 
@@ -454,6 +447,11 @@ impl Operator for GroupedAggregate {
                 .collect();
             if !present.is_empty() {
                 out.push(Changes::inserts(self.output_rows(&present, None)?));
+            }
+        }
+        for accumulator in &mut self.accumulators {
+            if let Some(values) = accumulator.values() {
+                values.forget(&closing);
             }
         }
         // Freed at the next checkpoint, like a group whose rows are gone.

@@ -52,16 +52,6 @@ pub fn aggregate(
     }
 }
 
-/// Whether `spec` over `input_schema` can emit on window close: columnar
-/// state, and none kept per value beside the group table (see
-/// [`GroupedAggregate::with_window`]).
-pub fn closes_windows(spec: &AggregateSpec, input_schema: &SchemaRef, append_only: bool) -> bool {
-    spec.aggregates.iter().all(|function| {
-        accumulator::accumulator_for(function, input_schema, append_only)
-            .is_ok_and(|a| a.is_some_and(|a| a.value_entries().is_none()))
-    })
-}
-
 /// Whether `spec` over `input_schema` gets columnar state.
 pub fn is_columnar(spec: &AggregateSpec, input_schema: &SchemaRef, append_only: bool) -> bool {
     spec.aggregates.iter().all(|function| {
