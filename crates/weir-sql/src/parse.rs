@@ -239,7 +239,7 @@ fn parse_segment(
 
 /// One statement sqlparser reads, rewritten as [`parse_standard`]
 /// rewrites them.
-fn parse_rewritten(text: &str) -> Result<Statement, ParseError> {
+pub(crate) fn parse_rewritten(text: &str) -> Result<Statement, ParseError> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
         .tokenize_with_location()
         .map_err(|e| ParseError::Syntax(e.to_string()))?;
@@ -560,6 +560,22 @@ mod tests {
             "DROP MATERIALIZED VIEW IF EXISTS s, f CASCADE"
         );
         assert_eq!(parsed[3], WeirStatement::ShowSinks);
+        // The query is rewritten as a view's would be.
+        let windowed = parse(
+            "CREATE SINK w AS SELECT window_start FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) \
+             WHERE auction % 2 = 0 WITH (connector = 'blackhole')",
+        )
+        .unwrap();
+        let view = parse(
+            "CREATE MATERIALIZED VIEW w AS SELECT window_start FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) \
+             WHERE auction % 2 = 0",
+        )
+        .unwrap();
+        let (WeirStatement::CreateSink(sink, _), WeirStatement::Sql(view)) = (&windowed[0], &view[0])
+        else {
+            panic!("{windowed:?}");
+        };
+        assert_eq!(sink.to_string(), view.to_string());
         for bad in [
             "CREATE SINK s AS SELECT 1",
             "CREATE SINK s WITH (connector = 'blackhole')",

@@ -10,7 +10,7 @@
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
-use crate::parse::{parse_one, parse_options, ParseError};
+use crate::parse::{parse_one, parse_options, parse_rewritten, ParseError};
 
 /// `CREATE SINK ...` (`tokens` start with `CREATE SINK`): the view it
 /// runs as and its options.
@@ -56,7 +56,8 @@ pub(crate) fn parse_create_sink(
         }
         text.push_str(&token.token.to_string());
     }
-    let statement = parse_one(&text)?;
+    // Rewritten as any statement is (windows, PostgreSQL forms).
+    let statement = parse_rewritten(&text)?;
     match &statement {
         Statement::CreateView(view) if view.materialized => Ok((statement, options)),
         _ => Err(ParseError::Syntax(
