@@ -571,7 +571,8 @@ mod tests {
              WHERE auction % 2 = 0",
         )
         .unwrap();
-        let (WeirStatement::CreateSink(sink, _), WeirStatement::Sql(view)) = (&windowed[0], &view[0])
+        let (WeirStatement::CreateSink(sink, _), WeirStatement::Sql(view)) =
+            (&windowed[0], &view[0])
         else {
             panic!("{windowed:?}");
         };

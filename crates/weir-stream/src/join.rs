@@ -451,7 +451,11 @@ impl Operator for Join {
     }
 
     fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
-        Ok(vec![self.left.take_delta()?, self.right.take_delta()?])
+        let deltas = vec![self.left.take_delta()?, self.right.take_delta()?];
+        if let Some(windows) = self.windows.as_mut() {
+            windows.relist_rebuilt([&self.left, &self.right])?;
+        }
+        Ok(deltas)
     }
 
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
@@ -647,6 +651,37 @@ mod tests {
         out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
         assert_eq!(join.state_rows(), vec![2, 2]);
+    }
+
+    #[test]
+    fn a_window_join_keeps_expiring_after_its_store_is_rebuilt() {
+        let bound = |node| ColumnBound {
+            node,
+            data_type: DataType::Int32,
+            expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
+                "watermark",
+                0,
+            )),
+            first_element: false,
+        };
+        let mut join = join(JoinType::Inner)
+            .with_window(Some((0, bound(7), bound(8))))
+            .unwrap();
+        // 3,000 left rows in each of windows 1, 2 and 3.
+        let rows: Vec<_> = (1..=3)
+            .flat_map(|w| (0..3000).map(move |v| (Some(w), Some(v), 1)))
+            .collect();
+        join.process(0, kv(&rows)).unwrap();
+        join.checkpoint().unwrap();
+        // Windows 1 and 2 go; their 6,000 rows outnumber the 3,000 left,
+        // so the next delta rebuilds the store, numbering its keys anew.
+        join.advance(&Watermarks::from([(7, 3), (8, 3)])).unwrap();
+        assert_eq!(join.state_rows(), vec![3000, 0]);
+        join.checkpoint().unwrap();
+        join.process(0, kv(&[(Some(4), Some(1), 1)])).unwrap();
+        // Window 3 still goes when the bound passes it.
+        join.advance(&Watermarks::from([(7, 4), (8, 4)])).unwrap();
+        assert_eq!(join.state_rows(), vec![1, 0]);
     }
 
     #[test]

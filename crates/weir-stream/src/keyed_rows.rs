@@ -102,6 +102,8 @@ pub struct KeyedRows {
     /// Committed rows whose weight changed since the last delta.
     changed: Vec<RowNumber>,
     changed_flag: Vec<bool>,
+    /// Times the store was rebuilt (see [`KeyedRows::rebuilds`]).
+    rebuilds: u64,
     /// The id the next new row gets; ids step by `id_stride`.
     next_id: u64,
     id_stride: u64,
@@ -142,6 +144,7 @@ impl KeyedRows {
             committed_rows: 0,
             changed: Vec::new(),
             changed_flag: Vec::new(),
+            rebuilds: 0,
             next_id: 0,
             id_stride: 1,
             live_rows: 0,
@@ -610,7 +613,30 @@ impl KeyedRows {
             .collect();
         let durable = self.durable_rows(&live)?;
         self.clear();
+        self.rebuilds += 1;
         self.restore(&durable)
+    }
+
+    /// How many times the store was rebuilt from its live rows (at a
+    /// delta, once removed rows outnumbered them). A rebuild numbers the
+    /// keys afresh: key ids an owner kept from before mean nothing after
+    /// it.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
+    }
+
+    /// Every live row, and the id of each one's key.
+    pub fn live_rows_with_keys(&self) -> Result<(Changes, Vec<KeyId>)> {
+        let (rows, _) = self.rows_without_keys(&[])?;
+        let columns = self.key_columns(&rows.rows)?;
+        let ids = self
+            .find_keys(&columns, rows.len())?
+            .into_iter()
+            .map(|id| {
+                id.ok_or_else(|| DataFusionError::Internal("a live row without its key".into()))
+            })
+            .collect::<Result<_>>()?;
+        Ok((rows, ids))
     }
 
     fn clear(&mut self) {

@@ -62,6 +62,8 @@ pub struct TemporalFilter {
     instance: u32,
     /// Whether `now` changed since the last checkpoint.
     now_changed: bool,
+    /// The store's rebuilds when its keys were listed.
+    rebuilds_seen: u64,
 }
 
 impl TemporalFilter {
@@ -78,6 +80,7 @@ impl TemporalFilter {
             now: NEVER,
             instance: 0,
             now_changed: false,
+            rebuilds_seen: 0,
         })
     }
 
@@ -135,6 +138,27 @@ impl TemporalFilter {
         if until != FOREVER {
             self.leaving.entry(until).or_default().push(id);
         }
+    }
+
+    /// Lists every key afresh if the store was rebuilt since they were
+    /// listed: a rebuild numbers the keys anew (see
+    /// [`KeyedRows::rebuilds`]).
+    fn relist_rebuilt(&mut self) -> Result<()> {
+        if self.rows.rebuilds() == self.rebuilds_seen {
+            return Ok(());
+        }
+        self.rebuilds_seen = self.rows.rebuilds();
+        self.times.clear();
+        self.entering.clear();
+        self.leaving.clear();
+        let (rows, ids) = self.rows.live_rows_with_keys()?;
+        let keys = self.rows.key_columns(&rows.rows)?;
+        for (id, interval) in ids.into_iter().zip(self.intervals(&keys)?) {
+            if let Some(interval) = interval {
+                self.list(id, interval);
+            }
+        }
+        Ok(())
     }
 
     /// Lists every stored row's key (after a restore).
@@ -295,7 +319,9 @@ impl Operator for TemporalFilter {
                 upserts: Some(upserts),
                 deletes: None,
             });
-        Ok(vec![self.rows.take_delta()?, now])
+        let rows = self.rows.take_delta()?;
+        self.relist_rebuilt()?;
+        Ok(vec![rows, now])
     }
 
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
@@ -405,6 +431,25 @@ mod tests {
             },
         ];
         TemporalFilter::new(3, bounds, schema()).unwrap()
+    }
+
+    #[test]
+    fn rows_keep_coming_and_going_after_the_store_is_rebuilt() {
+        let mut filter = ten_wide();
+        let times: Vec<Option<i64>> = (0..10_000).map(Some).collect();
+        let mut out = filter.process(0, changes(&times, 1)).unwrap();
+        out.extend(filter.advance(&Watermarks::from([(3, 5)])).unwrap());
+        filter.checkpoint().unwrap();
+        // Rows up to 5,990 leave: 5,991 removed against 4,009 left, so the
+        // next delta rebuilds the store, numbering its keys anew.
+        out.extend(filter.advance(&Watermarks::from([(3, 6_000)])).unwrap());
+        filter.checkpoint().unwrap();
+        out.extend(filter.advance(&Watermarks::from([(3, 9_000)])).unwrap());
+        let expected: Vec<(String, i64)> = (8_991..=9_000).map(|t| (t.to_string(), 1)).collect();
+        let mut expected = expected;
+        expected.sort();
+        assert_eq!(net(&out), expected);
+        assert_eq!(filter.state_rows()[0], 1_009, "rows 8,991 to 9,999");
     }
 
     #[test]
