@@ -78,33 +78,11 @@ pub async fn execute(
             return crate::mview::create(session, create, false, Some(sink)).await;
         }
         WeirStatement::DropSink(drop) => {
-            let Statement::Drop {
-                if_exists,
-                names,
-                cascade,
-                ..
-            } = drop.as_ref()
-            else {
-                return Err(WeirError::internal("DROP SINK parsed as another statement"));
-            };
-            return ddl::drop_relations(session, ObjectKind::Sink, names, *if_exists, *cascade)
-                .await;
+            return drop_rewritten(session, drop, ObjectKind::Sink).await
         }
         WeirStatement::ShowSinks => return crate::sink::show(session),
         WeirStatement::DropSource(drop) => {
-            let Statement::Drop {
-                if_exists,
-                names,
-                cascade,
-                ..
-            } = drop.as_ref()
-            else {
-                return Err(WeirError::internal(
-                    "DROP SOURCE parsed as another statement",
-                ));
-            };
-            return ddl::drop_relations(session, ObjectKind::Source, names, *if_exists, *cascade)
-                .await;
+            return drop_rewritten(session, drop, ObjectKind::Source).await
         }
         WeirStatement::ShowSources => return crate::source::show(session),
         WeirStatement::Move(fetch) => return crate::cursor::move_cursor(session, fetch).await,
@@ -187,6 +165,25 @@ pub async fn execute(
             first_words(&other.to_string())
         ))),
     }
+}
+
+/// `DROP SOURCE` or `DROP SINK` (`kind`), parsed as the `DROP` of
+/// another kind.
+async fn drop_rewritten(
+    session: &mut Session,
+    drop: &Statement,
+    kind: ObjectKind,
+) -> WeirResult<Output> {
+    let Statement::Drop {
+        if_exists,
+        names,
+        cascade,
+        ..
+    } = drop
+    else {
+        return Err(WeirError::internal("DROP parsed as another statement"));
+    };
+    ddl::drop_relations(session, kind, names, *if_exists, *cascade).await
 }
 
 /// The name of a statement that changes the catalog (DDL), as

@@ -653,8 +653,9 @@ mod tests {
         assert_eq!(join.state_rows(), vec![2, 2]);
     }
 
-    #[test]
-    fn a_window_join_keeps_expiring_after_its_store_is_rebuilt() {
+    /// An inner join whose key is a window: bounded by watermark node 7
+    /// on the left and 8 on the right.
+    fn window_join() -> Join {
         let bound = |node| ColumnBound {
             node,
             data_type: DataType::Int32,
@@ -664,9 +665,14 @@ mod tests {
             )),
             first_element: false,
         };
-        let mut join = join(JoinType::Inner)
+        join(JoinType::Inner)
             .with_window(Some((0, bound(7), bound(8))))
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn a_window_join_keeps_expiring_after_its_store_is_rebuilt() {
+        let mut join = window_join();
         // 3,000 left rows in each of windows 1, 2 and 3.
         let rows: Vec<_> = (1..=3)
             .flat_map(|w| (0..3000).map(move |v| (Some(w), Some(v), 1)))
@@ -686,20 +692,7 @@ mod tests {
 
     #[test]
     fn a_window_join_drops_rows_the_other_sides_watermark_passed() {
-        // The key is the window: bounded by watermark node 7 on the left
-        // and 8 on the right.
-        let bound = |node| ColumnBound {
-            node,
-            data_type: DataType::Int32,
-            expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
-                "watermark",
-                0,
-            )),
-            first_element: false,
-        };
-        let mut join = join(JoinType::Inner)
-            .with_window(Some((0, bound(7), bound(8))))
-            .unwrap();
+        let mut join = window_join();
         join.process(0, kv(&[(Some(1), Some(10), 1), (Some(4), Some(40), 1)]))
             .unwrap();
         join.process(1, kv(&[(Some(2), Some(20), 1), (Some(5), Some(50), 1)]))
