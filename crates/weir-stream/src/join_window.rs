@@ -35,8 +35,6 @@ pub(crate) struct JoinWindows {
     sides: [SideWindows; 2],
     /// The bound each side's rows expired below, if any.
     expired: [Option<i64>; 2],
-    /// Each side's store's rebuilds when its keys were listed.
-    rebuilds_seen: [u64; 2],
 }
 
 impl JoinWindows {
@@ -47,26 +45,7 @@ impl JoinWindows {
             bounds: [left, right],
             sides: [SideWindows::default(), SideWindows::default()],
             expired: [None, None],
-            rebuilds_seen: [0, 0],
         }
-    }
-
-    /// Lists a side's keys afresh if its store was rebuilt since they were
-    /// listed: a rebuild numbers the keys anew (see
-    /// [`KeyedRows::rebuilds`]). Costs the side's live rows, as the
-    /// rebuild did.
-    pub fn relist_rebuilt(&mut self, stores: [&KeyedRows; 2]) -> Result<()> {
-        for (side, store) in stores.into_iter().enumerate() {
-            if store.rebuilds() == self.rebuilds_seen[side] {
-                continue;
-            }
-            self.rebuilds_seen[side] = store.rebuilds();
-            self.sides[side] = SideWindows::default();
-            let (rows, ids) = store.live_rows_with_keys()?;
-            let values = store.key_columns(&rows.rows)?.swap_remove(self.key);
-            self.list(side, &ids, &values)?;
-        }
-        Ok(())
     }
 
     /// Lists the keys `ids` of rows whose window values are `values`, on

@@ -102,8 +102,6 @@ pub struct KeyedRows {
     /// Committed rows whose weight changed since the last delta.
     changed: Vec<RowNumber>,
     changed_flag: Vec<bool>,
-    /// Times the store was rebuilt (see [`KeyedRows::rebuilds`]).
-    rebuilds: u64,
     /// The id the next new row gets; ids step by `id_stride`.
     next_id: u64,
     id_stride: u64,
@@ -144,7 +142,6 @@ impl KeyedRows {
             committed_rows: 0,
             changed: Vec::new(),
             changed_flag: Vec::new(),
-            rebuilds: 0,
             next_id: 0,
             id_stride: 1,
             live_rows: 0,
@@ -602,7 +599,10 @@ impl KeyedRows {
 
     /// Rebuilds the store from its live rows once removed rows outnumber
     /// them. Runs right after a delta, when every row is committed. (An
-    /// append-only store has no removed rows.)
+    /// append-only store has no removed rows.) Keys without live rows
+    /// leave the key index (their ids may be handed out again, as after
+    /// any removal); the others keep their ids, which owners hold across
+    /// deltas (a window join's and a temporal filter's keys by time).
     fn rebuild_if_sparse(&mut self) -> Result<()> {
         let dead = self.weights.len() - self.live_rows;
         if dead < MIN_DEAD_ROWS || dead < self.live_rows {
@@ -612,35 +612,18 @@ impl KeyedRows {
             .filter(|&r| self.weights[r as usize] > 0)
             .collect();
         let durable = self.durable_rows(&live)?;
-        self.clear();
-        self.rebuilds += 1;
+        for (key, (&head, &rows)) in self.heads.iter().zip(&self.live_per_key).enumerate() {
+            // A key holds an id from its first row on.
+            if head != NONE && rows == 0 {
+                self.keys.remove(key as KeyId);
+            }
+        }
+        self.clear_rows();
         self.restore(&durable)
     }
 
-    /// How many times the store was rebuilt from its live rows (at a
-    /// delta, once removed rows outnumbered them). A rebuild numbers the
-    /// keys afresh: key ids an owner kept from before mean nothing after
-    /// it.
-    pub fn rebuilds(&self) -> u64 {
-        self.rebuilds
-    }
-
-    /// Every live row, and the id of each one's key.
-    pub fn live_rows_with_keys(&self) -> Result<(Changes, Vec<KeyId>)> {
-        let (rows, _) = self.rows_without_keys(&[])?;
-        let columns = self.key_columns(&rows.rows)?;
-        let ids = self
-            .find_keys(&columns, rows.len())?
-            .into_iter()
-            .map(|id| {
-                id.ok_or_else(|| DataFusionError::Internal("a live row without its key".into()))
-            })
-            .collect::<Result<_>>()?;
-        Ok((rows, ids))
-    }
-
-    fn clear(&mut self) {
-        self.keys.clear();
+    /// Forgets every row, keeping the keys.
+    fn clear_rows(&mut self) {
         self.heads.clear();
         self.live_per_key.clear();
         self.chunks.clear();

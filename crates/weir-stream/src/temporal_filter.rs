@@ -62,8 +62,6 @@ pub struct TemporalFilter {
     instance: u32,
     /// Whether `now` changed since the last checkpoint.
     now_changed: bool,
-    /// The store's rebuilds when its keys were listed.
-    rebuilds_seen: u64,
 }
 
 impl TemporalFilter {
@@ -80,7 +78,6 @@ impl TemporalFilter {
             now: NEVER,
             instance: 0,
             now_changed: false,
-            rebuilds_seen: 0,
         })
     }
 
@@ -138,27 +135,6 @@ impl TemporalFilter {
         if until != FOREVER {
             self.leaving.entry(until).or_default().push(id);
         }
-    }
-
-    /// Lists every key afresh if the store was rebuilt since they were
-    /// listed: a rebuild numbers the keys anew (see
-    /// [`KeyedRows::rebuilds`]).
-    fn relist_rebuilt(&mut self) -> Result<()> {
-        if self.rows.rebuilds() == self.rebuilds_seen {
-            return Ok(());
-        }
-        self.rebuilds_seen = self.rows.rebuilds();
-        self.times.clear();
-        self.entering.clear();
-        self.leaving.clear();
-        let (rows, ids) = self.rows.live_rows_with_keys()?;
-        let keys = self.rows.key_columns(&rows.rows)?;
-        for (id, interval) in ids.into_iter().zip(self.intervals(&keys)?) {
-            if let Some(interval) = interval {
-                self.list(id, interval);
-            }
-        }
-        Ok(())
     }
 
     /// Lists every stored row's key (after a restore).
@@ -319,9 +295,7 @@ impl Operator for TemporalFilter {
                 upserts: Some(upserts),
                 deletes: None,
             });
-        let rows = self.rows.take_delta()?;
-        self.relist_rebuilt()?;
-        Ok(vec![rows, now])
+        Ok(vec![self.rows.take_delta()?, now])
     }
 
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
@@ -441,7 +415,7 @@ mod tests {
         out.extend(filter.advance(&Watermarks::from([(3, 5)])).unwrap());
         filter.checkpoint().unwrap();
         // Rows up to 5,990 leave: 5,991 removed against 4,009 left, so the
-        // next delta rebuilds the store, numbering its keys anew.
+        // next delta rebuilds the store.
         out.extend(filter.advance(&Watermarks::from([(3, 6_000)])).unwrap());
         filter.checkpoint().unwrap();
         out.extend(filter.advance(&Watermarks::from([(3, 9_000)])).unwrap());
