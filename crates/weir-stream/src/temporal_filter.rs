@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::compute::{cast, max};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
@@ -101,6 +101,8 @@ impl TemporalFilter {
             nulls = NullBuffer::union(nulls.as_ref(), times.nulls());
             let step = i64::from(bound.plus_one);
             let target = if bound.from { &mut from } else { &mut until };
+            // A loop over the values: arrow has no kernel for the
+            // elementwise greatest or least of two arrays.
             for (slot, &time) in target.iter_mut().zip(times.values()) {
                 let time = time.saturating_add(step);
                 *slot = if bound.from {
@@ -196,29 +198,25 @@ fn micros(values: &ArrayRef) -> Result<Int64Array> {
 impl Operator for TemporalFilter {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
         let keys = self.rows.key_columns(&input.rows)?;
-        let intervals = self.intervals(&keys)?;
+        let now = self.now;
         // Rows whose interval has passed never come back: `now()` only
         // moves on.
-        let kept: Vec<bool> = intervals
-            .iter()
-            .map(|i| i.is_some_and(|(_, until)| until > self.now))
-            .collect();
-        let mask = datafusion::arrow::array::BooleanArray::from(kept.clone());
-        let kept_rows = input.filter(&mask)?;
-        let kept_intervals: Vec<(i64, i64)> = intervals
+        let mut kept = Vec::with_capacity(input.len());
+        let mask: BooleanArray = self
+            .intervals(&keys)?
             .into_iter()
-            .flatten()
-            .filter(|(_, until)| *until > self.now)
+            .map(|interval| {
+                let keep = interval.filter(|&(_, until)| until > now);
+                kept.extend(keep);
+                Some(keep.is_some())
+            })
             .collect();
+        let kept_rows = input.filter(&mask)?;
         let ids = self.rows.update(&kept_rows)?;
-        for (&id, &interval) in ids.iter().zip(&kept_intervals) {
+        for (&id, &interval) in ids.iter().zip(&kept) {
             self.list(id, interval);
         }
-        let now = self.now;
-        let visible: datafusion::arrow::array::BooleanArray = kept_intervals
-            .iter()
-            .map(|&(from, _)| Some(from <= now))
-            .collect();
+        let visible: BooleanArray = kept.iter().map(|&(from, _)| Some(from <= now)).collect();
         Ok(vec![kept_rows.filter(&visible)?])
     }
 
@@ -257,9 +255,7 @@ impl Operator for TemporalFilter {
             self.times[id as usize] = None;
         }
         self.rows.remove_where(&ids, |rows| {
-            Ok(datafusion::arrow::array::BooleanArray::from(
-                vec![false; rows.num_rows()],
-            ))
+            Ok(BooleanArray::from(vec![false; rows.num_rows()]))
         })?;
         Ok(out)
     }

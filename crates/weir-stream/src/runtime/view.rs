@@ -157,6 +157,28 @@ pub fn is_counted(spec: &TableSpec) -> bool {
         .is_some_and(|f| f.name() == COUNT_COLUMN)
 }
 
+/// How many of the columns of an output table of `spec` are the view's
+/// (all but the count, if it has one).
+fn view_width(spec: &TableSpec) -> usize {
+    spec.schema.fields().len() - usize::from(is_counted(spec))
+}
+
+/// The schema of the view's rows of an output table of `spec`.
+fn view_schema(spec: &TableSpec) -> Result<SchemaRef> {
+    let columns: Vec<usize> = (0..view_width(spec)).collect();
+    Ok(Arc::new(spec.schema.project(&columns)?))
+}
+
+/// A view's output changes as one batch under its own column names.
+fn view_rows(spec: &TableSpec, out: Vec<Changes>) -> Result<Changes> {
+    let schema = view_schema(spec)?;
+    let parts = out
+        .into_iter()
+        .map(|c| c.with_schema(schema.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    Changes::concat(&schema, &parts)
+}
+
 impl ViewRuntime {
     /// A new sink's output so far (its backfill and catch-up, which went
     /// into its output table before it ran): handed to its sink as
@@ -167,12 +189,11 @@ impl ViewRuntime {
             return Ok(0);
         };
         let spec = self.output.spec().clone();
-        let counted = is_counted(&spec);
-        let width = spec.schema.fields().len() - usize::from(counted);
-        let schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
+        let width = view_width(&spec);
+        let schema = view_schema(&spec)?;
         let mut handed = 0;
         for batch in self.output.snapshot().scan(None, false).map_err(external)? {
-            let changes = match counted {
+            let changes = match is_counted(&spec) {
                 true => Changes::new(
                     batch.project(&(0..width).collect::<Vec<_>>())?,
                     crate::changes::as_weights(batch.column(width))?,
@@ -202,14 +223,7 @@ pub fn deliver(
     let Some(sink) = sink else {
         return apply_output(table, out);
     };
-    let spec = table.spec();
-    let width = spec.schema.fields().len() - usize::from(is_counted(spec));
-    let schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
-    let parts = out
-        .into_iter()
-        .map(|c| c.with_schema(schema.clone()))
-        .collect::<Result<Vec<_>>>()?;
-    let all = Changes::concat(&schema, &parts)?;
+    let all = view_rows(table.spec(), out)?;
     if !all.is_empty() {
         sink.write(&all)?;
     }
@@ -222,14 +236,7 @@ pub fn apply_output(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes
     if !is_counted(table.spec()) {
         return apply_keyed(table, out);
     }
-    let spec = table.spec().clone();
-    let width = spec.schema.fields().len() - 1;
-    let view_schema: SchemaRef = Arc::new(spec.schema.project(&(0..width).collect::<Vec<_>>())?);
-    let parts = out
-        .into_iter()
-        .map(|c| c.with_schema(view_schema.clone()))
-        .collect::<Result<Vec<_>>>()?;
-    let all = Changes::concat(&view_schema, &parts)?;
+    let all = view_rows(table.spec(), out)?;
     // Rows that cancel within the changes cancel in the table as well; the
     // table sums each row's weights (one key lookup per row), so the
     // changes are passed on unconsolidated.
@@ -244,12 +251,7 @@ pub fn apply_output(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes
 /// once (its old row) and inserted at most once (its new row); anything
 /// else means the key was not unique, a bug in the planner.
 fn apply_keyed(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes> {
-    let schema = table.spec().schema.clone();
-    let parts = out
-        .into_iter()
-        .map(|c| c.with_schema(schema.clone()))
-        .collect::<Result<Vec<_>>>()?;
-    let all = Changes::concat(&schema, &parts)?;
+    let all = view_rows(table.spec(), out)?;
     // Inserts alone cannot cancel each other: no need to consolidate.
     let net = if all.weights.values().iter().all(|&w| w == 1) {
         all

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 
-use crate::common::{assert_views_match, column, TestServer};
+use crate::common::{assert_views_match, column, sorted_rows, TestServer};
 
 const WRITERS: u64 = 8;
 const BATCH: u64 = 5;
@@ -513,13 +513,11 @@ async fn temporal_filter_rows_come_and_go_across_kills() {
 /// The rows a sink delivered since the server started, as `SHOW SINKS`
 /// reports them.
 async fn rows_delivered(client: &tokio_postgres::Client, sink: &str) -> Option<u64> {
-    let rows = client.simple_query("SHOW SINKS").await.unwrap();
-    rows.iter().find_map(|message| match message {
-        tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some(sink) => {
-            row.get(2).map(|n| n.parse().unwrap())
-        }
-        _ => None,
-    })
+    sorted_rows(client, "SHOW SINKS")
+        .await
+        .into_iter()
+        .find(|row| row[0].as_deref() == Some(sink))
+        .map(|row| row[2].as_deref().expect("a count").parse().unwrap())
 }
 
 /// A sink over a source runs on after a SIGKILL: it is restored with its
