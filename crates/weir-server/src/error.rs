@@ -454,6 +454,8 @@ fn message_code(message: &str) -> SqlState {
         SqlState::INVALID_TEXT_REPRESENTATION
     } else if lower.contains("more than one row") {
         SqlState::CARDINALITY_VIOLATION
+    } else if lower.contains("a session gap") {
+        SqlState::INVALID_PARAMETER_VALUE
     } else if lower.contains("order by") && lower.contains("out of bounds") {
         SqlState("42P10")
     } else if lower.contains("aggregate")

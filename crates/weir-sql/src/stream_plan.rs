@@ -31,9 +31,10 @@ use datafusion::physical_expr::{
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use datafusion::physical_planner::create_window_expr;
+use weir_stream::session::{gap_in_units, SESSION_END, SESSION_START};
 use weir_stream::{
-    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan, TemporalBound,
-    TopNSpec, WindowSpec,
+    AggregateSpec, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, SessionSpec, StreamPlan,
+    TemporalBound, TopNSpec, WindowSpec,
 };
 
 use crate::temporal::{BoundKind, TemporalFilter};
@@ -570,6 +571,7 @@ impl Builder {
             partition,
             order,
             functions,
+            session: session_spec(window)?,
         };
         let schema = Arc::new(window.schema.as_arrow().clone());
         Ok(self.push(NodeKind::Window(spec), vec![input], schema))
@@ -784,4 +786,38 @@ fn row_number_bound(conjunct: &Expr, schema: &DFSchema, number: usize) -> Option
     // `rn = 3` keeps only the third row, but numbering the first three is
     // still exact: the filter above drops the others.
     usize::try_from(rows).ok()
+}
+
+/// The sessions `window` computes, if every one of its functions is
+/// `session_start` or `session_end` over one input column and one
+/// constant gap (see `weir_stream::session`).
+fn session_spec(window: &Window) -> Result<Option<SessionSpec>> {
+    let input_schema = window.input.schema();
+    let width = input_schema.fields().len();
+    let mut sessions: Option<(usize, i64)> = None;
+    let mut ends = Vec::new();
+    for (k, expr) in window.window_expr.iter().enumerate() {
+        let Expr::WindowFunction(function) = unalias(expr) else {
+            return Ok(None);
+        };
+        let name = function.fun.name();
+        if name != SESSION_START && name != SESSION_END {
+            return Ok(None);
+        }
+        let [Expr::Column(time), Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(gap)), _)] =
+            function.params.args.as_slice()
+        else {
+            return Ok(None);
+        };
+        let time = input_schema.index_of_column(time)?;
+        let gap = gap_in_units(*gap, input_schema.field(time).data_type())?;
+        if sessions.is_some_and(|s| s != (time, gap)) {
+            return Ok(None);
+        }
+        sessions = Some((time, gap));
+        if name == SESSION_END {
+            ends.push(width + k);
+        }
+    }
+    Ok(sessions.map(|(time, gap)| SessionSpec { time, gap, ends }))
 }

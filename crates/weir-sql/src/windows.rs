@@ -9,9 +9,17 @@
 //! - `HOP(rel, col, slide, size [, offset])`: each row once for every
 //!   window of `size` starting every `slide` that holds its `col`
 //!   (`unnest(hop_window_starts(col, slide, size, origin))`);
+//! - `SESSION(rel, col, gap [, key ...])`: each row of `rel` with the
+//!   session window of its partition (the rows with its `key` values)
+//!   that holds it: consecutive times less than `gap` apart are one
+//!   session, from its first time to its last plus `gap`
+//!   (`session_start(col, gap)` and `session_end(col, gap)` over the
+//!   partition; see `weir_stream::session`);
 //! - Flink's spelling, `TABLE(TUMBLE(TABLE rel, DESCRIPTOR(col), size))`
-//!   and `TABLE(HOP(TABLE rel, DESCRIPTOR(col), slide, size))`
-//!   ([`flink_window_text`]), which sqlparser does not parse, as the first.
+//!   `TABLE(HOP(TABLE rel, DESCRIPTOR(col), slide, size))` and
+//!   `TABLE(SESSION(TABLE rel PARTITION BY key, DESCRIPTOR(col), gap))`
+//!   ([`flink_window_text`]), which sqlparser does not parse, as the
+//!   others.
 //!
 //! A window function's relation keeps `rel`'s name unless aliased, so
 //! `bid.price` still names a column.
@@ -28,6 +36,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 enum Window {
     Tumble,
     Hop,
+    Session,
 }
 
 /// The window origin: the Unix epoch, moved by the offset if one is given.
@@ -55,6 +64,7 @@ pub fn rewrite_window_factor(factor: &mut TableFactor) {
     let window = match name.to_string().to_ascii_lowercase().as_str() {
         "tumble" => Window::Tumble,
         "hop" => Window::Hop,
+        "session" => Window::Session,
         _ => return,
     };
     let exprs: Option<Vec<&Expr>> = args
@@ -87,6 +97,19 @@ pub fn rewrite_window_factor(factor: &mut TableFactor) {
                 "SELECT *, window_start + {size} AS window_end FROM (SELECT *, \
                  unnest(hop_window_starts({column}, {slide}, {size}, {origin})) AS window_start \
                  FROM {relation}) AS hop_rows"
+            )
+        }
+        (Window::Session, [gap, keys @ ..]) => {
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            let partition = if keys.is_empty() {
+                String::new()
+            } else {
+                format!("PARTITION BY {} ", keys.join(", "))
+            };
+            let over = format!("OVER ({partition}ORDER BY {column})");
+            format!(
+                "SELECT *, session_start({column}, {gap}) {over} AS window_start, \
+                 session_end({column}, {gap}) {over} AS window_end FROM {relation}"
             )
         }
         _ => return,
@@ -135,6 +158,9 @@ pub fn flink_window_text(tokens: &[&TokenWithSpan]) -> Option<String> {
     };
     // Token indexes to drop, and the closing parentheses to drop with them.
     let mut dropped = vec![false; words.len()];
+    // Text put before a token: a session's `PARTITION BY` keys, moved to
+    // the end of its call.
+    let mut inserted: Vec<Option<String>> = vec![None; words.len()];
     let mut found = false;
     for (k, &i) in significant.iter().enumerate() {
         let next = |n: usize| significant.get(k + n).copied();
@@ -157,17 +183,38 @@ pub fn flink_window_text(tokens: &[&TokenWithSpan]) -> Option<String> {
         dropped[open] = true;
         dropped[table] = true;
         // The parenthesis that closes `TABLE(`, and `DESCRIPTOR(col)`
-        // within the call, become nothing and `col`.
+        // within the call, become nothing and `col`; `PARTITION BY keys`
+        // after the relation moves to the end of the call.
         let mut depth = 0;
+        // The key tokens, while reading them; then the keys read.
+        let mut reading: Option<Vec<usize>> = None;
+        let mut keys: Vec<usize> = Vec::new();
         for (m, &j) in significant.iter().enumerate().skip(k + 1) {
             match words[j] {
                 Token::LParen => depth += 1,
                 Token::RParen => {
                     depth -= 1;
+                    if depth == 1 && !keys.is_empty() {
+                        inserted[j] = Some(format!(", {}", key_list(&words, &keys)));
+                    }
                     if depth == 0 {
                         dropped[j] = true;
                         break;
                     }
+                }
+                Token::Comma if depth == 2 && reading.is_some() => {
+                    keys = reading.take().unwrap_or_default();
+                    continue;
+                }
+                _ if depth == 2
+                    && reading.is_none()
+                    && is_word(j, "partition")
+                    && significant.get(m + 1).is_some_and(|&by| is_word(by, "by")) =>
+                {
+                    dropped[j] = true;
+                    dropped[significant[m + 1]] = true;
+                    reading = Some(Vec::new());
+                    continue;
                 }
                 _ if depth == 2 && is_word(j, "descriptor") => {
                     let (Some(&open), Some(&close)) =
@@ -183,16 +230,42 @@ pub fn flink_window_text(tokens: &[&TokenWithSpan]) -> Option<String> {
                 }
                 _ => {}
             }
+            if let Some(read) = reading.as_mut() {
+                if !dropped[j] {
+                    read.push(j);
+                    dropped[j] = true;
+                }
+            }
         }
     }
     found.then(|| {
         words
             .iter()
             .zip(&dropped)
-            .filter(|(_, &drop)| !drop)
-            .map(|(token, _)| token.to_string())
+            .zip(&inserted)
+            .flat_map(|((token, &drop), before)| {
+                let token = (!drop).then(|| token.to_string());
+                before.clone().into_iter().chain(token)
+            })
             .collect()
     })
+}
+
+/// The keys of `PARTITION BY` (tokens `keys`), without the parentheses
+/// around a list of them.
+fn key_list(words: &[&Token], keys: &[usize]) -> String {
+    let parenthesized = keys.len() >= 2
+        && words[keys[0]] == &Token::LParen
+        && words[keys[keys.len() - 1]] == &Token::RParen;
+    let keys = if parenthesized {
+        &keys[1..keys.len() - 1]
+    } else {
+        keys
+    };
+    keys.iter()
+        .map(|&t| words[t].to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -222,6 +295,10 @@ mod tests {
         // Not a window call: left alone.
         let plain = "SELECT * FROM tumbling(bid, date_time, 3)";
         assert_eq!(rewritten(plain), plain);
+        let sql = rewritten(
+            "SELECT * FROM SESSION(bid, date_time, INTERVAL '10' SECOND, bidder, auction)",
+        );
+        assert!(sql.contains("session_end(date_time, INTERVAL '10' SECOND) OVER (PARTITION BY bidder, auction ORDER BY date_time) AS window_end"), "{sql}");
         let wrong = "SELECT * FROM TUMBLE(bid, date_time)";
         assert_eq!(rewritten(wrong), wrong);
     }
@@ -236,6 +313,16 @@ mod tests {
         assert_eq!(
             flink_window_text(&tokens).as_deref(),
             Some("SELECT * FROM TUMBLE( bid, date_time, INTERVAL '10' SECOND) t WHERE x IN (SELECT 1)")
+        );
+        let sql = "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY (bidder, auction), DESCRIPTOR(date_time), INTERVAL '10' SECOND))";
+        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+            .tokenize_with_location()
+            .expect("tokens");
+        let tokens: Vec<&TokenWithSpan> = tokens.iter().collect();
+        let text = flink_window_text(&tokens).expect("a window call");
+        assert_eq!(
+            text.split_whitespace().collect::<Vec<_>>().join(" "),
+            "SELECT * FROM SESSION( bid , date_time, INTERVAL '10' SECOND, bidder , auction)"
         );
         let plain = Tokenizer::new(&PostgreSqlDialect {}, "SELECT * FROM TABLE(x)")
             .tokenize_with_location()

@@ -13,14 +13,17 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
 use crate::group_top_n::GroupTopN;
 use crate::join::Join;
+use crate::join_window::{interval_join, window_join, JoinExpiry};
 use crate::map::{Filter, Project, Rename, Unnest, Values};
-use crate::plan::{NodeKind, StreamPlan};
+use crate::plan::{NodeKind, StreamPlan, WindowSpec};
+use crate::session::SessionExpiry;
 use crate::temporal_filter::TemporalFilter;
 use crate::top_n::TopN;
 use crate::watermark::{ColumnBound, WatermarkFilter, Watermarks};
@@ -113,7 +116,7 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
                 schema,
                 [append_only(0), append_only(1)],
             )?
-            .with_window(join_window_of(plan, index))?,
+            .with_expiry(join_expiry_of(plan, index))?,
         ),
         NodeKind::TopN(top) => Box::new(TopN::new(top, input_schema(0))?),
         NodeKind::Window(window) => Box::new(RecomputeWindow::new(
@@ -121,6 +124,7 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             input_schema(0),
             schema,
             append_only(0),
+            session_expiry_of(plan, index),
         )?),
         NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
             top,
@@ -154,28 +158,65 @@ pub(crate) fn window_of(plan: &StreamPlan, index: usize) -> Option<(usize, Colum
         .find_map(|(i, b)| b.map(|b| (i, b)))
 }
 
-/// The first key of join node `index` that pairs two bounded columns
-/// (see [`crate::watermark::ColumnBound`]), with both bounds: the join's
-/// window.
-pub(crate) fn join_window_of(
-    plan: &StreamPlan,
-    index: usize,
-) -> Option<(usize, ColumnBound, ColumnBound)> {
+/// How `OVER` node `index` forgets final sessions: when its functions
+/// are session functions over a time column a watermark bounds.
+pub(crate) fn session_expiry_of(plan: &StreamPlan, index: usize) -> Option<SessionExpiry> {
+    let NodeKind::Window(WindowSpec {
+        session: Some(session),
+        ..
+    }) = &plan.nodes[index].kind
+    else {
+        return None;
+    };
+    let input = plan.nodes[index].inputs[0];
+    let bound = plan
+        .column_bounds()
+        .swap_remove(input)
+        .get(session.time)?
+        .clone()?;
+    Some(SessionExpiry::new(session.time, session.gap, bound))
+}
+
+/// What join node `index` can forget as the watermark moves (see
+/// [`crate::join_window`]): a window join on its first key that pairs two
+/// bounded columns, or else an interval join in its condition.
+pub(crate) fn join_expiry_of(plan: &StreamPlan, index: usize) -> Option<JoinExpiry> {
     let NodeKind::Join(spec) = &plan.nodes[index].kind else {
         return None;
     };
     let node = &plan.nodes[index];
     let bounds = plan.column_bounds();
     let (left, right) = (&bounds[node.inputs[0]], &bounds[node.inputs[1]]);
-    spec.left_keys
+    let window = spec
+        .left_keys
         .iter()
         .zip(&spec.right_keys)
-        .enumerate()
-        .find_map(|(i, (l, r))| {
-            let l = ColumnBound::through(l, left)?;
-            let r = ColumnBound::through(r, right)?;
-            Some((i, l, r))
-        })
+        .find_map(|(l, r)| {
+            let bounds = [
+                ColumnBound::through(l, left)?,
+                ColumnBound::through(r, right)?,
+            ];
+            Some(window_join(l.clone(), r.clone(), bounds))
+        });
+    window.or_else(|| {
+        let (left_schema, right_schema) = (
+            &plan.nodes[node.inputs[0]].schema,
+            &plan.nodes[node.inputs[1]].schema,
+        );
+        let mut left = left.clone();
+        let mut right = right.clone();
+        left.resize(left_schema.fields().len(), None);
+        right.resize(right_schema.fields().len(), None);
+        let joined = Schema::new(
+            left_schema
+                .fields()
+                .iter()
+                .chain(right_schema.fields())
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        interval_join(spec, &joined, &left, &right)
+    })
 }
 
 /// An aggregate node run in two phases (see [`crate::aggregate::two_phase`]).

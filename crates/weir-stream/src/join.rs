@@ -17,18 +17,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, UInt32Array};
-use datafusion::arrow::compute::{and, is_not_null, take};
+use datafusion::arrow::compute::{and, is_not_null, take, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::JoinType;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
-use crate::join_window::JoinWindows;
+use crate::join_window::{JoinExpiry, JoinWindows};
 use crate::keyed_rows::KeyedRows;
 use crate::operator::expect_tables;
 use crate::plan::JoinSpec;
-use crate::watermark::{ColumnBound, Watermarks};
+use crate::watermark::Watermarks;
 use crate::{Changes, Operator, Result};
 
 /// A join of two changing inputs.
@@ -87,22 +87,17 @@ impl Join {
         })
     }
 
-    /// Makes an inner or semi join whose key `window.0` pairs columns
-    /// bounded by `window.1` (left) and `window.2` (right) a window join,
-    /// which drops rows once the other side's watermark passes their
-    /// window (its inputs no longer change there: the windows upstream
-    /// closed). Both sides then keep rows by id (as for an input that
-    /// deletes), so that a row can leave the state. Other joins are
+    /// Makes an inner or semi join forget the rows no row to come on the
+    /// other side can match (a window or interval join, `expiry`: see
+    /// [`JoinWindows`]). Both sides then keep rows by id (as for an input
+    /// that deletes), so that a row can leave the state. Other joins are
     /// unchanged.
-    pub fn with_window(
-        mut self,
-        window: Option<(usize, ColumnBound, ColumnBound)>,
-    ) -> Result<Self> {
-        let Some((key, left, right)) = window else {
+    pub fn with_expiry(mut self, expiry: Option<JoinExpiry>) -> Result<Self> {
+        let Some(expiry) = expiry else {
             return Ok(self);
         };
         // An outer or anti join's output depends on rows not arriving,
-        // so it cannot forget a window's rows.
+        // so it cannot forget rows.
         let forgets = matches!(
             self.spec.join_type,
             JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
@@ -110,6 +105,7 @@ impl Join {
         if !forgets || self.spec.null_aware {
             return Ok(self);
         }
+        let deletes = [self.left.updating(), self.right.updating()];
         self.left = KeyedRows::new(
             self.left.schema().clone(),
             self.spec.left_keys.clone(),
@@ -120,18 +116,16 @@ impl Join {
             self.spec.right_keys.clone(),
             true,
         )?;
-        self.windows = Some(JoinWindows::new(key, left, right));
+        self.windows = Some(JoinWindows::new(expiry, deletes));
         Ok(self)
     }
 
-    /// Lists the windows of rows just stored on a side.
+    /// Lists the rows just stored on a side by the values that expire them.
     fn list_windows(&mut self, from_left: bool, input: &Changes, ids: &[KeyId]) -> Result<()> {
-        let Some(windows) = self.windows.as_mut() else {
-            return Ok(());
-        };
-        let store = if from_left { &self.left } else { &self.right };
-        let values = store.key_columns(&input.rows)?.swap_remove(windows.key);
-        windows.list(usize::from(!from_left), ids, &values)
+        match self.windows.as_mut() {
+            Some(windows) => windows.list(usize::from(!from_left), ids, &input.rows),
+            None => Ok(()),
+        }
     }
 
     fn side(&self, left: bool) -> &KeyedRows {
@@ -486,25 +480,24 @@ impl Operator for Join {
 }
 
 impl Join {
-    /// Lists the windows of the restored rows (`tables`: every stored row;
-    /// rows of other instances find no key here and are skipped).
+    /// Lists the restored rows by the values that expire them (`tables`:
+    /// every stored row; rows of other instances find no key here and
+    /// are skipped).
     fn list_restored(&mut self, tables: &[RecordBatch]) -> Result<()> {
-        let Some(key) = self.windows.as_ref().map(|w| w.key) else {
+        let Some(windows) = self.windows.as_mut() else {
             return Ok(());
         };
         for (side, stored) in tables.iter().enumerate() {
             let store = if side == 0 { &self.left } else { &self.right };
-            let columns = store.stored_keys(stored)?;
-            let ids = store.find_keys(&columns, stored.num_rows())?;
-            let (ids, rows): (Vec<KeyId>, Vec<u32>) = ids
+            let rows = store.stored_rows(stored)?;
+            let ids = store.find_keys(&store.key_columns(&rows)?, rows.num_rows())?;
+            let (ids, here): (Vec<KeyId>, Vec<u32>) = ids
                 .into_iter()
                 .enumerate()
                 .filter_map(|(row, id)| id.map(|id| (id, row as u32)))
                 .unzip();
-            let values = take(&columns[key], &UInt32Array::from(rows), None)?;
-            if let Some(windows) = self.windows.as_mut() {
-                windows.list(side, &ids, &values)?;
-            }
+            let rows = take_record_batch(&rows, &UInt32Array::from(here))?;
+            windows.list(side, &ids, &rows)?;
         }
         Ok(())
     }
@@ -610,8 +603,11 @@ fn external(e: weir_state::StateError) -> DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::join_window::{interval_join, window_join};
     use crate::testing::{kv, kv_schema, net, rows};
+    use crate::watermark::ColumnBound;
     use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::PhysicalExprRef;
 
     fn join(join_type: JoinType) -> Join {
         let schema = kv_schema();
@@ -649,10 +645,9 @@ mod tests {
         assert_eq!(join.state_rows(), vec![2, 2]);
     }
 
-    /// An inner join whose key is a window: bounded by watermark node 7
-    /// on the left and 8 on the right.
-    fn window_join() -> Join {
-        let bound = |node| ColumnBound {
+    /// The bound of an `Int32` column: watermark node `node`'s watermark.
+    fn int_bound(node: usize) -> ColumnBound {
+        ColumnBound {
             node,
             data_type: DataType::Int32,
             expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
@@ -660,15 +655,25 @@ mod tests {
                 0,
             )),
             first_element: false,
-        };
-        join(JoinType::Inner)
-            .with_window(Some((0, bound(7), bound(8))))
+        }
+    }
+
+    /// An inner join whose key is a window: bounded by watermark node 7
+    /// on the left and 8 on the right.
+    fn joined_by_window() -> Join {
+        let bound = int_bound;
+        let join = join(JoinType::Inner);
+        let (left, right) = (
+            join.spec.left_keys[0].clone(),
+            join.spec.right_keys[0].clone(),
+        );
+        join.with_expiry(Some(window_join(left, right, [bound(7), bound(8)])))
             .unwrap()
     }
 
     #[test]
     fn a_window_join_keeps_expiring_after_its_store_is_rebuilt() {
-        let mut join = window_join();
+        let mut join = joined_by_window();
         // 3,000 left rows in each of windows 1, 2 and 3.
         let rows: Vec<_> = (1..=3)
             .flat_map(|w| (0..3000).map(move |v| (Some(w), Some(v), 1)))
@@ -688,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_window_join_drops_rows_the_other_sides_watermark_passed() {
-        let mut join = window_join();
+        let mut join = joined_by_window();
         join.process(0, kv(&[(Some(1), Some(10), 1), (Some(4), Some(40), 1)]))
             .unwrap();
         join.process(1, kv(&[(Some(2), Some(20), 1), (Some(5), Some(50), 1)]))
@@ -709,6 +714,84 @@ mod tests {
         assert!(deltas
             .iter()
             .all(|d| d.as_ref().is_some_and(|d| d.deletes.is_some())));
+    }
+
+    /// An inner join on `k` of append-only sides whose condition keeps
+    /// the left `v` at most 2 below the right one (`l.v >= r.v - 2 AND
+    /// l.v <= r.v`), the `v`s bounded by watermark nodes 7 (left) and 8
+    /// (right).
+    fn interval_join_on_v() -> Join {
+        use datafusion::logical_expr::Operator as Op;
+        use datafusion::physical_expr::expressions::{lit, BinaryExpr, Column};
+        let schema = kv_schema();
+        let joined = Schema::new(
+            schema
+                .fields()
+                .iter()
+                .chain(schema.fields())
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        let (l, r): (PhysicalExprRef, PhysicalExprRef) =
+            (Arc::new(Column::new("v", 1)), Arc::new(Column::new("v", 3)));
+        let lower = BinaryExpr::new(
+            l.clone(),
+            Op::GtEq,
+            Arc::new(BinaryExpr::new(r.clone(), Op::Minus, lit(2i32))),
+        );
+        let upper = BinaryExpr::new(l, Op::LtEq, r);
+        let spec = JoinSpec {
+            filter: Some(Arc::new(BinaryExpr::new(
+                Arc::new(lower),
+                Op::And,
+                Arc::new(upper),
+            ))),
+            ..join(JoinType::Inner).spec
+        };
+        let expiry = interval_join(
+            &spec,
+            &joined,
+            &[None, Some(int_bound(7))],
+            &[None, Some(int_bound(8))],
+        );
+        assert!(expiry.is_some(), "the condition bounds left v by right v");
+        let out = Arc::new(joined);
+        Join::new(spec, schema.clone(), schema, out, [true, true])
+            .unwrap()
+            .with_expiry(expiry)
+            .unwrap()
+    }
+
+    #[test]
+    fn an_interval_join_drops_rows_no_row_to_come_can_match() {
+        let mut join = interval_join_on_v();
+        join.process(0, kv(&[(Some(1), Some(1), 1), (Some(1), Some(5), 1)]))
+            .unwrap();
+        let out = join
+            .process(1, kv(&[(Some(1), Some(3), 1), (Some(1), Some(9), 1)]))
+            .unwrap();
+        assert_eq!(net(&out), rows(&[("1,1,1,3", 1)]));
+        // Right rows to come have v >= 6, so they need left rows from 4
+        // up: left 1 goes. Left rows to come have v >= 4, so they need
+        // right rows from 4 up: right 3 goes.
+        join.advance(&Watermarks::from([(7, 4), (8, 6)])).unwrap();
+        assert_eq!(join.state_rows(), vec![1, 1]);
+        let out = join.process(1, kv(&[(Some(1), Some(6), 1)])).unwrap();
+        assert_eq!(net(&out), rows(&[("1,5,1,6", 1)]));
+        // A restored join lists its rows again and goes on expiring them.
+        let stored: Vec<RecordBatch> = join
+            .checkpoint()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.and_then(|d| d.upserts).expect("rows stored"))
+            .collect();
+        let mut restored = interval_join_on_v();
+        restored.restore(&stored).unwrap();
+        assert_eq!(restored.state_rows(), vec![1, 2]);
+        restored
+            .advance(&Watermarks::from([(7, 10), (8, 10)]))
+            .unwrap();
+        assert_eq!(restored.state_rows(), vec![0, 0]);
     }
 
     #[test]

@@ -1,64 +1,269 @@
-//! The window of an inner or semi join whose keys pair two columns a watermark
-//! bounds (a window join: `a.window_start = b.window_start`): once the
-//! right side's bound passes a window, no right row of it can come, so
-//! the left rows of that window are no longer needed, and the other way
-//! round. The join drops them from its state at the cut (see
-//! [`crate::watermark`]); the output rows they made stay.
+//! The rows of an inner or semi join that no row to come on the other
+//! side can match, as a watermark moves (see [`crate::watermark`]):
+//!
+//! - a *window join*, whose keys pair two columns a watermark bounds
+//!   (`a.window_start = b.window_start`): once the right side's bound
+//!   passes a window, no right row of it can come, so the left rows of
+//!   that window are no longer needed, and the other way round;
+//! - an *interval join*, whose condition bounds a left time by a right
+//!   one (`b.ts BETWEEN a.ts - INTERVAL '10' SECOND AND a.ts`, or any
+//!   `l >= r + c` and `l <= r + c`): a left row
+//!   with `l >= r + c` needs right rows with `r <= l - c`, none of which
+//!   can come once the right bound passes `l - c`; a right row with
+//!   `l <= r + c` needs left rows with `l <= r + c`, none of which can
+//!   come once the left bound passes `r + c`.
+//!
+//! The join drops such rows from its state at the cut ([`JoinWindows`]);
+//! the output rows they made stay. A side whose input deletes keeps a row
+//! until its own bound passes it too, so that a deletion that can still
+//! come finds the row it deletes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator as BinaryOp;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use weir_state::KeyId;
 
 use crate::keyed_rows::KeyedRows;
-use crate::watermark::{at_or_above, event_times, ColumnBound, Watermarks};
+use crate::plan::JoinSpec;
+use crate::watermark::{at_or_above, event_times, interval_in_units, ColumnBound, Watermarks};
 use crate::Result;
 
-/// One side's windows: its keys by window value.
+/// When one side's rows expire: when their `value` is below the other
+/// side's bound plus `offset`, and below their own bound if `own` is
+/// set.
+#[derive(Debug, Clone)]
+pub struct SideExpiry {
+    /// The expression over the side's rows whose value expires them.
+    pub value: PhysicalExprRef,
+    /// The bound of the other side's column.
+    pub other: ColumnBound,
+    /// Added to the other side's bound.
+    pub offset: i64,
+    /// The bound of `value` on this side, if it has one, which a side
+    /// whose input deletes waits for too (such a side without one keeps
+    /// its rows).
+    pub own: Option<ColumnBound>,
+}
+
+/// The expiry of each side of a join (left, right), where it has one.
+pub type JoinExpiry = [Option<SideExpiry>; 2];
+
+/// The window join of key `key`, whose left and right expressions are
+/// `left` and `right`, bounded by `bounds` (left, right).
+pub(crate) fn window_join(
+    left: PhysicalExprRef,
+    right: PhysicalExprRef,
+    bounds: [ColumnBound; 2],
+) -> JoinExpiry {
+    let [left_bound, right_bound] = bounds;
+    [
+        Some(SideExpiry {
+            value: left,
+            other: right_bound.clone(),
+            offset: 0,
+            own: Some(left_bound.clone()),
+        }),
+        Some(SideExpiry {
+            value: right,
+            other: left_bound,
+            offset: 0,
+            own: Some(right_bound),
+        }),
+    ]
+}
+
+/// A column plus a constant, in the column's unit.
+#[derive(Debug, Clone, Copy)]
+struct Shifted {
+    column: usize,
+    offset: i64,
+}
+
+/// `expr` as a column of `schema` plus or minus a constant (an interval
+/// without months on a time column, an integer on an integer column).
+fn shifted(expr: &dyn PhysicalExpr, schema: &Schema) -> Option<Shifted> {
+    if let Some(column) = expr.downcast_ref::<Column>() {
+        return Some(Shifted {
+            column: column.index(),
+            offset: 0,
+        });
+    }
+    let binary = expr.downcast_ref::<BinaryExpr>()?;
+    let sign = match binary.op() {
+        BinaryOp::Plus => 1,
+        BinaryOp::Minus => -1,
+        _ => return None,
+    };
+    let column = binary.left().downcast_ref::<Column>()?;
+    let literal = binary.right().downcast_ref::<Literal>()?;
+    let data_type = schema.field(column.index()).data_type();
+    let amount = constant_in_units(literal.value(), data_type)?;
+    Some(Shifted {
+        column: column.index(),
+        offset: amount.checked_mul(sign)?,
+    })
+}
+
+/// A constant as an amount of a column of `data_type`'s unit.
+fn constant_in_units(value: &ScalarValue, data_type: &DataType) -> Option<i64> {
+    match (value, data_type) {
+        (ScalarValue::IntervalMonthDayNano(Some(interval)), DataType::Timestamp(..)) => {
+            interval_in_units(*interval, data_type)
+        }
+        (ScalarValue::Int64(Some(v)), DataType::Int64) => Some(*v),
+        (ScalarValue::Int32(Some(v)), DataType::Int32 | DataType::Int64) => Some(i64::from(*v)),
+        _ => None,
+    }
+}
+
+/// The conjuncts of `expr` (its `AND`s taken apart).
+fn conjuncts(expr: &PhysicalExprRef, out: &mut Vec<PhysicalExprRef>) {
+    match expr.downcast_ref::<BinaryExpr>() {
+        Some(and) if *and.op() == BinaryOp::And => {
+            conjuncts(and.left(), out);
+            conjuncts(and.right(), out);
+        }
+        _ => out.push(expr.clone()),
+    }
+}
+
+/// The interval join in `spec`'s condition, if it bounds a left column
+/// by a right one, the other side's column bounded (`left_bounds`,
+/// `right_bounds`; see the module documentation). `joined` is the condition's schema: the left
+/// columns, then the right.
+pub(crate) fn interval_join(
+    spec: &JoinSpec,
+    joined: &Schema,
+    left_bounds: &[Option<ColumnBound>],
+    right_bounds: &[Option<ColumnBound>],
+) -> Option<JoinExpiry> {
+    let filter = spec.filter.as_ref()?;
+    let left_width = left_bounds.len();
+    let mut parts = Vec::new();
+    conjuncts(filter, &mut parts);
+    let bound = |column: usize| {
+        if column < left_width {
+            left_bounds.get(column)?.clone()
+        } else {
+            right_bounds.get(column - left_width)?.clone()
+        }
+    };
+    let value = |column: usize| -> PhysicalExprRef {
+        let index = if column < left_width {
+            column
+        } else {
+            column - left_width
+        };
+        Arc::new(Column::new(joined.field(column).name(), index))
+    };
+    let mut expiry: JoinExpiry = [None, None];
+    for part in parts {
+        let Some(comparison) = part.downcast_ref::<BinaryExpr>() else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (
+            shifted(comparison.left().as_ref(), joined),
+            shifted(comparison.right().as_ref(), joined),
+        ) else {
+            continue;
+        };
+        // As `l op r + c`, `l` a left column and `r` a right one.
+        let (l, r, op) = match (a.column < left_width, b.column < left_width) {
+            (true, false) => (a, b, *comparison.op()),
+            (false, true) => (b, a, comparison.op().swap()?),
+            _ => continue,
+        };
+        let c = r.offset.checked_sub(l.offset)?;
+        match op {
+            // Left rows need right rows up to `l - c`: they expire as the
+            // right bound moves.
+            BinaryOp::GtEq | BinaryOp::Gt if expiry[0].is_none() => {
+                if let Some(other) = bound(r.column) {
+                    expiry[0] = Some(SideExpiry {
+                        value: value(l.column),
+                        other,
+                        offset: c,
+                        own: bound(l.column),
+                    });
+                }
+            }
+            // Right rows need left rows up to `r + c`.
+            BinaryOp::LtEq | BinaryOp::Lt if expiry[1].is_none() => {
+                if let Some(other) = bound(l.column) {
+                    expiry[1] = Some(SideExpiry {
+                        value: value(r.column),
+                        other,
+                        offset: c.checked_neg()?,
+                        own: bound(r.column),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    (expiry[0].is_some() || expiry[1].is_some()).then_some(expiry)
+}
+
+/// One side's keys by the least value of their rows when listed.
 #[derive(Debug, Default)]
 struct SideWindows {
-    /// Keys by window value, since they were listed. A key whose rows
-    /// all went and whose id was reused stays listed under its old value
-    /// too: rows are checked against the bound when they expire.
+    /// Keys by value, since they were listed. A key whose rows all went
+    /// and whose id was reused stays listed under its old value too: rows
+    /// are checked against the bound when they expire.
     listed: BTreeMap<i64, Vec<KeyId>>,
     /// Per key id: whether it is listed.
     is_listed: Vec<bool>,
 }
 
-/// The window key of a join and each side's windows.
+/// A join's expiry and each side's keys by value.
 #[derive(Debug)]
 pub(crate) struct JoinWindows {
-    /// The join key (by position) that holds the window.
-    pub key: usize,
-    /// The bounds of the left and right window columns.
-    bounds: [ColumnBound; 2],
+    expiry: JoinExpiry,
     sides: [SideWindows; 2],
     /// The bound each side's rows expired below, if any.
     expired: [Option<i64>; 2],
 }
 
 impl JoinWindows {
-    /// The windows of join key `key`, bounded by `left` and `right`.
-    pub fn new(key: usize, left: ColumnBound, right: ColumnBound) -> Self {
+    /// Sides expire as `expiry` says; `deletes`: whether each side's
+    /// input deletes (its rows then also wait for their own bound, and
+    /// without one never expire).
+    pub fn new(mut expiry: JoinExpiry, deletes: [bool; 2]) -> Self {
+        for (side, deletes) in expiry.iter_mut().zip(deletes) {
+            match (side.as_mut(), deletes) {
+                (Some(rule), false) => rule.own = None,
+                (Some(rule), true) if rule.own.is_none() => *side = None,
+                _ => {}
+            }
+        }
         JoinWindows {
-            key,
-            bounds: [left, right],
+            expiry,
             sides: [SideWindows::default(), SideWindows::default()],
             expired: [None, None],
         }
     }
 
-    /// Lists the keys `ids` of rows whose window values are `values`, on
-    /// side `side` (0: left).
-    pub fn list(&mut self, side: usize, ids: &[KeyId], values: &ArrayRef) -> Result<()> {
+    /// Lists the keys `ids` of `rows` just stored on side `side` (0: left).
+    pub fn list(&mut self, side: usize, ids: &[KeyId], rows: &RecordBatch) -> Result<()> {
+        let Some(expiry) = &self.expiry[side] else {
+            return Ok(());
+        };
+        let values: ArrayRef = expiry.value.evaluate(rows)?.into_array(rows.num_rows())?;
         let windows = &mut self.sides[side];
-        let times = event_times(values)?;
+        let times = event_times(&values)?;
         for (&id, time) in ids.iter().zip(times.iter()) {
             let slot = id as usize;
             if windows.is_listed.len() <= slot {
                 windows.is_listed.resize(slot + 1, false);
             }
-            // A NULL key joins nothing and never expires.
+            // A NULL value joins nothing and never expires.
             if let (false, Some(time)) = (windows.is_listed[slot], time) {
                 windows.is_listed[slot] = true;
                 windows.listed.entry(time).or_default().push(id);
@@ -67,13 +272,28 @@ impl JoinWindows {
         Ok(())
     }
 
-    /// Drops from `stores` (left, right) the rows the other side's bound
-    /// under `watermarks` has passed.
+    /// The value below which side `side`'s rows expire under
+    /// `watermarks`, once every bound it needs is known.
+    fn threshold(&self, side: usize, watermarks: &Watermarks) -> Result<Option<i64>> {
+        let Some(expiry) = &self.expiry[side] else {
+            return Ok(None);
+        };
+        let Some(other) = expiry.other.value(watermarks)? else {
+            return Ok(None);
+        };
+        let needed = other.saturating_add(expiry.offset);
+        match &expiry.own {
+            None => Ok(Some(needed)),
+            Some(own) => Ok(own.value(watermarks)?.map(|own| needed.min(own))),
+        }
+    }
+
+    /// Drops from `stores` (left, right) the rows no row to come on the
+    /// other side can match under `watermarks`.
     pub fn expire(&mut self, watermarks: &Watermarks, stores: [&mut KeyedRows; 2]) -> Result<()> {
         let [left, right] = stores;
         for (side, store) in [(0, left), (1, right)] {
-            // A side's rows wait for the other side's rows.
-            let Some(bound) = self.bounds[1 - side].value(watermarks)? else {
+            let Some(bound) = self.threshold(side, watermarks)? else {
                 continue;
             };
             if self.expired[side].is_some_and(|e| e >= bound) {
@@ -87,18 +307,21 @@ impl JoinWindows {
             for &id in &ids {
                 windows.is_listed[id as usize] = false;
             }
-            // Only rows still below the bound: a reused key id may hold a
-            // later window's rows, and is listed again.
-            let expr = store.key_exprs()[self.key].clone();
-            let kept = store.remove_where(&ids, |rows| {
-                at_or_above(&expr.evaluate(rows)?.into_array(rows.num_rows())?, bound)
+            // Only rows still below the bound: a key keeps its later rows,
+            // and is listed again under them.
+            let Some(expiry) = &self.expiry[side] else {
+                continue;
+            };
+            let value = expiry.value.clone();
+            let kept = store.remove_where(&ids, |rows, _| {
+                at_or_above(&value.evaluate(rows)?.into_array(rows.num_rows())?, bound)
             })?;
             if !kept.is_empty() {
                 let rows = store.rows_with_keys(kept.iter().copied())?;
                 let columns = store.key_columns(&rows.rows)?;
                 let ids = store.find_keys(&columns, rows.len())?;
                 let ids: Vec<KeyId> = ids.into_iter().flatten().collect();
-                self.list(side, &ids, &columns[self.key])?;
+                self.list(side, &ids, &rows.rows)?;
             }
         }
         Ok(())

@@ -170,7 +170,7 @@ impl KeyedRows {
         &self.key_exprs
     }
 
-    fn updating(&self) -> bool {
+    pub(crate) fn updating(&self) -> bool {
         self.hashes.is_some()
     }
 
@@ -450,14 +450,15 @@ impl KeyedRows {
         self.changes_at(&found)
     }
 
-    /// Removes the live rows of `keys` that `keep` (given them as a batch)
-    /// does not keep, walking each key's chain once (rows a watermark made
-    /// useless); returns the keys that kept rows. Only on a store that
-    /// keeps rows by id (`updating`), whose durable rows can be deleted.
+    /// Removes the live rows of `keys` that `keep` (given them as a batch,
+    /// and each one's key) does not keep, walking each key's chain once
+    /// (rows a watermark made useless); returns the keys that kept rows.
+    /// Only on a store that keeps rows by id (`updating`), whose durable
+    /// rows can be deleted.
     pub fn remove_where(
         &mut self,
         keys: &[KeyId],
-        keep: impl FnOnce(&RecordBatch) -> Result<datafusion::arrow::array::BooleanArray>,
+        keep: impl FnOnce(&RecordBatch, &[KeyId]) -> Result<datafusion::arrow::array::BooleanArray>,
     ) -> Result<Vec<KeyId>> {
         if !self.updating() {
             return Err(DataFusionError::Internal(
@@ -478,7 +479,7 @@ impl KeyedRows {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let kept = keep(&self.gather(&rows)?)?;
+        let kept = keep(&self.gather(&rows)?, &owners)?;
         let mut kept_keys = Vec::new();
         for ((&row, &key), kept) in rows.iter().zip(&owners).zip(kept.values().iter()) {
             if kept {
@@ -521,10 +522,19 @@ impl KeyedRows {
                 *slot = true;
             }
         }
-        let others: Vec<KeyId> = (0..self.heads.len() as KeyId)
-            .filter(|&k| !excluded[k as usize] && self.has_key(k))
+        let others: Vec<KeyId> = self
+            .keys()
+            .into_iter()
+            .filter(|&k| !excluded[k as usize])
             .collect();
         Ok((self.rows_with_keys(others.iter().copied())?, others))
+    }
+
+    /// Every key with a live row, in id order.
+    pub fn keys(&self) -> Vec<KeyId> {
+        (0..self.heads.len() as KeyId)
+            .filter(|&k| self.has_key(k))
+            .collect()
     }
 
     /// The live rows `rows` as changes with their weights.
@@ -656,13 +666,17 @@ impl KeyedRows {
     /// The key columns of rows in the durable form: what places them in a
     /// virtual partition.
     pub fn stored_keys(&self, state: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.key_columns(&self.stored_rows(state)?)
+    }
+
+    /// Rows in the durable form as rows of the store's schema.
+    pub fn stored_rows(&self, state: &RecordBatch) -> Result<RecordBatch> {
         let width = self.schema.fields().len();
-        let rows = RecordBatch::try_new_with_options(
+        Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),
             state.columns()[..width.min(state.num_columns())].to_vec(),
             &RecordBatchOptions::new().with_row_count(Some(state.num_rows())),
-        )?;
-        self.key_columns(&rows)
+        )?)
     }
 
     /// Loads this instance's share of a durable table that `placement`'s

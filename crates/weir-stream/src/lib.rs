@@ -40,6 +40,7 @@ mod partition;
 mod plan;
 mod recompute;
 pub mod runtime;
+pub mod session;
 mod temporal_filter;
 mod top_n;
 pub mod watermark;
@@ -56,7 +57,7 @@ pub use keyed_rows::KeyedRows;
 pub use operator::Operator;
 pub use partition::{vnodes, Placement, VNODES};
 pub use plan::{
-    AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, StreamPlan,
+    AggregateSpec, Exchange, GroupTopNSpec, JoinSpec, NodeKind, NodeSpec, SessionSpec, StreamPlan,
     TemporalBound, TopNSpec, WindowSpec,
 };
 

@@ -196,6 +196,32 @@ pub struct WindowSpec {
     pub order: Vec<PhysicalSortExpr>,
     /// The functions, over the input's columns.
     pub functions: Vec<Arc<dyn WindowExpr>>,
+    /// Set when every function is `session_start` or `session_end` over
+    /// one time column and gap (see [`crate::session`]).
+    pub session: Option<SessionSpec>,
+}
+
+/// The sessions an `OVER` node of session functions computes.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// The input column the sessions are over.
+    pub time: usize,
+    /// The gap, in the time column's unit.
+    pub gap: i64,
+    /// The output columns that hold `session_end`.
+    pub ends: Vec<usize>,
+}
+
+/// `duration`, counted in the unit of a time column of `data_type`, in
+/// seconds.
+fn seconds(duration: i64, data_type: &DataType) -> f64 {
+    let per_second = match data_type {
+        DataType::Timestamp(TimeUnit::Second, _) => 1.0,
+        DataType::Timestamp(TimeUnit::Millisecond, _) => 1e3,
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 1e6,
+        _ => 1e9,
+    };
+    duration as f64 / per_second
 }
 
 /// How the rows into an operator's input are spread over the operator's
@@ -450,6 +476,19 @@ impl StreamPlan {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
+            NodeKind::Window(WindowSpec {
+                session: Some(session),
+                partition,
+                ..
+            }) => {
+                let time = self.nodes[node.inputs[0]].schema.field(session.time);
+                format!(
+                    "Window: sessions of {} with gap {}s partition=[{}]",
+                    time.name(),
+                    seconds(session.gap, time.data_type()),
+                    list(&mut partition.iter().map(|e| e.to_string()))
+                )
+            }
             NodeKind::Window(window) => format!(
                 "Window: {} partition=[{}]",
                 list(&mut window.functions.iter().map(|f| f.name().to_owned())),
@@ -469,16 +508,10 @@ impl StreamPlan {
             }
             NodeKind::Watermark { column, delay } => {
                 let field = node.schema.field(*column);
-                let per_second = match field.data_type() {
-                    DataType::Timestamp(TimeUnit::Second, _) => 1.0,
-                    DataType::Timestamp(TimeUnit::Millisecond, _) => 1e3,
-                    DataType::Timestamp(TimeUnit::Microsecond, _) => 1e6,
-                    _ => 1e9,
-                };
                 format!(
                     "Watermark: {} - {}s",
                     field.name(),
-                    *delay as f64 / per_second
+                    seconds(*delay, field.data_type())
                 )
             }
             NodeKind::Unnest { column, .. } => {

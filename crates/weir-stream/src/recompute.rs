@@ -25,6 +25,7 @@ use weir_state::{DeltaBatches, KeyId, TableSpec};
 
 use crate::keyed_rows::KeyedRows;
 use crate::operator::expect_tables;
+use crate::watermark::Watermarks;
 use crate::{Changes, Operator, Result};
 
 /// What a [`Recompute`] operator computes over a key's rows.
@@ -34,6 +35,19 @@ pub(crate) trait Recomputation: Send + std::fmt::Debug {
     /// operator without key columns (one key), whose output over nothing
     /// may be a row (a global aggregate's).
     fn compute(&self, rows: RecordBatch, task: &Arc<TaskContext>) -> Result<RecordBatch>;
+
+    /// Removes from `rows` those whose output `watermarks` made final:
+    /// no later input changes it, so the next recomputation need not see
+    /// them (and emits nothing for them). `touched`: the keys the epoch
+    /// changed. By default, none.
+    fn forget_final(
+        &mut self,
+        _rows: &mut KeyedRows,
+        _watermarks: &Watermarks,
+        _touched: &[KeyId],
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Keeps rows by key and recomputes touched keys (see the module
@@ -48,6 +62,8 @@ pub struct Recompute<R> {
     touched: HashSet<KeyId>,
     /// Their output before the epoch touched them.
     old: Vec<Changes>,
+    /// The keys the last flushed epoch touched, until the cut's advance.
+    flushed: Vec<KeyId>,
 }
 
 impl<R: Recomputation> Recompute<R> {
@@ -67,6 +83,7 @@ impl<R: Recomputation> Recompute<R> {
             task: Arc::new(TaskContext::default()),
             touched: HashSet::new(),
             old: Vec::new(),
+            flushed: Vec::new(),
         })
     }
 
@@ -134,11 +151,19 @@ impl<R: Recomputation> Operator for Recompute<R> {
             return Ok(Vec::new());
         }
         let touched: Vec<KeyId> = self.touched.drain().collect();
-        let after = self.input.rows_with_keys(touched)?;
+        let after = self.input.rows_with_keys(touched.iter().copied())?;
+        self.flushed = touched;
         let mut out: Vec<Changes> = self.old.drain(..).map(|c| c.negate()).collect();
         out.push(self.compute(&after)?);
         let difference = Changes::concat(&self.output_schema, &out)?.consolidate()?;
         Ok(vec![difference])
+    }
+
+    fn advance(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
+        let touched = std::mem::take(&mut self.flushed);
+        self.recomputation
+            .forget_final(&mut self.input, watermarks, &touched)?;
+        Ok(Vec::new())
     }
 
     fn state_specs(&self) -> Vec<TableSpec> {

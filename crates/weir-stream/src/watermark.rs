@@ -25,7 +25,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use datafusion::arrow::compute::kernels::cmp::gt_eq;
 use datafusion::arrow::compute::{cast, max};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int64Type, IntervalMonthDayNano, Schema, SchemaRef, TimeUnit,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::DataFusionError;
@@ -415,6 +417,26 @@ fn non_decreasing(expr: &dyn PhysicalExpr) -> bool {
     false
 }
 
+/// `interval` as a count of a time column of `data_type`'s unit, if it
+/// has no months (which have no fixed length) and is a whole number of
+/// them.
+pub fn interval_in_units(interval: IntervalMonthDayNano, data_type: &DataType) -> Option<i64> {
+    if interval.months != 0 {
+        return None;
+    }
+    let nanos = i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds);
+    let per_unit: i128 = match data_type {
+        DataType::Timestamp(TimeUnit::Second, _) => 1_000_000_000,
+        DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000_000,
+        DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000,
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => 1,
+        _ => return None,
+    };
+    (nanos % per_unit == 0)
+        .then(|| i64::try_from(nanos / per_unit).ok())
+        .flatten()
+}
+
 /// Whether a cast to `data_type` keeps the order of times.
 fn keeps_order(data_type: &DataType) -> bool {
     is_event_time_type(data_type)
@@ -444,11 +466,23 @@ impl StreamPlan {
                     });
                     bounds
                 }
+                NodeKind::Window(window) => {
+                    // A session that changes ends after the watermark
+                    // (see `crate::session`): its end has the time's bound.
+                    let mut bounds = input(0);
+                    bounds.resize(width, None);
+                    if let Some(session) = &window.session {
+                        let time = bounds[session.time].clone();
+                        for &end in &session.ends {
+                            bounds[end] = time.clone();
+                        }
+                    }
+                    bounds
+                }
                 NodeKind::Filter { .. }
                 | NodeKind::TemporalFilter { .. }
                 | NodeKind::TopN(_)
-                | NodeKind::GroupTopN(_)
-                | NodeKind::Window(_) => input(0),
+                | NodeKind::GroupTopN(_) => input(0),
                 NodeKind::Union if node.inputs.len() == 1 => input(0),
                 NodeKind::Union => Vec::new(),
                 NodeKind::Unnest { column, .. } => {

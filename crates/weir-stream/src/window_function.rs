@@ -26,7 +26,12 @@ use datafusion::physical_plan::windows::WindowAggExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::plan::WindowSpec;
+use weir_state::KeyId;
+
+use crate::keyed_rows::KeyedRows;
 use crate::recompute::{run_in_memory, Recomputation, Recompute};
+use crate::session::{with_sessions, SessionExpiry};
+use crate::watermark::Watermarks;
 use crate::Result;
 
 /// Window functions that recompute each touched partition (see the
@@ -38,10 +43,18 @@ pub type RecomputeWindow = Recompute<PartitionRows>;
 pub struct PartitionRows {
     spec: WindowSpec,
     input_schema: SchemaRef,
+    output_schema: SchemaRef,
+    /// For session functions under a watermark: how to forget the rows
+    /// of final sessions.
+    expiry: Option<SessionExpiry>,
 }
 
 impl Recomputation for PartitionRows {
     fn compute(&self, rows: RecordBatch, task: &Arc<TaskContext>) -> Result<RecordBatch> {
+        if let Some(session) = &self.spec.session {
+            // All partitions' sessions at once, without a plan per call.
+            return with_sessions(&rows, &self.spec.partition, session, &self.output_schema);
+        }
         let mut input: Arc<dyn ExecutionPlan> =
             MemorySourceConfig::try_new_exec(&[vec![rows]], self.input_schema.clone(), None)?;
         if let Some(order) = LexOrdering::new(self.spec.order.clone()) {
@@ -50,22 +63,42 @@ impl Recomputation for PartitionRows {
         let exec = WindowAggExec::try_new(self.spec.functions.clone(), input, false)?;
         run_in_memory(Arc::new(exec), task)
     }
+
+    fn forget_final(
+        &mut self,
+        rows: &mut KeyedRows,
+        watermarks: &Watermarks,
+        touched: &[KeyId],
+    ) -> Result<()> {
+        match &mut self.expiry {
+            Some(expiry) => expiry.forget_final(rows, watermarks, touched),
+            None => Ok(()),
+        }
+    }
 }
 
 impl RecomputeWindow {
     /// The functions of `spec` over rows of `input_schema`, producing
     /// `output_schema` (the input's columns, then one per function).
-    /// `append_only`: the input never deletes.
+    /// `append_only`: the input never deletes; `expiry`: the functions
+    /// are session functions under a watermark, whose final sessions'
+    /// rows are forgotten.
     pub fn new(
         spec: WindowSpec,
         input_schema: SchemaRef,
         output_schema: SchemaRef,
         append_only: bool,
+        expiry: Option<SessionExpiry>,
     ) -> Result<Self> {
         let keys = spec.partition.clone();
+        // Forgetting rows deletes them from the durable store, which a
+        // store of an append-only input cannot do.
+        let append_only = append_only && expiry.is_none();
         let rows = PartitionRows {
             spec,
             input_schema: input_schema.clone(),
+            output_schema: output_schema.clone(),
+            expiry,
         };
         Recompute::with(rows, keys, input_schema, output_schema, append_only)
     }

@@ -9,7 +9,9 @@
 //! epoch mixing records of two epochs (the join of the fast and the slow
 //! source would show it). A source with a watermark feeds 1-second windows
 //! emitted on close: after every restart each window is there once, exact
-//! over every row of the source in it, and none is missing below the last.
+//! over every row of the source in it, and none is missing below the last;
+//! a view of session windows over it forgets each session the watermark
+//! closes and must stay exact all the same.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -99,7 +101,19 @@ const VIEWS: &[(&str, &str)] = &[
     ("slow_total", "SELECT count(*) AS n, sum(id) AS s FROM slow"),
     ("on_view", "SELECT count(*) AS keys, sum(n) AS total FROM by_key"),
     ("running", WINDOWS),
+    ("sessions", SESSIONS),
 ];
+
+/// Session windows over `timed` (rows 0.5 ms apart): of every ten rows
+/// the first four, by the parity of their ids, so that each parity's
+/// sessions (3 ms gap) hold two rows and close as the watermark passes.
+/// Spelled with the window functions `SESSION(...)` stands for, which the
+/// check's DataFusion runs too.
+const SESSIONS: &str = "SELECT k, count(*) AS n, sum(id) AS s FROM (\
+     SELECT id, id % 2 AS k, \
+     session_start(ts, INTERVAL '3 milliseconds') OVER (PARTITION BY id % 2 ORDER BY ts) AS ws, \
+     session_end(ts, INTERVAL '3 milliseconds') OVER (PARTITION BY id % 2 ORDER BY ts) AS we \
+     FROM timed WHERE id % 10 < 4) AS rows GROUP BY k, ws, we";
 
 fn create_source_sql(name: &str, columns: &[(&str, DataType)], options: &[(&str, &str)]) -> String {
     let columns: Vec<String> = columns
@@ -176,6 +190,8 @@ async fn split_positions(client: &tokio_postgres::Client) -> HashMap<(String, St
 /// A query's rows as text, sorted, run by DataFusion over `tables`.
 async fn expected(query: &str, tables: Vec<(&str, RecordBatch)>) -> Vec<Vec<Option<String>>> {
     let ctx = SessionContext::new();
+    ctx.register_udwf(weir_stream::session::session_start());
+    ctx.register_udwf(weir_stream::session::session_end());
     for (name, batch) in tables {
         let table = MemTable::try_new(batch.schema(), vec![vec![batch]]).unwrap();
         ctx.register_table(name, Arc::new(table)).unwrap();
@@ -494,6 +510,25 @@ pub async fn kill_cycles(mut server: TestServer) {
         late,
         vec![Some("0".to_string())],
         "no row of `timed` is late"
+    );
+    // The sessions operator holds only the sessions the watermark (1 s
+    // behind, and moved at each epoch) has not closed: some 2 seconds'
+    // rows of the parities' 800 a second, not all it read.
+    let held = crate::common::column(
+        &client,
+        "SELECT sum(state_rows) FROM weir_view_operators \
+         WHERE view = 'sessions' AND name LIKE 'Window: sessions%'",
+    )
+    .await;
+    let held: u64 = held[0]
+        .as_ref()
+        .expect("a sessions operator")
+        .parse()
+        .unwrap();
+    let read = read("sessions", "timed") * 4 / 10;
+    assert!(
+        read > 5000 && held < 2500,
+        "the sessions operator holds {held} of the {read} rows it read"
     );
     server.kill();
 }
