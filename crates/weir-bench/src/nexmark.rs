@@ -30,6 +30,7 @@ pub const QUERIES: &[(&str, &str)] = &[
     ("q8", include_str!("../../../sql-tests/nexmark/q8.sql")),
     ("q9", include_str!("../../../sql-tests/nexmark/q9.sql")),
     ("q11", include_str!("../../../sql-tests/nexmark/q11.sql")),
+    ("q12", include_str!("../../../sql-tests/nexmark/q12.sql")),
     ("q13", include_str!("../../../sql-tests/nexmark/q13.sql")),
     ("q14", include_str!("../../../sql-tests/nexmark/q14.sql")),
     ("q15", include_str!("../../../sql-tests/nexmark/q15.sql")),

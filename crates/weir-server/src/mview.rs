@@ -102,6 +102,7 @@ pub(crate) async fn plan_view_in(
     let statement = Statement::Query(Box::new(query.clone()));
     let plan = crate::session::plan_statement(state, statement.clone()).await?;
     let plan = weir_sql::extract_temporal_filters(plan)?;
+    let plan = weir_sql::extract_proctime(plan)?;
     weir_sql::check_deterministic(&plan)?;
     let optimized = state.optimize(&plan)?;
     let mut sources = BTreeSet::new();

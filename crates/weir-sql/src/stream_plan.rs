@@ -37,6 +37,7 @@ use weir_stream::{
     TemporalBound, TopNSpec, WindowSpec,
 };
 
+use crate::proctime::ProcTimeNode;
 use crate::temporal::{BoundKind, TemporalFilter};
 
 /// Refuses expressions whose value can change without any input
@@ -366,9 +367,15 @@ impl Builder {
                 Ok(self.push(NodeKind::Values { rows }, vec![], schema))
             }
             LogicalPlan::Extension(extension) => {
-                match extension.node.as_any().downcast_ref::<TemporalFilter>() {
-                    Some(filter) => self.temporal_filter(filter),
-                    None => Err(unsupported(extension.node.name().to_owned())),
+                let node = extension.node.as_any();
+                if let Some(filter) = node.downcast_ref::<TemporalFilter>() {
+                    self.temporal_filter(filter)
+                } else if let Some(stamped) = node.downcast_ref::<ProcTimeNode>() {
+                    let input = self.add(&stamped.input)?;
+                    let schema = Arc::new(extension.node.schema().as_arrow().clone());
+                    Ok(self.push(NodeKind::ProcTime, vec![input], schema))
+                } else {
+                    Err(unsupported(extension.node.name().to_owned()))
                 }
             }
             LogicalPlan::Window(window) => self.window(window),

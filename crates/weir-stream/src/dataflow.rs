@@ -23,6 +23,7 @@ use crate::join::Join;
 use crate::join_window::{interval_join, window_join, JoinExpiry};
 use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan, WindowSpec};
+use crate::proctime::ProcTime;
 use crate::session::SessionExpiry;
 use crate::temporal_filter::TemporalFilter;
 use crate::top_n::TopN;
@@ -91,6 +92,14 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             input_schema(0).field(*column).data_type(),
         )),
         NodeKind::Values { rows } => Box::new(Values::new(rows.clone())),
+        NodeKind::ProcTime if !append_only(0) => {
+            return Err(DataFusionError::NotImplemented(
+                "PROCTIME() over an input that updates or deletes rows: a deleted row \
+                 could not get the time it was inserted with"
+                    .into(),
+            ))
+        }
+        NodeKind::ProcTime => Box::new(ProcTime::new(index, schema)),
         NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
         NodeKind::TemporalFilter { bounds } => {
             Box::new(TemporalFilter::new(index, bounds.clone(), input_schema(0))?)

@@ -89,9 +89,8 @@ impl Join {
 
     /// Makes an inner or semi join forget the rows no row to come on the
     /// other side can match (a window or interval join, `expiry`: see
-    /// [`JoinWindows`]). Both sides then keep rows by id (as for an input
-    /// that deletes), so that a row can leave the state. Other joins are
-    /// unchanged.
+    /// [`JoinWindows`]). Both sides then keep rows by id, so that a row
+    /// can leave the state. Other joins are unchanged.
     pub fn with_expiry(mut self, expiry: Option<JoinExpiry>) -> Result<Self> {
         let Some(expiry) = expiry else {
             return Ok(self);
@@ -106,16 +105,22 @@ impl Join {
             return Ok(self);
         }
         let deletes = [self.left.updating(), self.right.updating()];
-        self.left = KeyedRows::new(
-            self.left.schema().clone(),
-            self.spec.left_keys.clone(),
-            true,
-        )?;
-        self.right = KeyedRows::new(
-            self.right.schema().clone(),
-            self.spec.right_keys.clone(),
-            true,
-        )?;
+        // Rows that leave need ids; a side that never deletes needs no
+        // hashes to find deleted rows by.
+        if !deletes[0] {
+            self.left = KeyedRows::removable(
+                self.left.schema().clone(),
+                self.spec.left_keys.clone(),
+                true,
+            )?;
+        }
+        if !deletes[1] {
+            self.right = KeyedRows::removable(
+                self.right.schema().clone(),
+                self.spec.right_keys.clone(),
+                true,
+            )?;
+        }
         self.windows = Some(JoinWindows::new(expiry, deletes));
         Ok(self)
     }

@@ -91,7 +91,9 @@ pub struct KeyedRows {
     starts: Vec<usize>,
     weights: Vec<i64>,
     next: Vec<RowNumber>,
-    /// Durable ids (updating inputs only).
+    /// Whether rows have durable ids, so that they can leave the state.
+    with_ids: bool,
+    /// Durable ids (stores `with_ids` only).
     ids: Vec<u64>,
     /// Whole-row hashes, and the encoder that compares rows whose hashes
     /// are equal (updating inputs only).
@@ -113,6 +115,24 @@ impl KeyedRows {
     /// An empty store of rows of `schema`, indexed by `key_exprs`
     /// (evaluated on the rows). `updating`: rows may also be removed.
     pub fn new(schema: SchemaRef, key_exprs: Vec<PhysicalExprRef>, updating: bool) -> Result<Self> {
+        let mut store = Self::removable(schema, key_exprs, updating)?;
+        if updating {
+            store.hashes = Some(Vec::new());
+            store.rows_encoder = Some(crate::changes::row_converter(&store.schema)?);
+        }
+        Ok(store)
+    }
+
+    /// An empty store like [`KeyedRows::new`] of an input that never
+    /// deletes, whose owner still removes rows ([`KeyedRows::remove_where`])
+    /// if `with_ids`: its rows get durable ids, but no hashes to find
+    /// deleted rows by.
+    pub fn removable(
+        schema: SchemaRef,
+        key_exprs: Vec<PhysicalExprRef>,
+        with_ids: bool,
+    ) -> Result<Self> {
+        let updating = with_ids;
         let types = key_exprs
             .iter()
             .map(|e| e.data_type(&schema))
@@ -132,13 +152,10 @@ impl KeyedRows {
             starts: Vec::new(),
             weights: Vec::new(),
             next: Vec::new(),
+            with_ids,
             ids: Vec::new(),
-            hashes: updating.then(Vec::new),
-            rows_encoder: if updating {
-                Some(crate::changes::row_converter(&schema)?)
-            } else {
-                None
-            },
+            hashes: None,
+            rows_encoder: None,
             committed_rows: 0,
             changed: Vec::new(),
             changed_flag: Vec::new(),
@@ -164,14 +181,14 @@ impl KeyedRows {
         TableSpec::with_primary_key(self.state_schema.clone(), vec![id])
     }
 
-    /// Whether rows may be removed.
     /// The key expressions, over the stored rows.
     pub fn key_exprs(&self) -> &[PhysicalExprRef] {
         &self.key_exprs
     }
 
+    /// Whether rows may be removed (they have durable ids).
     pub(crate) fn updating(&self) -> bool {
-        self.hashes.is_some()
+        self.with_ids
     }
 
     /// Rows with a positive weight.
@@ -296,6 +313,8 @@ impl KeyedRows {
             self.weights.push(weight);
             if let Some(hashes) = &mut self.hashes {
                 hashes.push(hash);
+            }
+            if self.with_ids {
                 self.ids.push(self.next_id);
                 self.next_id += self.id_stride;
             }

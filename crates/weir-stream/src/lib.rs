@@ -38,6 +38,7 @@ mod operator;
 mod ordered_rows;
 mod partition;
 mod plan;
+mod proctime;
 mod recompute;
 pub mod runtime;
 pub mod session;

@@ -59,6 +59,9 @@ pub enum NodeKind {
         /// the column's unit.
         delay: i64,
     },
+    /// Each row with its processing time as a last column (`PROCTIME()`:
+    /// see [`crate::proctime`]).
+    ProcTime,
     /// Constant rows.
     Values {
         /// The rows.
@@ -277,6 +280,7 @@ impl StreamPlan {
             )),
             NodeKind::Source { .. }
             | NodeKind::Watermark { .. }
+            | NodeKind::ProcTime
             | NodeKind::Values { .. }
             | NodeKind::Filter { .. }
             | NodeKind::Project { .. }
@@ -303,6 +307,7 @@ impl StreamPlan {
                 NodeKind::Values { .. } => true,
                 NodeKind::Filter { .. }
                 | NodeKind::Watermark { .. }
+                | NodeKind::ProcTime
                 | NodeKind::Project { .. }
                 | NodeKind::Unnest { .. }
                 | NodeKind::Union => all,
@@ -348,6 +353,7 @@ impl StreamPlan {
                 NodeKind::Filter { .. }
                 | NodeKind::TemporalFilter { .. }
                 | NodeKind::Watermark { .. }
+                | NodeKind::ProcTime
                 | NodeKind::TopN(_)
                 | NodeKind::Window(_) => input_key(0),
                 NodeKind::Project { exprs } => input_key(0).and_then(|key| {
@@ -475,6 +481,10 @@ impl StreamPlan {
         match &node.kind {
             NodeKind::Source { relation, .. } => format!("Source: {relation}"),
             NodeKind::Values { rows } => format!("Values: {} rows", rows.num_rows()),
+            NodeKind::ProcTime => {
+                let fields = node.schema.fields();
+                format!("ProcTime: {}", fields[fields.len() - 1].name())
+            }
             NodeKind::Filter { predicate } => format!("Filter: {predicate}"),
             NodeKind::Window(WindowSpec {
                 session: Some(session),

@@ -19,7 +19,6 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::PhysicalExprRef;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use weir_state::{DeltaBatches, KeyId, TableSpec};
 
@@ -67,24 +66,18 @@ pub struct Recompute<R> {
 }
 
 impl<R: Recomputation> Recompute<R> {
-    /// Rows of `input_schema` kept by `keys` (none: all rows are one key);
-    /// `append_only`: the input never deletes.
-    pub(crate) fn with(
-        recomputation: R,
-        keys: Vec<PhysicalExprRef>,
-        input_schema: SchemaRef,
-        output_schema: SchemaRef,
-        append_only: bool,
-    ) -> Result<Self> {
-        Ok(Recompute {
+    /// Recomputes over the rows `input` keeps by key (no key columns: all
+    /// rows are one key).
+    pub(crate) fn with(recomputation: R, input: KeyedRows, output_schema: SchemaRef) -> Self {
+        Recompute {
             recomputation,
-            input: KeyedRows::new(input_schema, keys, !append_only)?,
+            input,
             output_schema,
             task: Arc::new(TaskContext::default()),
             touched: HashSet::new(),
             old: Vec::new(),
             flushed: Vec::new(),
-        })
+        }
     }
 
     fn keyless(&self) -> bool {

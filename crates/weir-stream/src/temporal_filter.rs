@@ -340,19 +340,6 @@ impl Operator for TemporalFilter {
     }
 }
 
-impl crate::StreamPlan {
-    /// The temporal filter nodes: the runtime hands them each epoch's
-    /// `now()`.
-    pub fn temporal_filter_nodes(&self) -> Vec<usize> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, node)| matches!(node.kind, crate::NodeKind::TemporalFilter { .. }))
-            .map(|(i, _)| i)
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -466,6 +466,18 @@ impl StreamPlan {
                     });
                     bounds
                 }
+                // The time is the node's watermark (`crate::proctime`).
+                NodeKind::ProcTime => {
+                    let mut bounds = input(0);
+                    bounds.resize(width - 1, None);
+                    bounds.push(Some(ColumnBound {
+                        node: index,
+                        data_type: node.schema.field(width - 1).data_type().clone(),
+                        expr: Arc::new(Column::new("watermark", 0)),
+                        first_element: false,
+                    }));
+                    bounds
+                }
                 NodeKind::Window(window) => {
                     // A session that changes ends after the watermark
                     // (see `crate::session`): its end has the time's bound.

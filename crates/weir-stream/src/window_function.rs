@@ -91,15 +91,18 @@ impl RecomputeWindow {
         expiry: Option<SessionExpiry>,
     ) -> Result<Self> {
         let keys = spec.partition.clone();
-        // Forgetting rows deletes them from the durable store, which a
-        // store of an append-only input cannot do.
-        let append_only = append_only && expiry.is_none();
+        // Forgetting rows deletes them from the durable store, by id.
+        let input = if append_only {
+            KeyedRows::removable(input_schema.clone(), keys, expiry.is_some())?
+        } else {
+            KeyedRows::new(input_schema.clone(), keys, true)?
+        };
         let rows = PartitionRows {
             spec,
             input_schema: input_schema.clone(),
             output_schema: output_schema.clone(),
             expiry,
         };
-        Recompute::with(rows, keys, input_schema, output_schema, append_only)
+        Ok(Recompute::with(rows, input, output_schema))
     }
 }

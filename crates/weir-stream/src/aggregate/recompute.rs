@@ -16,6 +16,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 
+use crate::keyed_rows::KeyedRows;
 use crate::plan::AggregateSpec;
 use crate::recompute::{run_in_memory, Recomputation, Recompute};
 use crate::Result;
@@ -62,6 +63,7 @@ impl RecomputeAggregate {
             spec,
             input_schema: input_schema.clone(),
         };
-        Recompute::with(rows, keys, input_schema, output_schema, append_only)
+        let input = KeyedRows::new(input_schema, keys, !append_only)?;
+        Ok(Recompute::with(rows, input, output_schema))
     }
 }

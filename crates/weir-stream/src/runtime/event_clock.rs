@@ -79,7 +79,7 @@ impl EventClock {
         EventClock {
             nodes,
             idle_timeout,
-            temporal: plan.temporal_filter_nodes(),
+            temporal: plan.now_nodes(),
             now: None,
         }
     }

@@ -367,7 +367,7 @@ impl Worker {
                 self.status.note_barrier();
                 self.barrier_since = Some(std::time::Instant::now());
                 self.open_epoch = epoch + 1;
-                let now = unix_micros(std::time::SystemTime::now());
+                let now = super::unix_micros();
                 for clock in self.clocks.values_mut() {
                     clock.set_now(now);
                 }
@@ -1058,10 +1058,4 @@ struct Closed;
 
 fn external(e: weir_state::StateError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
-}
-
-/// `time` in Unix microseconds (0 before 1970).
-fn unix_micros(time: std::time::SystemTime) -> i64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
