@@ -13,14 +13,13 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
 use crate::group_top_n::GroupTopN;
 use crate::join::Join;
-use crate::join_window::{interval_join, window_join, JoinExpiry};
+use crate::join_window::{interval_join, joined_schema, window_join, JoinExpiry};
 use crate::map::{Filter, Project, Rename, Unnest, Values};
 use crate::plan::{NodeKind, StreamPlan, WindowSpec};
 use crate::proctime::ProcTime;
@@ -216,14 +215,7 @@ pub(crate) fn join_expiry_of(plan: &StreamPlan, index: usize) -> Option<JoinExpi
         let mut right = right.clone();
         left.resize(left_schema.fields().len(), None);
         right.resize(right_schema.fields().len(), None);
-        let joined = Schema::new(
-            left_schema
-                .fields()
-                .iter()
-                .chain(right_schema.fields())
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        let joined = joined_schema(left_schema, right_schema);
         interval_join(spec, &joined, &left, &right)
     })
 }

@@ -107,19 +107,11 @@ impl Join {
         let deletes = [self.left.updating(), self.right.updating()];
         // Rows that leave need ids; a side that never deletes needs no
         // hashes to find deleted rows by.
-        if !deletes[0] {
-            self.left = KeyedRows::removable(
-                self.left.schema().clone(),
-                self.spec.left_keys.clone(),
-                true,
-            )?;
-        }
-        if !deletes[1] {
-            self.right = KeyedRows::removable(
-                self.right.schema().clone(),
-                self.spec.right_keys.clone(),
-                true,
-            )?;
+        for (store, deletes) in [&mut self.left, &mut self.right].into_iter().zip(deletes) {
+            if !deletes {
+                let keys = store.key_exprs().to_vec();
+                *store = KeyedRows::removable(store.schema().clone(), keys, true)?;
+            }
         }
         self.windows = Some(JoinWindows::new(expiry, deletes));
         Ok(self)
@@ -608,7 +600,7 @@ fn external(e: weir_state::StateError) -> DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::join_window::{interval_join, window_join};
+    use crate::join_window::{interval_join, joined_schema, window_join};
     use crate::testing::{kv, kv_schema, net, rows};
     use crate::watermark::ColumnBound;
     use datafusion::physical_expr::expressions::col;
@@ -729,14 +721,7 @@ mod tests {
         use datafusion::logical_expr::Operator as Op;
         use datafusion::physical_expr::expressions::{lit, BinaryExpr, Column};
         let schema = kv_schema();
-        let joined = Schema::new(
-            schema
-                .fields()
-                .iter()
-                .chain(schema.fields())
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
+        let joined = joined_schema(&schema, &schema);
         let (l, r): (PhysicalExprRef, PhysicalExprRef) =
             (Arc::new(Column::new("v", 1)), Arc::new(Column::new("v", 3)));
         let lower = BinaryExpr::new(

@@ -27,6 +27,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::{PhysicalExpr, PhysicalExprRef};
 use weir_state::KeyId;
 
@@ -121,6 +122,18 @@ fn constant_in_units(value: &ScalarValue, data_type: &DataType) -> Option<i64> {
         (ScalarValue::Int32(Some(v)), DataType::Int32 | DataType::Int64) => Some(i64::from(*v)),
         _ => None,
     }
+}
+
+/// The schema a join's condition reads: the left columns, then the
+/// right.
+pub(crate) fn joined_schema(left: &Schema, right: &Schema) -> Schema {
+    Schema::new(
+        left.fields()
+            .iter()
+            .chain(right.fields())
+            .cloned()
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// The conjuncts of `expr` (its `AND`s taken apart).
@@ -313,7 +326,8 @@ impl JoinWindows {
                 continue;
             };
             let value = expiry.value.clone();
-            let kept = store.remove_where(&ids, |rows, _| {
+            let reads: Vec<usize> = collect_columns(&value).iter().map(|c| c.index()).collect();
+            let kept = store.remove_where(&ids, &reads, |rows, _| {
                 at_or_above(&value.evaluate(rows)?.into_array(rows.num_rows())?, bound)
             })?;
             if !kept.is_empty() {

@@ -430,6 +430,61 @@ impl KeyedRows {
         }
     }
 
+    /// Columns `reads` of the stored rows with numbers `rows`, in that
+    /// order, in a batch of the rows' schema whose other columns are NULL.
+    fn gather_columns(&self, rows: &[RowNumber], reads: &[usize]) -> Result<RecordBatch> {
+        if self.chunks.is_empty() || rows.is_empty() {
+            return self.gather(rows);
+        }
+        let projected: Vec<RecordBatch> = self
+            .chunks
+            .iter()
+            .map(|chunk| chunk.project(reads))
+            .collect::<std::result::Result<_, _>>()?;
+        let indices = self.chunk_indices(rows);
+        let chunks: Vec<&RecordBatch> = projected.iter().collect();
+        let gathered = if reads.is_empty() {
+            Vec::new()
+        } else {
+            interleave_record_batch(&chunks, &indices)?
+                .columns()
+                .to_vec()
+        };
+        let mut columns: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| datafusion::arrow::array::new_null_array(f.data_type(), rows.len()))
+            .collect();
+        for (column, &read) in gathered.into_iter().zip(reads) {
+            columns[read] = column;
+        }
+        // Columns not read are NULL, whatever their field says.
+        let nullable = Schema::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        );
+        Ok(RecordBatch::try_new_with_options(
+            Arc::new(nullable),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?)
+    }
+
+    /// Each row number's chunk and place in it.
+    fn chunk_indices(&self, rows: &[RowNumber]) -> Vec<(usize, usize)> {
+        rows.iter()
+            .map(|&row| {
+                let row = row as usize;
+                let chunk = self.starts.partition_point(|&s| s <= row) - 1;
+                (chunk, row - self.starts[chunk])
+            })
+            .collect()
+    }
+
     /// The stored rows with numbers `rows`, in that order.
     fn gather(&self, rows: &[RowNumber]) -> Result<RecordBatch> {
         if rows.is_empty() || self.chunks.is_empty() {
@@ -442,14 +497,7 @@ impl KeyedRows {
                 &RecordBatchOptions::new().with_row_count(Some(rows.len())),
             )?);
         }
-        let indices: Vec<(usize, usize)> = rows
-            .iter()
-            .map(|&row| {
-                let row = row as usize;
-                let chunk = self.starts.partition_point(|&s| s <= row) - 1;
-                (chunk, row - self.starts[chunk])
-            })
-            .collect();
+        let indices = self.chunk_indices(rows);
         let chunks: Vec<&RecordBatch> = self.chunks.iter().collect();
         Ok(interleave_record_batch(&chunks, &indices)?)
     }
@@ -469,14 +517,16 @@ impl KeyedRows {
         self.changes_at(&found)
     }
 
-    /// Removes the live rows of `keys` that `keep` (given them as a batch,
-    /// and each one's key) does not keep, walking each key's chain once
-    /// (rows a watermark made useless); returns the keys that kept rows.
+    /// Removes the live rows of `keys` that `keep` (given them as a batch
+    /// of their columns `reads`, the others NULL, and each one's key) does
+    /// not keep, walking each key's chain once (rows a watermark made
+    /// useless); returns the keys that kept rows.
     /// Only on a store that keeps rows by id (`updating`), whose durable
     /// rows can be deleted.
     pub fn remove_where(
         &mut self,
         keys: &[KeyId],
+        reads: &[usize],
         keep: impl FnOnce(&RecordBatch, &[KeyId]) -> Result<datafusion::arrow::array::BooleanArray>,
     ) -> Result<Vec<KeyId>> {
         if !self.updating() {
@@ -498,7 +548,7 @@ impl KeyedRows {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let kept = keep(&self.gather(&rows)?, &owners)?;
+        let kept = keep(&self.gather_columns(&rows, reads)?, &owners)?;
         let mut kept_keys = Vec::new();
         for ((&row, &key), kept) in rows.iter().zip(&owners).zip(kept.values().iter()) {
             if kept {

@@ -100,22 +100,14 @@ mod tests {
             Field::new("p", DataType::Timestamp(TimeUnit::Microsecond, None), false),
         ]));
         let mut stamp = ProcTime::new(3, schema);
-        stamp
-            .advance(&Watermarks::from([(3, i64::MAX - 1)]))
-            .unwrap();
-        let out = stamp.process(0, kv(&[(Some(1), Some(2), 1)])).unwrap();
-        let times = out[0]
-            .rows
-            .column(2)
-            .as_primitive::<TimestampMicrosecondType>();
-        assert_eq!(times.value(0), i64::MAX - 1);
+        let mut stamped = |now: i64| {
+            stamp.advance(&Watermarks::from([(3, now)])).unwrap();
+            let out = stamp.process(0, kv(&[(Some(1), Some(2), 1)])).unwrap();
+            let times = out[0].rows.column(2).clone();
+            times.as_primitive::<TimestampMicrosecondType>().value(0)
+        };
+        assert_eq!(stamped(i64::MAX - 1), i64::MAX - 1);
         // Never back.
-        stamp.advance(&Watermarks::from([(3, 5)])).unwrap();
-        let out = stamp.process(0, kv(&[(Some(1), Some(2), 1)])).unwrap();
-        let times = out[0]
-            .rows
-            .column(2)
-            .as_primitive::<TimestampMicrosecondType>();
-        assert_eq!(times.value(0), i64::MAX - 1);
+        assert_eq!(stamped(5), i64::MAX - 1);
     }
 }

@@ -37,6 +37,7 @@ use datafusion::logical_expr::function::{PartitionEvaluatorArgs, WindowUDFFieldA
 use datafusion::logical_expr::{
     PartitionEvaluator, Signature, Volatility, WindowUDF, WindowUDFImpl,
 };
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::PhysicalExprRef;
 
 use weir_state::KeyId;
@@ -437,7 +438,14 @@ impl SessionExpiry {
         let key_exprs = rows.key_exprs().to_vec();
         let (time, gap) = (self.time, self.gap);
         let ends_by_key = &mut self.ends_by_key;
-        rows.remove_where(&sorted, |batch, owners| {
+        let mut reads: Vec<usize> = key_exprs
+            .iter()
+            .flat_map(|e| collect_columns(e).into_iter().map(|c| c.index()))
+            .collect();
+        reads.push(time);
+        reads.sort_unstable();
+        reads.dedup();
+        rows.remove_where(&sorted, &reads, |batch, owners| {
             let (_, ends) = sessions_of_rows(batch, &key_exprs, time, gap)?;
             // Kept: rows in sessions that end after the bound (or in none).
             let kept = at_or_above(&ends, bound.saturating_add(1))?;
@@ -466,7 +474,7 @@ impl SessionExpiry {
             .map(|(key, _)| key as KeyId)
             .collect();
         if !quiet.is_empty() {
-            rows.remove_where(&quiet, |batch, _| {
+            rows.remove_where(&quiet, &[], |batch, _| {
                 Ok(BooleanArray::from(vec![false; batch.num_rows()]))
             })?;
             for key in quiet {

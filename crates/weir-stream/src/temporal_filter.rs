@@ -254,7 +254,7 @@ impl Operator for TemporalFilter {
         for &id in &ids {
             self.times[id as usize] = None;
         }
-        self.rows.remove_where(&ids, |rows, _| {
+        self.rows.remove_where(&ids, &[], |rows, _| {
             Ok(BooleanArray::from(vec![false; rows.num_rows()]))
         })?;
         Ok(out)
