@@ -49,11 +49,8 @@ impl ScalarUDFImpl for ProcTimeFunction {
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
-            Some(now),
+            Some(weir_stream::runtime::unix_micros()),
             None,
         )))
     }

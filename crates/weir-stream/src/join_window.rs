@@ -21,8 +21,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
+use datafusion::arrow::compute::filter;
+use datafusion::arrow::datatypes::{DataType, Int64Type, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
@@ -235,6 +236,23 @@ struct SideWindows {
     is_listed: Vec<bool>,
 }
 
+impl SideWindows {
+    /// Lists each unlisted key of `ids` under its row's value in
+    /// `times` (a NULL value joins nothing and never expires).
+    fn list(&mut self, ids: &[KeyId], times: &Int64Array) {
+        for (&id, time) in ids.iter().zip(times.iter()) {
+            let slot = id as usize;
+            if self.is_listed.len() <= slot {
+                self.is_listed.resize(slot + 1, false);
+            }
+            if let (false, Some(time)) = (self.is_listed[slot], time) {
+                self.is_listed[slot] = true;
+                self.listed.entry(time).or_default().push(id);
+            }
+        }
+    }
+}
+
 /// A join's expiry and each side's keys by value.
 #[derive(Debug)]
 pub(crate) struct JoinWindows {
@@ -269,19 +287,7 @@ impl JoinWindows {
             return Ok(());
         };
         let values: ArrayRef = expiry.value.evaluate(rows)?.into_array(rows.num_rows())?;
-        let windows = &mut self.sides[side];
-        let times = event_times(&values)?;
-        for (&id, time) in ids.iter().zip(times.iter()) {
-            let slot = id as usize;
-            if windows.is_listed.len() <= slot {
-                windows.is_listed.resize(slot + 1, false);
-            }
-            // A NULL value joins nothing and never expires.
-            if let (false, Some(time)) = (windows.is_listed[slot], time) {
-                windows.is_listed[slot] = true;
-                windows.listed.entry(time).or_default().push(id);
-            }
-        }
+        self.sides[side].list(ids, &event_times(&values)?);
         Ok(())
     }
 
@@ -321,21 +327,27 @@ impl JoinWindows {
                 windows.is_listed[id as usize] = false;
             }
             // Only rows still below the bound: a key keeps its later rows,
-            // and is listed again under them.
+            // and is listed again under them (read in the same pass).
             let Some(expiry) = &self.expiry[side] else {
                 continue;
             };
             let value = expiry.value.clone();
             let reads: Vec<usize> = collect_columns(&value).iter().map(|c| c.index()).collect();
-            let kept = store.remove_where(&ids, &reads, |rows, _| {
-                at_or_above(&value.evaluate(rows)?.into_array(rows.num_rows())?, bound)
+            let mut kept_rows: Option<(Vec<KeyId>, Int64Array)> = None;
+            store.remove_where(&ids, &reads, |rows, owners| {
+                let values = value.evaluate(rows)?.into_array(rows.num_rows())?;
+                let keep = at_or_above(&values, bound)?;
+                let times = filter(&event_times(&values)?, &keep)?;
+                let owners = owners
+                    .iter()
+                    .zip(keep.values().iter())
+                    .filter_map(|(&key, kept)| kept.then_some(key))
+                    .collect();
+                kept_rows = Some((owners, times.as_primitive::<Int64Type>().clone()));
+                Ok(keep)
             })?;
-            if !kept.is_empty() {
-                let rows = store.rows_with_keys(kept.iter().copied())?;
-                let columns = store.key_columns(&rows.rows)?;
-                let ids = store.find_keys(&columns, rows.len())?;
-                let ids: Vec<KeyId> = ids.into_iter().flatten().collect();
-                self.list(side, &ids, &rows.rows)?;
+            if let Some((owners, times)) = kept_rows {
+                self.sides[side].list(&owners, &times);
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::JoinType;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
@@ -218,13 +218,8 @@ pub struct SessionSpec {
 /// `duration`, counted in the unit of a time column of `data_type`, in
 /// seconds.
 fn seconds(duration: i64, data_type: &DataType) -> f64 {
-    let per_second = match data_type {
-        DataType::Timestamp(TimeUnit::Second, _) => 1.0,
-        DataType::Timestamp(TimeUnit::Millisecond, _) => 1e3,
-        DataType::Timestamp(TimeUnit::Microsecond, _) => 1e6,
-        _ => 1e9,
-    };
-    duration as f64 / per_second
+    let nanos = crate::watermark::nanos_per_unit(data_type).unwrap_or(1);
+    duration as f64 * nanos as f64 / 1e9
 }
 
 /// How the rows into an operator's input are spread over the operator's

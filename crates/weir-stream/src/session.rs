@@ -27,9 +27,7 @@ use datafusion::arrow::compute::{
     cast, lexsort_to_indices, sort_to_indices, take, SortColumn, SortOptions,
 };
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::datatypes::{
-    DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit, TimeUnit,
-};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, IntervalMonthDayNano, IntervalUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::{exec_err, plan_err, ScalarValue};
@@ -44,7 +42,9 @@ use weir_state::KeyId;
 
 use crate::keyed_rows::KeyedRows;
 use crate::plan::SessionSpec;
-use crate::watermark::{at_or_above, event_times, ColumnBound, Watermarks};
+use crate::watermark::{
+    at_or_above, event_times, interval_nanos, nanos_per_unit, ColumnBound, Watermarks,
+};
 use crate::Result;
 
 /// The name of the window function giving a row's session start.
@@ -55,19 +55,14 @@ pub const SESSION_END: &str = "session_end";
 /// `gap` in the unit of a time column of `data_type`: a positive interval
 /// without months (they have no fixed length).
 pub fn gap_in_units(gap: IntervalMonthDayNano, data_type: &DataType) -> Result<i64> {
-    if gap.months != 0 {
+    let Some(nanos) = interval_nanos(gap) else {
         return plan_err!("a session gap cannot be counted in months");
-    }
-    let nanos = i128::from(gap.days) * 86_400_000_000_000 + i128::from(gap.nanoseconds);
+    };
     if nanos <= 0 {
         return plan_err!("a session gap must be positive");
     }
-    let per_unit: i128 = match data_type {
-        DataType::Timestamp(TimeUnit::Second, _) => 1_000_000_000,
-        DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000_000,
-        DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000,
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => 1,
-        other => return plan_err!("session windows need a timestamp column, not {other}"),
+    let Some(per_unit) = nanos_per_unit(data_type).map(i128::from) else {
+        return plan_err!("session windows need a timestamp column, not {data_type}");
     };
     // A gap shorter than one unit still separates distinct times.
     Ok(i64::try_from((nanos + per_unit - 1) / per_unit).unwrap_or(i64::MAX))
@@ -341,15 +336,9 @@ impl PartitionEvaluator for SessionEvaluator {
             ScalarValue::IntervalMonthDayNano(Some(gap)) => gap_in_units(gap, time.data_type())?,
             other => return exec_err!("a session gap must be a constant interval, not {other}"),
         };
-        let times = event_times(time)?;
-        // Rows come sorted by time (the functions' ORDER BY): no sort.
-        let sorted = times.nulls().is_none() && times.values().is_sorted();
-        let (starts, ends) = if sorted {
-            let (starts, ends) = sessions_of_sorted(&times, &[0], gap);
-            (Arc::new(starts) as ArrayRef, Arc::new(ends) as ArrayRef)
-        } else {
-            sessions(&[], &times, gap)?
-        };
+        // Rows sorted by time (the functions' ORDER BY) are not sorted
+        // again: the partition is one run.
+        let (starts, ends) = sessions(&[], &event_times(time)?, gap)?;
         let picked = match self.bound {
             Bound::Start => starts,
             Bound::End => ends,
@@ -488,6 +477,7 @@ impl SessionExpiry {
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::Int32Array;
+    use datafusion::arrow::datatypes::TimeUnit;
 
     use super::*;
 

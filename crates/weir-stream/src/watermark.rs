@@ -137,12 +137,8 @@ impl WatermarkFilter {
     /// The filter of plan node `node`, on event-time column `column` of
     /// type `data_type`.
     pub fn new(node: usize, column: usize, data_type: &DataType) -> Self {
-        let per_micro = match data_type {
-            DataType::Timestamp(TimeUnit::Second, _) => 1e-6,
-            DataType::Timestamp(TimeUnit::Millisecond, _) => 1e-3,
-            DataType::Timestamp(TimeUnit::Nanosecond, _) => 1e3,
-            _ => 1.0,
-        };
+        // Integer event times count as microseconds.
+        let per_micro = nanos_per_unit(data_type).map_or(1.0, |n| 1e3 / n as f64);
         WatermarkFilter {
             node,
             column,
@@ -417,21 +413,30 @@ fn non_decreasing(expr: &dyn PhysicalExpr) -> bool {
     false
 }
 
-/// `interval` as a count of a time column of `data_type`'s unit, if it
-/// has no months (which have no fixed length) and is a whole number of
-/// them.
-pub fn interval_in_units(interval: IntervalMonthDayNano, data_type: &DataType) -> Option<i64> {
-    if interval.months != 0 {
-        return None;
+/// Nanoseconds in one unit of a timestamp column of `data_type`; `None`
+/// for other types.
+pub fn nanos_per_unit(data_type: &DataType) -> Option<i64> {
+    match data_type {
+        DataType::Timestamp(TimeUnit::Second, _) => Some(1_000_000_000),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => Some(1_000_000),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => Some(1_000),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => Some(1),
+        _ => None,
     }
-    let nanos = i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds);
-    let per_unit: i128 = match data_type {
-        DataType::Timestamp(TimeUnit::Second, _) => 1_000_000_000,
-        DataType::Timestamp(TimeUnit::Millisecond, _) => 1_000_000,
-        DataType::Timestamp(TimeUnit::Microsecond, _) => 1_000,
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => 1,
-        _ => return None,
-    };
+}
+
+/// `interval`'s length in nanoseconds, if it has no months (which have
+/// no fixed length).
+pub fn interval_nanos(interval: IntervalMonthDayNano) -> Option<i128> {
+    (interval.months == 0)
+        .then(|| i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds))
+}
+
+/// `interval` as a count of a time column of `data_type`'s unit, if it
+/// has no months and is a whole number of them.
+pub fn interval_in_units(interval: IntervalMonthDayNano, data_type: &DataType) -> Option<i64> {
+    let nanos = interval_nanos(interval)?;
+    let per_unit = i128::from(nanos_per_unit(data_type)?);
     (nanos % per_unit == 0)
         .then(|| i64::try_from(nanos / per_unit).ok())
         .flatten()

@@ -376,7 +376,7 @@ impl Runtime {
 }
 
 /// The time now in Unix microseconds (0 before 1970): an epoch's `now()`.
-pub(crate) fn unix_micros() -> i64 {
+pub fn unix_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
