@@ -85,6 +85,15 @@ impl Probe {
             _ => self.hashes[row],
         }
     }
+
+    /// Key `row`'s `arrow-row` encoding, for a probe of an index made by
+    /// [`KeyIndex::ordered`] (empty for others).
+    pub fn encoded(&self, row: usize) -> &[u8] {
+        match &self.values {
+            ProbeValues::Encoded(rows) => rows.row(row).data(),
+            _ => &[],
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -149,6 +158,37 @@ impl KeyIndex {
             free: Vec::new(),
             slots: 0,
         })
+    }
+
+    /// An empty index of keys encoded by `fields` (with their sort
+    /// options), always as `arrow-row` encodings: comparing two keys'
+    /// encodings ([`KeyIndex::encoded`], [`Probe::encoded`]) compares the
+    /// keys in the fields' order.
+    pub fn ordered(fields: Vec<SortField>) -> StateResult<Self> {
+        Ok(KeyIndex {
+            store: Store::Encoded {
+                converter: RowConverter::new(fields)?,
+                arena: Vec::new(),
+                spans: Vec::new(),
+                garbage: 0,
+            },
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            free: Vec::new(),
+            slots: 0,
+        })
+    }
+
+    /// The encoding of held key `id`, for an index made by
+    /// [`KeyIndex::ordered`] (empty for others).
+    pub fn encoded(&self, id: KeyId) -> &[u8] {
+        match &self.store {
+            Store::Encoded { arena, spans, .. } => {
+                let (start, len, _) = spans[id as usize];
+                &arena[start..start + len as usize]
+            }
+            _ => &[],
+        }
     }
 
     /// Number of keys held.
@@ -702,5 +742,31 @@ mod tests {
         assert_eq!(ids, vec![0, 0, 0]);
         index.remove(0);
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn an_ordered_index_compares_encodings_in_its_fields_order() {
+        use datafusion::arrow::compute::SortOptions;
+        // One int column, descending with NULLs last: an ordered index
+        // encodes even a single integer column.
+        let descending = SortOptions::new(true, false);
+        let mut index = KeyIndex::ordered(vec![SortField::new_with_options(
+            DataType::Int32,
+            descending,
+        )])
+        .unwrap();
+        let column: ArrayRef = Arc::new(Int32Array::from(vec![Some(3), None, Some(7)]));
+        let probe = index.prepare(&[column], 3).unwrap();
+        let mut ids = Vec::new();
+        index.intern_all(&probe, &mut ids);
+        let (three, null, seven) = (ids[0], ids[1], ids[2]);
+        assert!(index.encoded(seven) < index.encoded(three));
+        assert!(index.encoded(three) < index.encoded(null));
+        assert_eq!(probe.encoded(0), index.encoded(three));
+        let decoded = index.decode(&[seven, null]).unwrap();
+        assert_eq!(
+            decoded[0].as_primitive::<datafusion::arrow::datatypes::Int32Type>(),
+            &Int32Array::from(vec![Some(7), None])
+        );
     }
 }

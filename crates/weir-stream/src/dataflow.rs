@@ -17,6 +17,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
+use crate::append_top_n::{self, AppendOnlyTopN};
 use crate::group_top_n::GroupTopN;
 use crate::join::Join;
 use crate::join_window::{interval_join, joined_schema, window_join, JoinExpiry};
@@ -134,6 +135,11 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             append_only(0),
             session_expiry_of(plan, index),
         )?),
+        NodeKind::GroupTopN(top)
+            if append_top_n::applies(top, append_only(0), input_schema(0).fields().len()) =>
+        {
+            Box::new(AppendOnlyTopN::new(top, input_schema(0), schema)?)
+        }
         NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
             top,
             input_schema(0),

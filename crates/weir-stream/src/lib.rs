@@ -16,6 +16,7 @@
 //! | `top_n` | `TopN`: `ORDER BY ... LIMIT ... OFFSET` | input rows in order |
 //! | `window_function` | `RecomputeWindow`: `OVER` functions, each touched partition recomputed (`recompute`) | input rows by partition |
 //! | `group_top_n` | `GroupTopN`: `ROW_NUMBER() OVER (PARTITION BY ...) <= n` | each partition's rows in order |
+//! | `append_top_n` | `AppendOnlyTopN`: the same for `n <= 16` over an input that only inserts | each partition's first rows, in slots |
 //! | `watermark` | `WatermarkFilter`: drops late rows, notes event time | the watermark, per instance |
 //! | `temporal_filter` | `TemporalFilter`: `WHERE ts > now() - INTERVAL ...` as the epoch clock moves | rows in or to come, by their times |
 //!
@@ -27,6 +28,7 @@
 
 mod aggregate;
 mod align;
+mod append_top_n;
 mod changes;
 mod dataflow;
 mod group_top_n;

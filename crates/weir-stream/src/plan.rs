@@ -436,7 +436,8 @@ impl StreamPlan {
                 if crate::aggregate::is_columnar(spec, &input.schema, input.append_only) {
                     let mut tables = vec!["groups: row count and aggregate states".to_owned()];
                     // `min`/`max` of an input that deletes and
-                    // `count(DISTINCT)` keep every value (`ValueCounts`).
+                    // `count(DISTINCT)` keep every value (`ValueCounts`,
+                    // `DistinctValues`).
                     for function in &spec.aggregates {
                         let extreme = matches!(function.fun().name(), "min" | "max");
                         if function.is_distinct() || extreme && !input.append_only {
@@ -456,8 +457,15 @@ impl StreamPlan {
             NodeKind::Watermark { .. } => {
                 vec!["watermark and late rows, per instance".to_owned()]
             }
-            NodeKind::GroupTopN(_) if self.nodes[node.inputs[0]].append_only => {
-                vec!["each partition's first rows (the input only inserts)".to_owned()]
+            NodeKind::GroupTopN(spec) if self.nodes[node.inputs[0]].append_only => {
+                let columns = self.nodes[node.inputs[0]].schema.fields().len();
+                if crate::append_top_n::applies(spec, true, columns) {
+                    vec![
+                        "each partition's first rows, in slots (the input only inserts)".to_owned(),
+                    ]
+                } else {
+                    vec!["each partition's first rows (the input only inserts)".to_owned()]
+                }
             }
             NodeKind::GroupTopN(_) => vec!["input rows by partition in sort order".to_owned()],
             NodeKind::Window(_) => vec!["input rows by partition".to_owned()],

@@ -6,22 +6,21 @@
 //! |---|---|---|---|
 //! | [`Linear`] | `count`, `sum`, `avg` | a count and a sum | O(1): values are added times their weight |
 //! | [`Extreme`] / [`EncodedExtreme`] | `min`, `max` of an append-only input | the current extreme | O(1) |
-//! | [`ValueCounts`] | `min`, `max` of an input that deletes; `count(DISTINCT x)` | every distinct value with its count, in order (and a distinct count per group) | O(log values) |
+//! | [`ValueCounts`] | `min`, `max` of an input that deletes | every distinct value with its count, in order | O(log values) |
+//! | [`DistinctValues`] | `count(DISTINCT x)` | every distinct value with its count, hashed, and a distinct count per group | O(1) |
 //!
 //! Every update is one loop over a batch's rows with their group ids and
 //! weights; the arguments were computed by DataFusion expressions on the
 //! whole batch. [`Linear`] and the extremes also merge partial states
-//! (a two-phase aggregate's, [`super::PartialAggregate`]); [`ValueCounts`]
-//! does not.
+//! (a two-phase aggregate's, [`super::PartialAggregate`]); the value
+//! tables ([`super::values`]) do not.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, Decimal128Array, Float64Array,
-    Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
+    Int64Array, PrimitiveArray, UInt64Array,
 };
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::compute::cast;
@@ -35,8 +34,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
+use weir_state::{KeyId, TableSpec};
 
+use super::values::{DistinctValues, ValueCounts, ValueTable};
 use crate::Result;
 
 /// The state of one aggregate function for every group.
@@ -91,7 +91,7 @@ pub(crate) trait GroupAccumulator: Send + Debug {
     }
 
     /// The table of values, for accumulators that keep every value.
-    fn values(&mut self) -> Option<&mut ValueCounts> {
+    fn values(&mut self) -> Option<&mut dyn ValueTable> {
         None
     }
 
@@ -124,7 +124,7 @@ pub(crate) fn accumulator_for(
     let name = function.fun().name();
     if function.is_distinct() {
         return Ok(match (name, arg_types.as_slice()) {
-            ("count", [t]) => Some(Box::new(ValueCounts::new(t, Reading::DistinctCount)?)),
+            ("count", [t]) => Some(Box::new(DistinctValues::new(t)?)),
             _ => None,
         });
     }
@@ -149,8 +149,7 @@ pub(crate) fn accumulator_for(
             if append_only {
                 Some(extreme(t, max)?)
             } else {
-                let reading = if max { Reading::Max } else { Reading::Min };
-                Some(Box::new(ValueCounts::new(t, reading)?))
+                Some(Box::new(ValueCounts::new(t, max)?))
             }
         }
         _ => None,
@@ -159,7 +158,7 @@ pub(crate) fn accumulator_for(
 }
 
 /// Grows a per-group vector so that every id below `len` has a slot.
-fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) {
+pub(super) fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) {
     if vec.len() < len {
         vec.resize(len, fill);
     }
@@ -167,7 +166,7 @@ fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) {
 
 /// Whether row `i` counts: not masked out and (when `args` has one
 /// column) not NULL.
-fn included(mask: Option<&BooleanArray>, nulls: Option<&NullBuffer>, i: usize) -> bool {
+pub(super) fn included(mask: Option<&BooleanArray>, nulls: Option<&NullBuffer>, i: usize) -> bool {
     mask.is_none_or(|m| m.value(i)) && nulls.is_none_or(|n| n.is_valid(i))
 }
 
@@ -627,7 +626,7 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for Extreme<T> {
 
 /// `values` (one per true entry of `present`) spread over all entries, NULL
 /// where `present` is false.
-fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
+pub(super) fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
     let mut next = 0u32;
     let indices: datafusion::arrow::array::UInt32Array = present
         .iter()
@@ -639,19 +638,6 @@ fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
         })
         .collect();
     Ok(datafusion::arrow::compute::take(values, &indices, None)?)
-}
-
-/// A key of [`ValueCounts`]: a group and a value's encoding.
-type GroupValue = (KeyId, Box<[u8]>);
-
-/// The entries of group `g` in a map keyed by (group, value).
-fn group_range(g: KeyId) -> (Bound<GroupValue>, Bound<GroupValue>) {
-    let start = Bound::Included((g, Box::default()));
-    let end = match g.checked_add(1) {
-        Some(next) => Bound::Excluded((next, Box::default())),
-        None => Bound::Unbounded,
-    };
-    (start, end)
 }
 
 fn retraction() -> DataFusionError {
@@ -779,276 +765,5 @@ impl GroupAccumulator for EncodedExtreme {
 
     fn merge(&mut self, groups: &[KeyId], partial: &[ArrayRef], groups_len: usize) -> Result<()> {
         self.update(partial, groups, &vec![1; groups.len()], None, groups_len)
-    }
-}
-
-/// `min` or `max` of an input that deletes: every distinct value of each
-/// group with how many rows hold it, ordered by the values' `arrow-row`
-/// encoding (which orders as the values do). The extreme is the first or
-/// last value of its group; a deleted extreme makes the next one current
-/// without looking at any row. Never holds input rows, only distinct
-/// values.
-///
-/// Durable form: a table of its own, `(group columns, value, count)`
-/// keyed by the group columns and the value.
-#[derive(Debug)]
-pub(crate) struct ValueCounts {
-    reading: Reading,
-    data_type: DataType,
-    converter: RowConverter,
-    counts: BTreeMap<GroupValue, i64>,
-    /// For [`Reading::DistinctCount`]: the distinct values of each group,
-    /// by group id.
-    distinct: Vec<i64>,
-    /// Entries changed since the last delta.
-    changed: BTreeSet<GroupValue>,
-    bytes: usize,
-}
-
-/// Bytes a B-tree entry of [`ValueCounts`] costs beyond its value's
-/// encoding: the key's id and boxed slice, the count, the node's share.
-const VALUE_ENTRY_BYTES: usize = 48;
-
-/// What a [`ValueCounts`] reads from a group's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reading {
-    /// The least (`min`).
-    Min,
-    /// The greatest (`max`).
-    Max,
-    /// How many there are (`count(DISTINCT x)`).
-    DistinctCount,
-}
-
-impl ValueCounts {
-    fn new(data_type: &DataType, reading: Reading) -> Result<Self> {
-        Ok(ValueCounts {
-            reading,
-            data_type: data_type.clone(),
-            converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
-            counts: BTreeMap::new(),
-            distinct: Vec::new(),
-            changed: BTreeSet::new(),
-            bytes: 0,
-        })
-    }
-
-    /// The durable table for groups of `group_fields`.
-    pub(crate) fn spec(&self, group_fields: &[Field]) -> TableSpec {
-        let mut fields = group_fields.to_vec();
-        fields.push(Field::new("__weir_value", self.data_type.clone(), true));
-        fields.push(Field::new("__weir_count", DataType::Int64, false));
-        let key = (0..fields.len() - 1).collect();
-        TableSpec::with_primary_key(
-            Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
-            key,
-        )
-    }
-
-    /// The entries changed since the last call, group keys decoded by `keys`.
-    pub(crate) fn take_delta(
-        &mut self,
-        keys: &KeyIndex,
-        group_fields: &[Field],
-    ) -> Result<Option<DeltaBatches>> {
-        if self.changed.is_empty() {
-            return Ok(None);
-        }
-        let spec = self.spec(group_fields);
-        let parser = self.converter.parser();
-        let (mut up_groups, mut up_values, mut up_counts) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut gone_groups, mut gone_values) = (Vec::new(), Vec::new());
-        for entry in std::mem::take(&mut self.changed) {
-            match self.counts.get(&entry) {
-                Some(&count) => {
-                    up_groups.push(entry.0);
-                    up_values.push(entry.1);
-                    up_counts.push(count);
-                }
-                None => {
-                    gone_groups.push(entry.0);
-                    gone_values.push(entry.1);
-                }
-            }
-        }
-        let batch = |groups: &[KeyId], values: &[Box<[u8]>], counts: Option<Vec<i64>>| {
-            let mut columns = keys
-                .decode(groups)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let rows = values.iter().map(|v| parser.parse(v));
-            columns.extend(self.converter.convert_rows(rows)?);
-            let schema = match &counts {
-                Some(_) => spec.schema.clone(),
-                None => spec.key_schema(),
-            };
-            if let Some(counts) = counts {
-                columns.push(Arc::new(Int64Array::from(counts)));
-            }
-            Ok::<_, DataFusionError>(RecordBatch::try_new(schema, columns)?)
-        };
-        let upserts = (!up_groups.is_empty())
-            .then(|| batch(&up_groups, &up_values, Some(up_counts)))
-            .transpose()?;
-        let deletes = (!gone_groups.is_empty())
-            .then(|| batch(&gone_groups, &gone_values, None))
-            .transpose()?;
-        Ok(Some(DeltaBatches { upserts, deletes }))
-    }
-
-    /// Loads the durable table's rows, whose groups have ids `groups`.
-    pub(crate) fn restore_values(&mut self, groups: &[KeyId], rows: &RecordBatch) -> Result<()> {
-        let width = rows.num_columns();
-        let values = self
-            .converter
-            .convert_columns(&rows.columns()[width - 2..width - 1])?;
-        let counts = rows.column(width - 1).as_primitive::<Int64Type>();
-        for (i, &g) in groups.iter().enumerate() {
-            let bytes: Box<[u8]> = values.row(i).as_ref().into();
-            self.bytes += bytes.len() + VALUE_ENTRY_BYTES;
-            if self.counts.insert((g, bytes), counts.value(i)).is_none() {
-                self.count_distinct(g, 1);
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves group `g`'s distinct count by `by`, if distinct values are
-    /// what it reads.
-    /// Drops every value of `groups` (groups of windows the watermark
-    /// closed, which no row can reach again); the durable table loses
-    /// them at the next delta, taken before the groups are freed.
-    pub(crate) fn forget(&mut self, groups: &[KeyId]) {
-        for &g in groups {
-            let entries: Vec<GroupValue> = self
-                .counts
-                .range(group_range(g))
-                .map(|(entry, _)| entry.clone())
-                .collect();
-            for entry in entries {
-                self.counts.remove(&entry);
-                self.bytes -= entry.1.len() + VALUE_ENTRY_BYTES;
-                self.changed.insert(entry);
-            }
-            if let Some(distinct) = self.distinct.get_mut(g as usize) {
-                *distinct = 0;
-            }
-        }
-    }
-
-    fn count_distinct(&mut self, g: KeyId, by: i64) {
-        if self.reading == Reading::DistinctCount {
-            let g = g as usize;
-            grow(&mut self.distinct, g + 1, 0);
-            self.distinct[g] += by;
-        }
-    }
-}
-
-impl GroupAccumulator for ValueCounts {
-    fn update(
-        &mut self,
-        args: &[ArrayRef],
-        groups: &[KeyId],
-        weights: &[i64],
-        mask: Option<&BooleanArray>,
-        _groups_len: usize,
-    ) -> Result<()> {
-        let nulls = args[0].logical_nulls();
-        let rows = self.converter.convert_columns(&args[..1])?;
-        for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
-            if !included(mask, nulls.as_ref(), i) || w == 0 {
-                continue;
-            }
-            let entry = (g, Box::<[u8]>::from(rows.row(i).as_ref()));
-            let len = entry.1.len();
-            let count = self.counts.entry(entry.clone()).or_insert(0);
-            let new = *count == 0;
-            *count += w;
-            if *count < 0 {
-                return Err(DataFusionError::Internal(
-                    "a value was removed from an aggregate more often than it was added".into(),
-                ));
-            }
-            let gone = *count == 0;
-            if gone {
-                self.counts.remove(&entry);
-            }
-            match (new, gone) {
-                (true, false) => {
-                    self.bytes += len + VALUE_ENTRY_BYTES;
-                    self.count_distinct(g, 1);
-                }
-                (false, true) => {
-                    self.bytes -= len + VALUE_ENTRY_BYTES;
-                    self.count_distinct(g, -1);
-                }
-                _ => {}
-            }
-            self.changed.insert(entry);
-        }
-        Ok(())
-    }
-
-    fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
-        if self.reading == Reading::DistinctCount {
-            return Ok(Arc::new(Int64Array::from_iter_values(
-                groups
-                    .iter()
-                    .map(|&g| self.distinct.get(g as usize).copied().unwrap_or(0)),
-            )));
-        }
-        let parser = self.converter.parser();
-        let mut present = Vec::with_capacity(groups.len());
-        let mut rows = Vec::new();
-        for &g in groups {
-            let mut range = self.counts.range(group_range(g));
-            let found = if self.reading == Reading::Max {
-                range.next_back()
-            } else {
-                range.next()
-            };
-            match found {
-                Some(((_, bytes), _)) => {
-                    present.push(true);
-                    rows.push(parser.parse(bytes));
-                }
-                None => present.push(false),
-            }
-        }
-        let found = self.converter.convert_rows(rows)?.remove(0);
-        spread(&found, &present)
-    }
-
-    fn reset(&mut self, _group: KeyId) {
-        // A group is reset only once every row left it, and with them
-        // every value.
-    }
-
-    fn state_fields(&self) -> Vec<Field> {
-        Vec::new()
-    }
-
-    fn state(&self, _groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
-        Ok(Vec::new())
-    }
-
-    fn restore(&mut self, _: &[KeyId], _: &[ArrayRef], _: usize) -> Result<()> {
-        Ok(())
-    }
-
-    fn memory_size(&self) -> usize {
-        self.bytes + self.converter.size() + self.distinct.capacity() * 8
-    }
-
-    fn values(&mut self) -> Option<&mut ValueCounts> {
-        Some(self)
-    }
-
-    fn values_spec(&self, group_fields: &[Field]) -> Option<TableSpec> {
-        Some(self.spec(group_fields))
-    }
-
-    fn value_entries(&self) -> Option<usize> {
-        Some(self.counts.len())
     }
 }

@@ -13,6 +13,7 @@ mod accumulator;
 mod grouped;
 mod partial;
 mod recompute;
+mod values;
 mod window;
 
 pub use grouped::GroupedAggregate;

@@ -98,6 +98,8 @@ const VIEWS: &[(&str, &str)] = &[
     ("skew_join", "SELECT f.k, count(*) AS pairs, sum(s.id) AS slow_ids FROM fast f JOIN slow s ON f.k = s.k WHERE f.v > 900 GROUP BY f.k"),
     ("labelled", "SELECT d.label, count(*) AS n, sum(f.v) AS s FROM fast f JOIN dims d ON f.k = d.k GROUP BY d.label"),
     ("top", "SELECT id, v FROM fast ORDER BY v DESC, id LIMIT 5"),
+    ("top_per_key", "SELECT k, id, v, rn FROM (SELECT k, id, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, id) AS rn FROM fast) t WHERE rn <= 3"),
+    ("distinct_per_key", "SELECT k, count(DISTINCT v) AS dv, count(DISTINCT v) FILTER (WHERE v % 2 = 0) AS even FROM fast GROUP BY k"),
     ("slow_total", "SELECT count(*) AS n, sum(id) AS s FROM slow"),
     ("on_view", "SELECT count(*) AS keys, sum(n) AS total FROM by_key"),
     ("running", WINDOWS),
