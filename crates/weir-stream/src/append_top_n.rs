@@ -5,7 +5,7 @@
 //! Rows never leave such an input, so a row that falls out of its
 //! partition's first `n` can never come back and is dropped: the state is
 //! each partition's first rows and nothing else. It is kept in columns
-//! rather than in ordered maps of encoded rows ([`crate::GroupTopN`]'s
+//! rather than in ordered maps of encoded rows ([`crate::group_top_n::GroupTopN`]'s
 //! form, which serves inputs that delete):
 //!
 //! - partitions are interned in a [`KeyIndex`] (`partitions`), and each
@@ -39,12 +39,12 @@ use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, Probe, StateError, TableSpec};
 
 use crate::changes::WEIGHT_COLUMN;
-use crate::operator::expect_tables;
+use crate::operator::{expect_tables, owned_by_keys};
 use crate::plan::GroupTopNSpec;
 use crate::{Changes, Operator, Result};
 
 /// The largest `n` kept in flat slots; a larger one is a
-/// [`crate::GroupTopN`] (slots cost `4 * n` bytes per partition, however
+/// [`crate::group_top_n::GroupTopN`] (slots cost `4 * n` bytes per partition, however
 /// few rows it has).
 pub(crate) const MAX_FETCH: usize = 16;
 
@@ -394,7 +394,7 @@ impl Operator for AppendOnlyTopN {
     }
 
     /// Runs partitioned by the `PARTITION BY` values, as
-    /// [`crate::GroupTopN`] does.
+    /// [`crate::group_top_n::GroupTopN`] does.
     fn restore_share(
         &mut self,
         tables: &[RecordBatch],
@@ -402,13 +402,7 @@ impl Operator for AppendOnlyTopN {
         placement: &crate::Placement,
     ) -> Result<()> {
         expect_tables(tables, 1)?;
-        let stored = &tables[0];
-        let keys = self
-            .partition
-            .iter()
-            .map(|e| e.evaluate(stored)?.into_array(stored.num_rows()))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let mine = placement.owned_rows(instance, stored, &keys)?;
+        let mine = owned_by_keys(&tables[0], &self.partition, instance, placement)?;
         self.restore(&[mine])
     }
 

@@ -21,7 +21,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, TableSpec};
 
-use crate::operator::expect_tables;
+use crate::operator::{expect_tables, owned_by_keys};
 use crate::ordered_rows::OrderedRows;
 use crate::plan::GroupTopNSpec;
 use crate::{Changes, Operator, Result};
@@ -203,13 +203,7 @@ impl Operator for GroupTopN {
         placement: &crate::Placement,
     ) -> Result<()> {
         expect_tables(tables, 1)?;
-        let stored = &tables[0];
-        let keys = self
-            .partition
-            .iter()
-            .map(|e| e.evaluate(stored)?.into_array(stored.num_rows()))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let mine = placement.owned_rows(instance, stored, &keys)?;
+        let mine = owned_by_keys(&tables[0], &self.partition, instance, placement)?;
         self.restore(&[mine])
     }
 

@@ -135,6 +135,22 @@ macro_rules! stateless {
 }
 pub(crate) use stateless;
 
+/// The rows of `stored` that instance `instance` owns when its operator
+/// runs partitioned by `keys` (evaluated on the stored rows, whose leading
+/// columns are the operator's input columns).
+pub(crate) fn owned_by_keys(
+    stored: &RecordBatch,
+    keys: &[datafusion::physical_expr::PhysicalExprRef],
+    instance: usize,
+    placement: &Placement,
+) -> Result<RecordBatch> {
+    let keys = keys
+        .iter()
+        .map(|e| e.evaluate(stored)?.into_array(stored.num_rows()))
+        .collect::<Result<Vec<_>>>()?;
+    placement.owned_rows(instance, stored, &keys)
+}
+
 /// Fails unless `tables` holds one batch per declared state table.
 pub(crate) fn expect_tables(tables: &[RecordBatch], declared: usize) -> Result<()> {
     if tables.len() != declared {

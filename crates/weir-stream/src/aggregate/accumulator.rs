@@ -59,14 +59,27 @@ pub(crate) trait GroupAccumulator: Send + Debug {
     /// Forgets group `group`; its id may be handed out again.
     fn reset(&mut self, group: KeyId);
 
-    /// The accumulator's columns in the group table.
-    fn state_fields(&self) -> Vec<Field>;
+    /// The accumulator's columns in the group table (none by default: an
+    /// accumulator whose state is a table of its own,
+    /// [`GroupAccumulator::values`]).
+    fn state_fields(&self) -> Vec<Field> {
+        Vec::new()
+    }
 
     /// Those columns for `groups`.
-    fn state(&self, groups: &[KeyId]) -> Result<Vec<ArrayRef>>;
+    fn state(&self, _groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
+        Ok(Vec::new())
+    }
 
     /// Loads those columns (recovery) for `groups`.
-    fn restore(&mut self, groups: &[KeyId], state: &[ArrayRef], groups_len: usize) -> Result<()>;
+    fn restore(
+        &mut self,
+        _groups: &[KeyId],
+        _state: &[ArrayRef],
+        _groups_len: usize,
+    ) -> Result<()> {
+        Ok(())
+    }
 
     /// Bytes held.
     fn memory_size(&self) -> usize;
@@ -624,9 +637,32 @@ impl<T: ArrowPrimitiveType> GroupAccumulator for Extreme<T> {
     }
 }
 
+/// The values of `groups` from their `arrow-row` encodings by
+/// `converter`, as `encoding(g)` gives them; NULL for a group without one.
+pub(super) fn decode_values<'a>(
+    converter: &RowConverter,
+    groups: &[KeyId],
+    encoding: impl Fn(KeyId) -> Option<&'a [u8]>,
+) -> Result<ArrayRef> {
+    let parser = converter.parser();
+    let mut present = Vec::with_capacity(groups.len());
+    let mut rows = Vec::new();
+    for &g in groups {
+        match encoding(g) {
+            Some(bytes) => {
+                present.push(true);
+                rows.push(parser.parse(bytes));
+            }
+            None => present.push(false),
+        }
+    }
+    let found = converter.convert_rows(rows)?.remove(0);
+    spread(&found, &present)
+}
+
 /// `values` (one per true entry of `present`) spread over all entries, NULL
 /// where `present` is false.
-pub(super) fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
+fn spread(values: &ArrayRef, present: &[bool]) -> Result<ArrayRef> {
     let mut next = 0u32;
     let indices: datafusion::arrow::array::UInt32Array = present
         .iter()
@@ -711,20 +747,9 @@ impl GroupAccumulator for EncodedExtreme {
     }
 
     fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
-        let parser = self.converter.parser();
-        let mut present = Vec::with_capacity(groups.len());
-        let mut rows = Vec::new();
-        for &g in groups {
-            match self.values.get(g as usize).and_then(|v| v.as_ref()) {
-                Some(bytes) => {
-                    present.push(true);
-                    rows.push(parser.parse(bytes));
-                }
-                None => present.push(false),
-            }
-        }
-        let found = self.converter.convert_rows(rows)?.remove(0);
-        spread(&found, &present)
+        decode_values(&self.converter, groups, |g| {
+            self.values.get(g as usize).and_then(|v| v.as_deref())
+        })
     }
 
     fn reset(&mut self, group: KeyId) {

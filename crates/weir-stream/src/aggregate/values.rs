@@ -24,7 +24,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
-use super::accumulator::{grow, included, spread, GroupAccumulator};
+use super::accumulator::{decode_values, grow, included, GroupAccumulator};
 use crate::Result;
 
 /// The durable table of an accumulator that keeps values.
@@ -234,43 +234,20 @@ impl GroupAccumulator for ValueCounts {
     }
 
     fn evaluate(&self, groups: &[KeyId]) -> Result<ArrayRef> {
-        let parser = self.converter.parser();
-        let mut present = Vec::with_capacity(groups.len());
-        let mut rows = Vec::new();
-        for &g in groups {
+        decode_values(&self.converter, groups, |g| {
             let mut range = self.counts.range(group_range(g));
             let found = if self.max {
                 range.next_back()
             } else {
                 range.next()
             };
-            match found {
-                Some(((_, bytes), _)) => {
-                    present.push(true);
-                    rows.push(parser.parse(bytes));
-                }
-                None => present.push(false),
-            }
-        }
-        let found = self.converter.convert_rows(rows)?.remove(0);
-        spread(&found, &present)
+            found.map(|((_, bytes), _)| bytes.as_ref())
+        })
     }
 
     fn reset(&mut self, _group: KeyId) {
         // A group is reset only once every row left it, and with them
         // every value.
-    }
-
-    fn state_fields(&self) -> Vec<Field> {
-        Vec::new()
-    }
-
-    fn state(&self, _groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
-        Ok(Vec::new())
-    }
-
-    fn restore(&mut self, _: &[KeyId], _: &[ArrayRef], _: usize) -> Result<()> {
-        Ok(())
     }
 
     fn memory_size(&self) -> usize {
@@ -496,18 +473,6 @@ impl GroupAccumulator for DistinctValues {
     fn reset(&mut self, _group: KeyId) {
         // A group is reset only once every row left it, and with them
         // every value.
-    }
-
-    fn state_fields(&self) -> Vec<Field> {
-        Vec::new()
-    }
-
-    fn state(&self, _groups: &[KeyId]) -> Result<Vec<ArrayRef>> {
-        Ok(Vec::new())
-    }
-
-    fn restore(&mut self, _: &[KeyId], _: &[ArrayRef], _: usize) -> Result<()> {
-        Ok(())
     }
 
     fn memory_size(&self) -> usize {
