@@ -515,7 +515,8 @@ pub async fn kill_cycles(mut server: TestServer) {
     );
     // The sessions operator holds only the sessions the watermark (1 s
     // behind, and moved at each epoch) has not closed: some 2 seconds'
-    // rows of the parities' 800 a second, not all it read.
+    // rows of the parities' 800 a second (more on a loaded machine, whose
+    // epochs are longer), not all it read.
     let held = crate::common::column(
         &client,
         "SELECT sum(state_rows) FROM weir_view_operators \
@@ -529,7 +530,7 @@ pub async fn kill_cycles(mut server: TestServer) {
         .unwrap();
     let read = read("sessions", "timed") * 4 / 10;
     assert!(
-        read > 5000 && held < 2500,
+        read > 5000 && held * 5 < read,
         "the sessions operator holds {held} of the {read} rows it read"
     );
     server.kill();
