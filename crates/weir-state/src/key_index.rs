@@ -142,22 +142,19 @@ impl KeyIndex {
                 values: Vec::new(),
                 null_id: None,
             },
-            _ => Store::Encoded {
-                converter: RowConverter::new(
-                    types.iter().map(|t| SortField::new(t.clone())).collect(),
-                )?,
-                arena: Vec::new(),
-                spans: Vec::new(),
-                garbage: 0,
-            },
+            _ => return Self::ordered(types.iter().map(|t| SortField::new(t.clone())).collect()),
         };
-        Ok(KeyIndex {
+        Ok(Self::with_store(store))
+    }
+
+    fn with_store(store: Store) -> Self {
+        KeyIndex {
             store,
             table: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             free: Vec::new(),
             slots: 0,
-        })
+        }
     }
 
     /// An empty index of keys encoded by `fields` (with their sort
@@ -165,18 +162,12 @@ impl KeyIndex {
     /// encodings ([`KeyIndex::encoded`], [`Probe::encoded`]) compares the
     /// keys in the fields' order.
     pub fn ordered(fields: Vec<SortField>) -> StateResult<Self> {
-        Ok(KeyIndex {
-            store: Store::Encoded {
-                converter: RowConverter::new(fields)?,
-                arena: Vec::new(),
-                spans: Vec::new(),
-                garbage: 0,
-            },
-            table: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
-            free: Vec::new(),
-            slots: 0,
-        })
+        Ok(Self::with_store(Store::Encoded {
+            converter: RowConverter::new(fields)?,
+            arena: Vec::new(),
+            spans: Vec::new(),
+            garbage: 0,
+        }))
     }
 
     /// The encoding of held key `id`, for an index made by

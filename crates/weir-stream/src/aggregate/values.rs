@@ -11,6 +11,7 @@
 //!
 //! Neither holds input rows, only distinct values.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -381,7 +382,7 @@ impl ValueTable for DistinctValues {
 
     fn restore_values(&mut self, groups: &[KeyId], rows: &RecordBatch) -> Result<()> {
         let width = rows.num_columns();
-        let group_ids: ArrayRef = Arc::new(UInt32Array::from(groups.to_vec()));
+        let group_ids: ArrayRef = Arc::new(UInt32Array::from_iter_values(groups.iter().copied()));
         let columns = [group_ids, rows.column(width - 2).clone()];
         let probe = self
             .pairs
@@ -438,9 +439,9 @@ impl GroupAccumulator for DistinctValues {
             .filter(|&i| included(mask, nulls.as_ref(), i) && weights[i] != 0)
             .map(|i| i as u32)
             .collect();
-        let (groups, weights, values): (Vec<KeyId>, Vec<i64>, ArrayRef) =
+        let (groups, weights, values): (Cow<[KeyId]>, Cow<[i64]>, ArrayRef) =
             if rows.len() == groups.len() {
-                (groups.to_vec(), weights.to_vec(), args[0].clone())
+                (groups.into(), weights.into(), args[0].clone())
             } else {
                 let indices = UInt32Array::from_iter_values(rows.iter().copied());
                 (
@@ -449,15 +450,13 @@ impl GroupAccumulator for DistinctValues {
                     take(&args[0], &indices, None)?,
                 )
             };
-        let columns = [
-            Arc::new(UInt32Array::from(groups.clone())) as ArrayRef,
-            values,
-        ];
+        let group_ids = UInt32Array::from_iter_values(groups.iter().copied());
+        let columns = [Arc::new(group_ids) as ArrayRef, values];
         let probe = self
             .pairs
             .prepare(&columns, groups.len())
             .map_err(external)?;
-        for (i, (&g, &w)) in groups.iter().zip(&weights).enumerate() {
+        for (i, (&g, &w)) in groups.iter().zip(weights.iter()).enumerate() {
             let (pair, new) = self.pairs.intern(&probe, i);
             self.add(pair, g, new, w)?;
         }
