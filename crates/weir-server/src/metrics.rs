@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -130,8 +131,17 @@ fn label(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` turns true.
-pub async fn serve(
+/// Serves `/metrics` on `listener` until `shutdown` turns true (boxed so
+/// that its code is compiled in this crate, see [`Database::open`]).
+pub fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(accept_scrapes(db, listener, shutdown))
+}
+
+async fn accept_scrapes(
     db: Arc<Database>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use datafusion::execution::memory_pool::GreedyMemoryPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use futures::future::BoxFuture;
 use pgwire::api::ConnectionManager;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -27,8 +28,19 @@ pub struct ServeOptions {
 /// Serves PostgreSQL clients on `listener` until `shutdown` turns true.
 /// Each connection runs in its own task; a failing connection never
 /// affects the others. Queries of all sessions share `query_memory_bytes`
-/// for their sorts, joins, aggregations and results.
-pub async fn serve(
+/// for their sorts, joins, aggregations and results. Boxed so that the
+/// code of every session is compiled in this crate (see
+/// [`Database::open`]).
+pub fn serve(
+    db: Arc<Database>,
+    listener: TcpListener,
+    options: ServeOptions,
+    shutdown: watch::Receiver<bool>,
+) -> BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(accept_connections(db, listener, options, shutdown))
+}
+
+async fn accept_connections(
     db: Arc<Database>,
     listener: TcpListener,
     options: ServeOptions,

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
@@ -18,7 +19,16 @@ impl Database {
     /// without yielding) and the committer, and cuts epochs every
     /// checkpoint interval and whenever a statement waits. At shutdown it
     /// cuts what is pending one last time and waits for its commit.
-    pub async fn run_coordinator(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    /// Boxed so that its code is compiled in this crate (see
+    /// [`Database::open`]).
+    pub fn run_coordinator(
+        self: Arc<Self>,
+        shutdown: watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(self.coordinate(shutdown))
+    }
+
+    async fn coordinate(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let parts_receiver = self.runtime.start(MAX_EPOCHS_IN_FLIGHT);
         let (tables, tables_receiver) = mpsc::unbounded_channel();
         let committer = tokio::spawn(self.clone().run_committer(tables_receiver, parts_receiver));

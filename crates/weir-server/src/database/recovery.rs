@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use futures::future::BoxFuture;
 use tokio::sync::{watch, Mutex, Notify};
 use tracing::info;
 use weir_state::{Manifest, ReaderPosition, StateStore, StateTable, TableId, TableSpec};
@@ -17,7 +18,18 @@ use super::*;
 impl Database {
     /// Opens the database from the newest committed manifest in `store`
     /// (or empty for a fresh store).
-    pub async fn open(mut store: StateStore, config: DatabaseConfig) -> WeirResult<Arc<Self>> {
+    ///
+    /// Boxed, as the server's other entry points are: the future's code
+    /// (all of recovery) is then compiled once, in this crate, rather
+    /// than in every crate that awaits it.
+    pub fn open(
+        store: StateStore,
+        config: DatabaseConfig,
+    ) -> BoxFuture<'static, WeirResult<Arc<Self>>> {
+        Box::pin(Self::recover(store, config))
+    }
+
+    async fn recover(mut store: StateStore, config: DatabaseConfig) -> WeirResult<Arc<Self>> {
         let started = Instant::now();
         let manifest = store.recover().await?;
         let recovered_state_format = manifest
