@@ -42,7 +42,7 @@ pub struct CopyFormat {
 }
 
 impl CopyFormat {
-    fn text() -> Self {
+    pub(crate) fn text() -> Self {
         CopyFormat {
             binary: false,
             csv: false,

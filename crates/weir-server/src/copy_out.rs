@@ -118,6 +118,30 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     })
 }
 
+/// `batch`'s rows in COPY's text format, as `COPY ... TO STDOUT` writes
+/// them (in UTC): what a sink copies into PostgreSQL.
+pub(crate) fn text_rows(batch: &RecordBatch) -> WeirResult<bytes::Bytes> {
+    let schema = batch.schema();
+    let fields = Arc::new(arrow_schema_to_pg_fields(
+        &schema,
+        &Format::UnifiedText,
+        Some(Arc::new(FormatOptions::default())),
+    )?);
+    let format = CopyFormat::text();
+    let mut rows = RowEncoder {
+        encoder: encoder(&format, fields.clone()),
+        fields,
+        schema,
+        binary: false,
+        first: true,
+    };
+    let mut text = BytesMut::new();
+    for message in rows.encode(batch) {
+        text.put_slice(&message?.data);
+    }
+    Ok(text.freeze())
+}
+
 /// Encodes rows as CopyData messages, one per row (the protocol's unit),
 /// with the values encoded as a SELECT's DataRows are.
 struct RowEncoder {

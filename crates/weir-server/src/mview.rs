@@ -318,6 +318,10 @@ pub async fn create(
         let snapshot = db.working_snapshot(&working);
         (planned, snapshot, views_reply, guard)
     };
+    if let Some(sink) = &sink {
+        let append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
+        crate::sink::check(sink, &planned.columns, append_only).await?;
+    }
     // The views it reads, as of the same point in their stream.
     let views = views_reply
         .await

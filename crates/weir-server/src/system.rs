@@ -16,7 +16,11 @@
 //!   the last entry of a view is its output table;
 //! - `weir_view_workers`: each worker's share of each partitioned view as
 //!   of its last checkpoint: its process, the source rows its readers
-//!   delivered since the server started, the state rows it holds.
+//!   delivered since the server started, the state rows it holds;
+//! - `weir_sink_deliveries`: each sink, the rows its query put out since
+//!   the server started and, for a sink that delivers committed epochs,
+//!   the last epoch delivered, the epochs and rows waiting in the
+//!   checkpoint for delivery, and the last delivery error.
 
 use std::sync::Arc;
 
@@ -37,6 +41,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_source_splits",
     "weir_view_operators",
     "weir_view_workers",
+    "weir_sink_deliveries",
 ];
 
 /// The system table called `name`, if there is one; `snapshot` is the
@@ -53,6 +58,7 @@ pub fn table(
         "weir_source_splits" => Some(source_splits(snapshot)),
         "weir_view_operators" => Some(view_operators(db)),
         "weir_view_workers" => Some(view_workers(db)),
+        "weir_sink_deliveries" => Some(sink_deliveries(db)),
         _ => None,
     }
 }
@@ -182,6 +188,43 @@ fn view_operators(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Arc::new(TimestampMicrosecondArray::from_iter(
                 rows.iter().map(|(_, o)| o.watermark_micros),
             )),
+        ],
+    )
+}
+
+fn sink_deliveries(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let reports = crate::sink::reports(db);
+    let figure = |value: fn(&crate::sink::DeliveryReport) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from_iter(
+            reports.iter().map(|r| r.delivery.as_ref().map(value)),
+        ))
+    };
+    mem_table(
+        vec![
+            Field::new("sink", DataType::Utf8, false),
+            Field::new("connector", DataType::Utf8, false),
+            Field::new("rows_out", DataType::UInt64, false),
+            Field::new("delivered_epoch", DataType::UInt64, true),
+            Field::new("pending_epochs", DataType::UInt64, true),
+            Field::new("pending_rows", DataType::UInt64, true),
+            Field::new("last_error", DataType::Utf8, true),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                reports.iter().map(|r| r.name.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                reports.iter().map(|r| r.connector.as_str()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                reports.iter().map(|r| r.rows_out),
+            )),
+            figure(|d| d.delivered_epoch),
+            figure(|d| d.pending_epochs),
+            figure(|d| d.pending_rows),
+            Arc::new(StringArray::from_iter(reports.iter().map(|r| {
+                r.delivery.as_ref().and_then(|d| d.last_error.as_deref())
+            }))),
         ],
     )
 }

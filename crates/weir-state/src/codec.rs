@@ -31,3 +31,14 @@ pub(crate) fn decode(bytes: &[u8], schema: &SchemaRef) -> StateResult<RecordBatc
     let batch = datafusion::arrow::compute::concat_batches(schema, &batches)?;
     Ok(batch)
 }
+
+/// Decodes an IPC stream written by [`encode`] into one batch of the
+/// schema it was written with.
+pub(crate) fn decode_stored(bytes: &[u8]) -> StateResult<RecordBatch> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
+}

@@ -40,8 +40,12 @@ mod table;
 pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};
 pub use key_index::{KeyId, KeyIndex, Probe};
-pub use manifest::{DeltaFiles, FileSlice, Manifest, ReaderPosition, TableFiles, TableId};
-pub use store::{CommitStats, EpochDelta, StateStore, StoreConfig, TableChange};
+pub use manifest::{
+    DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
+};
+pub use store::{
+    CommitStats, EpochDelta, SinkChange, SliceReader, StateStore, StoreConfig, TableChange,
+};
 pub use table::{
     rows_after, DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot,
     TableSpec, ROW_ID_COLUMN,

@@ -88,6 +88,23 @@ pub struct Manifest {
     /// field existed.
     #[serde(default = "first_state_format")]
     pub state_format: u32,
+    /// Each sink's output changes of committed epochs that it has not yet
+    /// delivered, oldest first: kept until the sink says it delivered
+    /// them, so that a sink delivers every committed epoch exactly once
+    /// across crashes.
+    #[serde(default)]
+    pub sinks: BTreeMap<TableId, Vec<PendingDelivery>>,
+}
+
+/// One epoch's output changes of a sink, not yet delivered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingDelivery {
+    /// The epoch whose changes these are.
+    pub epoch: u64,
+    /// How many changes (rows with a weight).
+    pub rows: u64,
+    /// Where they are stored.
+    pub slice: FileSlice,
 }
 
 fn first_state_format() -> u32 {
@@ -125,7 +142,15 @@ impl Manifest {
             tables: BTreeMap::new(),
             sources: BTreeMap::new(),
             state_format: Self::STATE_FORMAT,
+            sinks: BTreeMap::new(),
         }
+    }
+
+    /// Every object this manifest names: its tables' files and its sinks'
+    /// undelivered changes.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        let sinks = self.sinks.values().flatten().map(|p| p.slice.path.as_str());
+        self.tables.values().flat_map(|t| t.paths()).chain(sinks)
     }
 }
 

@@ -17,7 +17,9 @@ use crate::codec;
 use crate::compact::{self, CompactedBase};
 use crate::error::{StateError, StateResult};
 use crate::layout::{self, data_path, manifest_path};
-use crate::manifest::{DeltaFiles, FileSlice, Manifest, ReaderPosition, TableFiles, TableId};
+use crate::manifest::{
+    DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
+};
 use crate::table::{DeltaBatches, StateTable, TableSpec};
 
 /// Tunables of the state store.
@@ -84,6 +86,43 @@ pub struct EpochDelta {
     pub tables: BTreeMap<TableId, TableChange>,
     /// Source reader positions after the epoch (see [`Manifest::sources`]).
     pub sources: BTreeMap<String, ReaderPosition>,
+    /// Every sink that delivers committed epochs (see
+    /// [`Manifest::sinks`]). Sinks of the previous manifest missing here
+    /// were dropped, with what they had not delivered.
+    pub sinks: BTreeMap<TableId, SinkChange>,
+}
+
+/// One epoch's part of a sink's delivery.
+#[derive(Debug, Default)]
+pub struct SinkChange {
+    /// The sink's output changes in this epoch, if any.
+    pub changes: Option<RecordBatch>,
+    /// The newest epoch the sink has delivered: its pending changes up to
+    /// this epoch are forgotten.
+    pub delivered: u64,
+}
+
+/// Reads stored batches (a sink's pending changes) without the store:
+/// cheap to clone, and reading does not hold up commits.
+#[derive(Debug, Clone)]
+pub struct SliceReader {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+}
+
+impl SliceReader {
+    /// The batch stored at `slice`, with the schema it was written with.
+    pub async fn read(&self, slice: &FileSlice) -> StateResult<RecordBatch> {
+        let mut path = self.root.clone();
+        for part in Path::from(slice.path.as_str()).parts() {
+            path = path.join(part);
+        }
+        let bytes = self
+            .store
+            .get_range(&path, slice.offset..slice.offset + slice.len)
+            .await?;
+        codec::decode_stored(&bytes)
+    }
 }
 
 /// What one commit wrote.
@@ -200,7 +239,15 @@ impl StateStore {
         }
     }
 
-    /// The store's tunables.
+    /// A reader of the store's batches (see [`SliceReader`]).
+    pub fn slice_reader(&self) -> SliceReader {
+        SliceReader {
+            store: self.store.clone(),
+            root: self.root.clone(),
+        }
+    }
+
+    /// The store's settings.
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }
@@ -279,8 +326,7 @@ impl StateStore {
                     "no committed state to back up".into(),
                 ));
             };
-            let paths: std::collections::BTreeSet<&str> =
-                manifest.tables.values().flat_map(|t| t.paths()).collect();
+            let paths: std::collections::BTreeSet<&str> = manifest.paths().collect();
             let mut copied = Ok(());
             for path in paths {
                 let result = async {
@@ -360,9 +406,8 @@ impl StateStore {
     fn referenced(&self) -> HashSet<String> {
         self.retained
             .iter()
-            .flat_map(|m| m.tables.values())
-            .chain(self.pinned.values())
-            .flat_map(|t| t.paths())
+            .flat_map(|m| m.paths())
+            .chain(self.pinned.values().flat_map(|t| t.paths()))
             .map(str::to_owned)
             .collect()
     }
@@ -510,6 +555,28 @@ impl StateStore {
             self.specs.insert(id, change.spec.clone());
             tables.insert(id, files);
         }
+        let mut sinks = BTreeMap::new();
+        for (&id, change) in &delta.sinks {
+            let mut pending = previous
+                .and_then(|m| m.sinks.get(&id))
+                .cloned()
+                .unwrap_or_default();
+            pending.retain(|p| p.epoch > change.delivered);
+            if let Some(batch) = change.changes.as_ref().filter(|b| b.num_rows() > 0) {
+                let offset = buffer.len();
+                codec::encode_into(batch, &mut buffer)?;
+                pending.push(PendingDelivery {
+                    epoch,
+                    rows: batch.num_rows() as u64,
+                    slice: FileSlice {
+                        path: data_name.clone(),
+                        offset: offset as u64,
+                        len: (buffer.len() - offset) as u64,
+                    },
+                });
+            }
+            sinks.insert(id, pending);
+        }
         if !buffer.is_empty() {
             stats.objects += 1;
             stats.bytes += buffer.len() as u64;
@@ -522,6 +589,7 @@ impl StateStore {
             tables,
             sources: delta.sources.clone(),
             state_format: Manifest::STATE_FORMAT,
+            sinks,
         };
         let json = serde_json::to_vec(&manifest).expect("manifest serializes");
         stats.objects += 1;
@@ -551,9 +619,7 @@ impl StateStore {
             self.delete(&manifest_path(&self.root, manifest.epoch))
                 .await;
             let unreferenced: HashSet<&str> = manifest
-                .tables
-                .values()
-                .flat_map(|t| t.paths())
+                .paths()
                 .filter(|p| !referenced.contains(*p))
                 .collect();
             for path in unreferenced {
@@ -676,6 +742,7 @@ mod tests {
             let delta = EpochDelta {
                 epoch,
                 sources: BTreeMap::new(),
+                sinks: BTreeMap::new(),
                 catalog: serde_json::json!({"epoch": epoch}),
                 tables: BTreeMap::from([(7, change(&mut table))]),
             };
@@ -728,6 +795,7 @@ mod tests {
             EpochDelta {
                 epoch,
                 sources: BTreeMap::new(),
+                sinks: BTreeMap::new(),
                 catalog: serde_json::json!({}),
                 tables: BTreeMap::from([(3, change(table))]),
             }
@@ -796,6 +864,7 @@ mod tests {
         let delta = EpochDelta {
             epoch: 1,
             sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
             catalog: serde_json::json!({}),
             tables: BTreeMap::from([(5, change(&mut table))]),
         };
@@ -809,6 +878,7 @@ mod tests {
         let delta = EpochDelta {
             epoch: 2,
             sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
             catalog: serde_json::json!({}),
             tables: BTreeMap::from([(5, change(&mut table))]),
         };
@@ -825,6 +895,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sinks_changes_stay_until_delivered_and_their_files_with_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let config = StoreConfig {
+            retained_manifests: 1,
+            ..StoreConfig::default()
+        };
+        let mut store = StateStore::open(location, config.clone()).unwrap();
+        store.recover().await.unwrap();
+        let sink = |changes: Option<RecordBatch>, delivered| {
+            BTreeMap::from([(9, SinkChange { changes, delivered })])
+        };
+        for (epoch, changes, delivered) in [
+            (1, Some(rows(&[1, 2], "a")), 0),
+            (2, None, 0),
+            (3, Some(rows(&[3], "b")), 0),
+            (4, Some(rows(&[4], "c")), 1),
+        ] {
+            let delta = EpochDelta {
+                epoch,
+                sources: BTreeMap::new(),
+                sinks: sink(changes, delivered),
+                catalog: serde_json::json!({}),
+                tables: BTreeMap::new(),
+            };
+            store.commit(&delta).await.unwrap();
+        }
+        // Epoch 1 was delivered; 3 and 4 wait, and with one manifest
+        // retained the data object of epoch 3 is still there.
+        let mut reopened = StateStore::open(location, config).unwrap();
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        let pending = &manifest.sinks[&9];
+        assert_eq!(
+            pending
+                .iter()
+                .map(|p| (p.epoch, p.rows))
+                .collect::<Vec<_>>(),
+            [(3, 1), (4, 1)]
+        );
+        assert_eq!(objects(dir.path(), "data"), 2);
+        let read = reopened
+            .slice_reader()
+            .read(&pending[0].slice)
+            .await
+            .unwrap();
+        assert_eq!(read, rows(&[3], "b"));
+        // Once delivered through 4, nothing waits and the objects go.
+        let delta = EpochDelta {
+            epoch: 5,
+            sources: BTreeMap::new(),
+            sinks: sink(None, 4),
+            catalog: serde_json::json!({}),
+            tables: BTreeMap::new(),
+        };
+        let (manifest, _) = reopened.commit(&delta).await.unwrap();
+        assert!(manifest.sinks[&9].is_empty());
+        assert_eq!(objects(dir.path(), "data"), 0);
+    }
+
+    #[tokio::test]
     async fn a_corrupt_newest_manifest_falls_back_and_orphans_are_swept() {
         let dir = tempfile::tempdir().unwrap();
         let location = dir.path().to_str().unwrap();
@@ -838,6 +968,7 @@ mod tests {
         let delta = EpochDelta {
             epoch: 1,
             sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
             catalog: serde_json::Value::Null,
             tables: BTreeMap::from([(1, change(&mut table))]),
         };
@@ -888,6 +1019,7 @@ mod tests {
         let delta = EpochDelta {
             epoch,
             sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
             catalog: serde_json::Value::Null,
             tables: BTreeMap::from([(1, change(table))]),
         };
@@ -919,6 +1051,7 @@ mod tests {
                 let delta = EpochDelta {
                     epoch: 2,
                     sources: BTreeMap::new(),
+                    sinks: BTreeMap::new(),
                     catalog: serde_json::Value::Null,
                     tables: BTreeMap::from([(1, change(&mut table))]),
                 };

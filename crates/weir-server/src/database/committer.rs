@@ -4,12 +4,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use weir_state::{EpochDelta, ReaderPosition, TableChange};
+
+use weir_state::{EpochDelta, ReaderPosition, SinkChange, TableChange};
 
 use crate::error::{WeirError, WeirResult};
-use weir_stream::runtime::ViewPart;
+use weir_stream::runtime::{log_batch, ViewPart};
 
 use super::*;
 
@@ -104,10 +106,28 @@ impl Database {
         // `record_failures` has said so in this epoch's catalog.
         tables.extend(views.tables);
         snapshots.extend(views.snapshots);
+        let mut sink_changes = views.sink_changes;
+        let mut sinks = BTreeMap::new();
+        for def in catalog.materialized_views.values() {
+            if !def
+                .sink
+                .as_ref()
+                .is_some_and(crate::sink::delivers_after_commit)
+            {
+                continue;
+            }
+            let changes = match sink_changes.remove(&def.id) {
+                Some(changes) => Some(log_batch(&changes).map_err(WeirError::from)?),
+                None => None,
+            };
+            let delivered = self.sink_deliveries.delivered(def.id);
+            sinks.insert(def.id, SinkChange { changes, delivered });
+        }
         let delta = EpochDelta {
             epoch,
             catalog: serde_json::to_value(&catalog).map_err(WeirError::internal)?,
             tables,
+            sinks,
             sources: views
                 .positions
                 .iter()

@@ -33,6 +33,7 @@ impl Database {
         let (tables, tables_receiver) = mpsc::unbounded_channel();
         let committer = tokio::spawn(self.clone().run_committer(tables_receiver, parts_receiver));
         let compactor = tokio::spawn(self.clone().run_compactor());
+        tokio::spawn(crate::sink::run_deliveries(self.clone(), shutdown.clone()));
 
         let periodic = !self.config.checkpoint_interval.is_zero();
         let mut ticker = tokio::time::interval(if periodic {

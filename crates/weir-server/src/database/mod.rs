@@ -188,6 +188,8 @@ pub struct Database {
     restored_outputs: std::sync::Mutex<HashMap<TableId, StateTable>>,
     /// The state format of the manifest recovered at startup.
     recovered_state_format: u32,
+    /// Where each sink that delivers committed epochs stands.
+    pub sink_deliveries: crate::sink::SinkDeliveries,
 }
 
 impl Database {
@@ -382,6 +384,16 @@ impl Database {
     /// The last committed epoch.
     pub fn committed_epoch(&self) -> u64 {
         *self.committed_epoch.borrow()
+    }
+
+    /// Hears of every committed epoch.
+    pub fn subscribe_committed(&self) -> watch::Receiver<u64> {
+        self.committed_epoch.subscribe()
+    }
+
+    /// A reader of stored batches that does not hold up commits.
+    pub async fn slice_reader(&self) -> weir_state::SliceReader {
+        self.store.lock().await.slice_reader()
     }
 }
 

@@ -107,6 +107,7 @@ impl Database {
             failures: std::sync::Mutex::new(BTreeMap::new()),
             restored_outputs: std::sync::Mutex::new(outputs),
             recovered_state_format,
+            sink_deliveries: Default::default(),
         }))
     }
 

@@ -42,7 +42,7 @@ mod tests;
 
 pub use batch::{ChangeBatch, KeyRouter};
 pub use cluster::serve_process;
-pub use sink::{Blackhole, Sink};
+pub use sink::{from_log_batch, log_batch, log_schema, Blackhole, EpochLog, Sink, WEIGHT_COLUMN};
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
     apply_output, catch_up, check_memory, deliver, is_counted, EarlyDeltas, MemoryBudgetExceeded,
@@ -57,7 +57,7 @@ use datafusion::error::DataFusionError;
 use tokio::sync::{mpsc, oneshot};
 use weir_state::{TableChange, TableId, TableSnapshot};
 
-use crate::OperatorInfo;
+use crate::{Changes, OperatorInfo};
 
 /// A view being created: the changes to the relations it reads after its
 /// snapshot, queued for its catch-up.
@@ -106,6 +106,9 @@ pub struct ViewPart {
     pub positions: BTreeMap<String, Vec<u64>>,
     /// Views that stopped in this epoch; their tables are not in `tables`.
     pub failures: Vec<ViewFailed>,
+    /// The epoch's changes of each sink that delivers after the commit
+    /// (see [`EpochLog`]), by the sink's output table.
+    pub sink_changes: BTreeMap<TableId, Changes>,
 }
 
 /// A view that stopped for good, and why.

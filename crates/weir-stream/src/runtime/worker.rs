@@ -1018,7 +1018,9 @@ fn add_tables(
     part: &mut ViewPart,
 ) -> datafusion::error::Result<()> {
     if let Some(sink) = view.sink.as_mut() {
-        sink.cut(part.epoch)?;
+        if let Some(changes) = sink.cut(part.epoch)? {
+            part.sink_changes.insert(view.id, changes);
+        }
     }
     let snapshot = view.output.snapshot();
     let early = std::mem::take(&mut view.early);

@@ -14,14 +14,13 @@
 //! installed PostgreSQL binaries on a free loopback port, stopped by its
 //! process id. Without either the test fails.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::common::TestServer;
+use crate::reference_postgres::{self, connect, Postgres};
 
 /// How many corpus statements Weir is known to answer differently (see
 /// `docs/differential.md`): 34 of 694, 5%. The target is at most 5%; the
@@ -138,144 +137,12 @@ async fn run(client: &Client, sql: &str) -> Outcome {
     Outcome::Rows { columns, rows }
 }
 
-/// A PostgreSQL server this test started; stopped by its process id.
-struct Postgres {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // Fast shutdown: SIGTERM would wait for the clients to leave.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGINT);
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// The newest installed PostgreSQL's `bin` folder.
-fn postgres_bin() -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin"))
-        .filter(|p| p.join("initdb").exists())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!(
-            "the differential test needs PostgreSQL: install Debian's `postgresql` package \
-             or set WEIR_TEST_POSTGRES_URL to a server on loopback"
-        )
-    })
-}
-
-/// The uid and gid of the `postgres` user, when running as root (which
-/// PostgreSQL refuses to run as).
-fn postgres_user() -> Option<(u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(':').collect();
-        (fields.first() == Some(&"postgres"))
-            .then(|| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
-            .flatten()
-    })
-}
-
-/// Starts PostgreSQL on a free loopback port; returns it and its URL.
-fn start_postgres() -> (Postgres, String) {
-    let bin = postgres_bin();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let user = postgres_user();
-    let as_user = |command: &mut Command| {
-        if let Some((uid, gid)) = user {
-            command.uid(uid).gid(gid);
-        }
-    };
-    if let Some((uid, gid)) = user {
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown the data dir");
-    }
-    let data = dir.path().join("data");
-    let mut initdb = Command::new(bin.join("initdb"));
-    initdb
-        .args([
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--locale=C.UTF-8",
-        ])
-        .arg("-D")
-        .arg(&data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    as_user(&mut initdb);
-    assert!(initdb.status().expect("run initdb").success(), "initdb");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let mut postgres = Command::new(bin.join("postgres"));
-    postgres
-        .arg("-D")
-        .arg(&data)
-        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-        .arg("-k")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    as_user(&mut postgres);
-    let child = postgres.spawn().expect("start postgres");
-    let server = Postgres { child, _dir: dir };
-    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "postgres did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (server, url)
-}
-
-async fn connect(url: &str) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match tokio_postgres::connect(url, NoTls).await {
-            Ok((client, connection)) => {
-                tokio::spawn(connection);
-                return client;
-            }
-            Err(e) if Instant::now() > deadline => panic!("connect to {url}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// A fresh database on the reference PostgreSQL, with Weir's session
 /// defaults (UTC, ISO dates).
 async fn reference_database() -> (Option<Postgres>, Client) {
-    let (server, url) = match std::env::var("WEIR_TEST_POSTGRES_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let (server, url) = start_postgres();
-            (Some(server), url)
-        }
-    };
-    let admin = connect(&url).await;
     // Named as Weir's database is, so that `current_database()` compares.
-    let name = "weir";
-    for statement in [
-        format!("DROP DATABASE IF EXISTS {name}"),
-        format!("CREATE DATABASE {name}"),
-    ] {
-        admin.batch_execute(&statement).await.unwrap();
-    }
-    let client = connect(&format!("{url} dbname={name}")).await;
+    let (server, url) = reference_postgres::fresh_database("weir").await;
+    let client = connect(&url).await;
     client
         .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'")
         .await

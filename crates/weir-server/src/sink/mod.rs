@@ -1,0 +1,192 @@
+//! `CREATE SINK`, `SHOW SINKS`: views whose output goes to a connector
+//! (see `weir_stream::runtime::Sink`).
+//!
+//! | module | holds |
+//! |---|---|
+//! | `postgres` | the PostgreSQL sink: its options, and one epoch delivered in one transaction |
+//! | `delivery` | the tasks that deliver each committed epoch of the sinks that deliver after commit |
+
+mod delivery;
+mod postgres;
+
+pub use delivery::{run_deliveries, SinkDeliveries};
+
+use crate::catalog::{ColumnDef, SinkDef};
+use crate::database::Database;
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Session};
+use weir_stream::runtime::{Blackhole, EpochLog, Sink};
+
+/// The sink `WITH (...)` describes, checked.
+pub fn definition(options: &[(String, String)]) -> WeirResult<SinkDef> {
+    let connector = options
+        .iter()
+        .find(|(key, _)| key == "connector")
+        .map(|(_, value)| value.to_ascii_lowercase());
+    let rest: Vec<(String, String)> = options
+        .iter()
+        .filter(|(key, _)| key != "connector")
+        .cloned()
+        .collect();
+    match connector.as_deref() {
+        Some("blackhole") => {
+            for (key, value) in &rest {
+                // RisingWave's output kinds: a blackhole takes either.
+                if !(key == "type" && matches!(value.as_str(), "append-only" | "upsert")) {
+                    return Err(unrecognized(key, value));
+                }
+            }
+            Ok(SinkDef {
+                connector: "blackhole".into(),
+                options: rest,
+            })
+        }
+        Some("postgres") => {
+            postgres::PostgresSink::parse(&rest)?;
+            Ok(SinkDef {
+                connector: "postgres".into(),
+                options: rest,
+            })
+        }
+        Some(other) => Err(WeirError::unsupported(format!(
+            "sink connector '{other}' (Weir has 'blackhole' and 'postgres')"
+        ))),
+        None => Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "CREATE SINK needs WITH (connector = '...')",
+        )),
+    }
+}
+
+/// An option no connector knows.
+fn unrecognized(key: &str, value: &str) -> WeirError {
+    WeirError::new(
+        SqlState::INVALID_PARAMETER_VALUE,
+        format!("sink option \"{key}\" = '{value}' is not recognized"),
+    )
+}
+
+/// Checks a new sink against the query it delivers (`columns`, and
+/// whether its output only inserts) and, for an external system, that the
+/// system takes it: the PostgreSQL sink connects and checks its table.
+pub async fn check(def: &SinkDef, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
+    if def.connector == "postgres" {
+        let sink = postgres::PostgresSink::parse(&def.options)?;
+        sink.check_query(columns, append_only)?;
+        sink.check_target(columns).await?;
+    }
+    Ok(())
+}
+
+/// Whether a sink delivers each committed epoch to another system (its
+/// epochs' changes are checkpointed until it has).
+pub fn delivers_after_commit(def: &SinkDef) -> bool {
+    def.connector == "postgres"
+}
+
+/// What a sink's output goes to in the stream runtime (the only
+/// connectors [`definition`] lets into the catalog).
+pub fn open(def: &SinkDef) -> Box<dyn Sink> {
+    if delivers_after_commit(def) {
+        Box::new(EpochLog::default())
+    } else {
+        Box::new(Blackhole)
+    }
+}
+
+/// One sink as `SHOW SINKS` and `weir_sink_deliveries` show it.
+pub struct SinkReport {
+    /// The sink.
+    pub name: String,
+    /// Its connector.
+    pub connector: String,
+    /// Rows its query put out since the server started.
+    pub rows_out: u64,
+    /// Where its delivery stands, for a sink that delivers after commit.
+    pub delivery: Option<DeliveryReport>,
+}
+
+/// Where a sink's delivery of committed epochs stands.
+pub struct DeliveryReport {
+    /// The newest epoch the target has applied.
+    pub delivered_epoch: u64,
+    /// Committed epochs whose changes wait in the checkpoint.
+    pub pending_epochs: u64,
+    /// Their rows (changes with a weight).
+    pub pending_rows: u64,
+    /// Why the last attempt failed, until one succeeds.
+    pub last_error: Option<String>,
+}
+
+/// Every sink of the committed catalog, by name.
+pub fn reports(db: &Database) -> Vec<SinkReport> {
+    let catalog = db.committed().catalog.clone();
+    let counters = db.view_counters();
+    let manifest = db.last_manifest();
+    let mut reports = Vec::new();
+    for def in catalog.materialized_views.values() {
+        let Some(sink) = &def.sink else { continue };
+        let delivery = delivers_after_commit(sink).then(|| {
+            let status = db.sink_deliveries.status(def.id);
+            let waiting: Vec<_> = manifest
+                .iter()
+                .flat_map(|m| m.sinks.get(&def.id))
+                .flatten()
+                .filter(|p| p.epoch > status.delivered_epoch)
+                .collect();
+            DeliveryReport {
+                delivered_epoch: status.delivered_epoch,
+                pending_epochs: waiting.len() as u64,
+                pending_rows: waiting.iter().map(|p| p.rows).sum(),
+                last_error: status.last_error,
+            }
+        });
+        reports.push(SinkReport {
+            name: def.name.clone(),
+            connector: sink.connector.clone(),
+            rows_out: counters.get(&def.name).map_or(0, |c| c.rows_out),
+            delivery,
+        });
+    }
+    reports
+}
+
+/// `SHOW SINKS`: each sink, its connector, the rows its query put out
+/// since the server started and, for a sink that delivers committed
+/// epochs, the last epoch delivered, what waits in the checkpoint for
+/// delivery and the last delivery error.
+pub fn show(session: &Session) -> WeirResult<Output> {
+    let mut columns: [Vec<String>; 7] = Default::default();
+    for report in reports(&session.db) {
+        let delivery = report.delivery.as_ref();
+        let figure = |value: fn(&DeliveryReport) -> u64| {
+            delivery.map_or(String::new(), |d| value(d).to_string())
+        };
+        let row = [
+            report.name.clone(),
+            report.connector.clone(),
+            report.rows_out.to_string(),
+            figure(|d| d.delivered_epoch),
+            figure(|d| d.pending_epochs),
+            figure(|d| d.pending_rows),
+            delivery
+                .and_then(|d| d.last_error.clone())
+                .unwrap_or_default(),
+        ];
+        for (column, value) in columns.iter_mut().zip(row) {
+            column.push(value);
+        }
+    }
+    Output::text_columns(
+        &[
+            "name",
+            "connector",
+            "rows_delivered",
+            "delivered_epoch",
+            "pending_epochs",
+            "pending_rows",
+            "last_error",
+        ],
+        columns.into(),
+    )
+}
