@@ -29,6 +29,7 @@ pub const QUERIES: &[(&str, &str)] = &[
     ("q7", include_str!("../../../sql-tests/nexmark/q7.sql")),
     ("q8", include_str!("../../../sql-tests/nexmark/q8.sql")),
     ("q9", include_str!("../../../sql-tests/nexmark/q9.sql")),
+    ("q10", include_str!("../../../sql-tests/nexmark/q10.sql")),
     ("q11", include_str!("../../../sql-tests/nexmark/q11.sql")),
     ("q12", include_str!("../../../sql-tests/nexmark/q12.sql")),
     ("q13", include_str!("../../../sql-tests/nexmark/q13.sql")),
@@ -61,7 +62,8 @@ fn kinds(events: u64) -> BTreeMap<String, u64> {
 }
 
 /// Query `name` over a stream of `events` events, as a view or as a
-/// blackhole sink.
+/// blackhole sink (q10, "log to file system", as a file sink into a
+/// fresh folder: it exists to measure writing every bid out).
 pub fn workload(name: &str, events: u64, blackhole: bool) -> anyhow::Result<Workload> {
     let query = crate::stream::find_query(QUERIES, name)?;
     let mut setup = String::new();
@@ -88,6 +90,8 @@ pub fn workload(name: &str, events: u64, blackhole: bool) -> anyhow::Result<Work
         update_auctions: false,
         check: None,
         blackhole,
+        file_sink: (name == "q10" && blackhole)
+            .then(|| std::env::temp_dir().join(format!("weir-bench-q10-{}", std::process::id()))),
     })
 }
 

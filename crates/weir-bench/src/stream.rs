@@ -77,6 +77,10 @@ pub struct Workload {
     /// Run the query as a blackhole sink (`CREATE SINK v ... WITH
     /// (connector = 'blackhole')`): its output is discarded, not kept.
     pub blackhole: bool,
+    /// With `blackhole`: a file sink into this folder instead (one
+    /// Parquet object per epoch); the run ends once it wrote every epoch,
+    /// and the folder is removed afterwards.
+    pub file_sink: Option<std::path::PathBuf>,
 }
 
 /// How to run a workload.
@@ -141,6 +145,7 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
         update_auctions: join,
         check: check.map(|sql| (sql.to_string(), rows)),
         blackhole: false,
+        file_sink: None,
     })
 }
 
@@ -285,11 +290,15 @@ async fn measure(
     let bytes_before = crate::show(&client, "bytes_written").await?;
     let cpu_before = cpu_time()?;
     let started = Instant::now();
-    let create = match load.blackhole {
-        true => format!(
-            "CREATE SINK v AS {} WITH (connector = 'blackhole')",
-            load.query
+    let sink = match &load.file_sink {
+        Some(folder) => format!(
+            "connector = 'filesystem', path = '{}', format = 'parquet'",
+            folder.display()
         ),
+        None => "connector = 'blackhole'".to_owned(),
+    };
+    let create = match load.blackhole {
+        true => format!("CREATE SINK v AS {} WITH ({sink})", load.query),
         false => format!("CREATE MATERIALIZED VIEW v AS {}", load.query),
     };
     client.batch_execute(&create).await?;
@@ -347,9 +356,16 @@ async fn measure(
         updater.abort();
     }
     client.batch_execute("CHECKPOINT").await?;
+    if load.file_sink.is_some() {
+        wait_delivered(&client).await?;
+    }
     let wall = started.elapsed();
     let cpu = cpu_time()? - cpu_before;
     verify(&client, load).await?;
+    if let Some(folder) = &load.file_sink {
+        std::fs::remove_dir_all(folder)
+            .with_context(|| format!("removing the sink's folder {}", folder.display()))?;
+    }
     let epochs = crate::show(&client, "epochs_committed").await? - epochs_before;
     let bytes_written = crate::show(&client, "bytes_written").await? - bytes_before;
     let (commit_p50_ms, commit_p99_ms) = commit_percentiles(&client).await?;
@@ -366,6 +382,30 @@ async fn measure(
         commit_p99_ms,
         bytes_written,
     })
+}
+
+/// Waits until sink `v` delivered every committed epoch.
+async fn wait_delivered(client: &Client) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let row = client
+            .query_one(
+                "SELECT CAST(pending_epochs AS BIGINT), last_error FROM weir_sink_deliveries \
+                 WHERE sink = 'v'",
+                &[],
+            )
+            .await?;
+        let pending: i64 = row.get(0);
+        if pending == 0 {
+            return Ok(());
+        }
+        let error: Option<String> = row.get(1);
+        ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "the sink still has {pending} epochs to deliver (last error: {error:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Checks the view against what the sources produced.

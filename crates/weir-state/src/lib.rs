@@ -44,7 +44,8 @@ pub use manifest::{
     DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
 };
 pub use store::{
-    CommitStats, EpochDelta, SinkChange, SliceReader, StateStore, StoreConfig, TableChange,
+    open_location, CommitStats, EpochDelta, SinkChange, SliceReader, StateStore, StoreConfig,
+    TableChange,
 };
 pub use table::{
     rows_after, DeltaBatches, KeyMatch, KeyViolation, RowPosition, StateTable, TableSnapshot,

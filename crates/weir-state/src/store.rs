@@ -157,30 +157,7 @@ impl StateStore {
     /// settings come from the usual `AWS_*` environment variables) or
     /// `file:///path`.
     pub fn open(location: &str, config: StoreConfig) -> StateResult<Self> {
-        let (store, root): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
-            let url = url::Url::parse(location)
-                .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
-            match url.scheme() {
-                "s3" | "s3a" => {
-                    let store = AmazonS3Builder::from_env().with_url(url.as_str()).build()?;
-                    let root = Path::from_url_path(url.path())
-                        .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
-                    (Arc::new(store), root)
-                }
-                "file" => {
-                    let dir = url.to_file_path().map_err(|_| {
-                        StateError::InvalidLocation(format!("{location}: not a local path"))
-                    })?;
-                    (local_dir(&dir)?, Path::default())
-                }
-                _ => {
-                    let (store, root) = object_store::parse_url(&url)?;
-                    (Arc::from(store), root)
-                }
-            }
-        } else {
-            (local_dir(std::path::Path::new(location))?, Path::default())
-        };
+        let (store, root) = open_location(location)?;
         Ok(Self::with_store(store, root, config))
     }
 
@@ -627,6 +604,38 @@ impl StateStore {
             }
         }
     }
+}
+
+/// The object store and root path a location names: a local folder
+/// (created if missing), `file://`, `s3://bucket/prefix` (credentials and
+/// endpoint from the environment, as `AmazonS3Builder::from_env` reads
+/// them), or another URL `object_store` knows.
+pub fn open_location(location: &str) -> StateResult<(Arc<dyn ObjectStore>, Path)> {
+    let (store, root): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
+        let url = url::Url::parse(location)
+            .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
+        match url.scheme() {
+            "s3" | "s3a" => {
+                let store = AmazonS3Builder::from_env().with_url(url.as_str()).build()?;
+                let root = Path::from_url_path(url.path())
+                    .map_err(|e| StateError::InvalidLocation(format!("{location}: {e}")))?;
+                (Arc::new(store), root)
+            }
+            "file" => {
+                let dir = url.to_file_path().map_err(|_| {
+                    StateError::InvalidLocation(format!("{location}: not a local path"))
+                })?;
+                (local_dir(&dir)?, Path::default())
+            }
+            _ => {
+                let (store, root) = object_store::parse_url(&url)?;
+                (Arc::from(store), root)
+            }
+        }
+    } else {
+        (local_dir(std::path::Path::new(location))?, Path::default())
+    };
+    Ok((store, root))
 }
 
 fn local_dir(dir: &std::path::Path) -> StateResult<Arc<dyn ObjectStore>> {

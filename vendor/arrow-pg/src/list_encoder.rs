@@ -159,12 +159,15 @@ pub fn encode_list<T: Encoder>(
             Ok(())
         }
         DataType::Decimal128(_, s) => {
+            // Weir: exact, as a scalar `numeric` is written (rust_decimal
+            // holds 96 bits and panicked on larger values, which closed
+            // the connection).
             let value: Vec<_> = arr
                 .as_any()
                 .downcast_ref::<Decimal128Array>()
                 .unwrap()
                 .iter()
-                .map(|ov| ov.map(|v| Decimal::from_i128_with_scale(v, *s as u32)))
+                .map(|ov| ov.map(|v| crate::numeric::PgNumeric::from_i128(v, *s)))
                 .collect();
             encoder.encode_field(&value, pg_field)
         }

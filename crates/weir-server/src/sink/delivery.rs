@@ -3,26 +3,30 @@
 //!
 //! The manifest of each committed epoch lists, per such sink, the epochs
 //! whose changes it has not delivered yet, with where they are stored
-//! (`Manifest::sinks`). A sink's task delivers them in order, each in one
-//! transaction of the target that also records the epoch, and reports the
-//! epoch delivered; the committer then drops those changes from the next
-//! manifest. After a crash the newest manifest still lists what was not
-//! reported, and the target's record says what it already applied: every
+//! (`Manifest::sinks`). A sink's task delivers them in order and reports
+//! the epoch delivered; the committer then drops those changes from the
+//! next manifest. After a crash the newest manifest still lists what was
+//! not reported; a PostgreSQL target's progress table says which of those
+//! it already applied (each epoch is one transaction that also records
+//! it), and a file target takes an epoch again as the same object: every
 //! committed epoch is applied once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use weir_state::{SliceReader, TableId};
 use weir_stream::runtime::from_log_batch;
 
+use super::file::FileSink;
 use super::postgres::{Connection, Failure, PostgresSink};
 use crate::catalog::MaterializedViewDef;
 use crate::database::Database;
+use crate::error::WeirResult;
 
 /// The longest wait between attempts to reach a failing target.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -104,26 +108,100 @@ pub async fn run_deliveries(db: Arc<Database>, mut shutdown: watch::Receiver<boo
     }
 }
 
-/// Delivers sink `def`'s committed epochs as they come, reconnecting with
+/// Where a sink delivers to.
+enum Target {
+    /// A PostgreSQL table, through a connection made when needed.
+    Postgres {
+        sink: Box<PostgresSink>,
+        columns: Vec<String>,
+        connection: Option<Box<Connection>>,
+    },
+    /// Parquet objects, one per epoch.
+    Files(FileSink),
+}
+
+impl Target {
+    fn open(def: &MaterializedViewDef) -> WeirResult<Self> {
+        let options = def.sink.as_ref().map(|s| s.options.as_slice());
+        let options = options.unwrap_or_default();
+        match def.sink.as_ref().map(|s| s.connector.as_str()) {
+            Some("filesystem") => Ok(Target::Files(FileSink::parse(options)?)),
+            _ => Ok(Target::Postgres {
+                sink: Box::new(PostgresSink::parse(options)?),
+                columns: def.columns.iter().map(|c| c.name.clone()).collect(),
+                connection: None,
+            }),
+        }
+    }
+
+    /// Makes the target ready (connects); returns the newest epoch of sink
+    /// `name` it has applied, where it records one.
+    async fn ready(&mut self, name: &str) -> Result<Option<u64>, Failure> {
+        let Target::Postgres {
+            sink,
+            columns,
+            connection,
+        } = self
+        else {
+            // Files record nothing: an epoch written again is the same
+            // object.
+            return Ok(None);
+        };
+        if connection.is_some() {
+            return Ok(None);
+        }
+        let fresh = sink.connect(columns).await?;
+        // What the target applied before a crash or a lost connection.
+        let applied = fresh.delivered_epoch(name).await?;
+        *connection = Some(Box::new(fresh));
+        Ok(Some(applied))
+    }
+
+    /// Delivers epoch `epoch` of sink `name`: `batch` holds its changes
+    /// as checkpointed.
+    async fn deliver(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        batch: &RecordBatch,
+    ) -> Result<(), Failure> {
+        let failed = |e: String| Failure::Deliver(format!("epoch {epoch}: {e}"));
+        let changes = from_log_batch(batch).map_err(|e| failed(e.to_string()))?;
+        match self {
+            Target::Postgres { connection, .. } => {
+                let connection = connection.as_mut().expect("ready before delivering");
+                // The rows and their weights, as the staging table's columns are.
+                let text = crate::copy_out::text_rows(batch).map_err(|e| failed(e.to_string()))?;
+                connection.deliver(name, epoch, &changes, text).await
+            }
+            Target::Files(files) => files.deliver(epoch, &changes).await,
+        }
+    }
+
+    /// Forgets a connection that failed.
+    fn reset(&mut self) {
+        if let Target::Postgres { connection, .. } = self {
+            *connection = None;
+        }
+    }
+}
+
+/// Delivers sink `def`'s committed epochs as they come, retrying with
 /// backoff while its target fails.
 async fn deliver_sink(db: Arc<Database>, def: MaterializedViewDef) {
-    let options = def.sink.as_ref().map(|s| s.options.as_slice());
-    let sink = match PostgresSink::parse(options.unwrap_or_default()) {
-        Ok(sink) => sink,
+    let mut target = match Target::open(&def) {
+        Ok(target) => target,
         Err(e) => {
             db.sink_deliveries
                 .update(def.id, |s| s.last_error = Some(e.to_string()));
             return;
         }
     };
-    let columns: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
     let reader = db.slice_reader().await;
     let mut committed = db.subscribe_committed();
-    let mut connection = None;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let attempt = deliver_pending(&db, &def, &sink, &columns, &reader, &mut connection);
-        match attempt.await {
+        match deliver_pending(&db, &def, &mut target, &reader).await {
             Ok(()) => {
                 backoff = Duration::from_millis(100);
                 db.sink_deliveries.update(def.id, |s| s.last_error = None);
@@ -135,7 +213,7 @@ async fn deliver_sink(db: Arc<Database>, def: MaterializedViewDef) {
                 warn!(sink = %def.name, error = %e, "sink delivery failed; retrying");
                 db.sink_deliveries
                     .update(def.id, |s| s.last_error = Some(e.to_string()));
-                connection = None;
+                target.reset();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -148,39 +226,26 @@ async fn deliver_sink(db: Arc<Database>, def: MaterializedViewDef) {
 async fn deliver_pending(
     db: &Database,
     def: &MaterializedViewDef,
-    sink: &PostgresSink,
-    columns: &[String],
+    target: &mut Target,
     reader: &SliceReader,
-    connection: &mut Option<Connection>,
 ) -> Result<(), Failure> {
-    if connection.is_none() {
-        let fresh = sink.connect(columns).await?;
-        // What the target applied before a crash or a lost connection.
-        let applied = fresh.delivered_epoch(&def.name).await?;
+    if let Some(applied) = target.ready(&def.name).await? {
         db.sink_deliveries.update(def.id, |s| {
             s.delivered_epoch = s.delivered_epoch.max(applied)
         });
         info!(sink = %def.name, applied, "sink connected");
-        *connection = Some(fresh);
     }
-    let connection = connection.as_mut().expect("connected above");
     let pending = db
         .last_manifest()
         .and_then(|m| m.sinks.get(&def.id).cloned())
         .unwrap_or_default();
     let delivered = db.sink_deliveries.delivered(def.id);
     for part in pending.iter().filter(|p| p.epoch > delivered) {
-        let failed = |e: String| Failure::Deliver(format!("epoch {}: {e}", part.epoch));
         let batch = reader
             .read(&part.slice)
             .await
-            .map_err(|e| failed(e.to_string()))?;
-        let changes = from_log_batch(&batch).map_err(|e| failed(e.to_string()))?;
-        // The rows and their weights, as the staging table's columns are.
-        let text = crate::copy_out::text_rows(&batch).map_err(|e| failed(e.to_string()))?;
-        connection
-            .deliver(&def.name, part.epoch, &changes, text)
-            .await?;
+            .map_err(|e| Failure::Deliver(format!("epoch {}: {e}", part.epoch)))?;
+        target.deliver(&def.name, part.epoch, &batch).await?;
         db.sink_deliveries
             .update(def.id, |s| s.delivered_epoch = part.epoch);
     }

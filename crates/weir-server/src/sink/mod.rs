@@ -4,9 +4,11 @@
 //! | module | holds |
 //! |---|---|
 //! | `postgres` | the PostgreSQL sink: its options, and one epoch delivered in one transaction |
+//! | `file` | the file sink: each epoch's rows as one Parquet object |
 //! | `delivery` | the tasks that deliver each committed epoch of the sinks that deliver after commit |
 
 mod delivery;
+mod file;
 mod postgres;
 
 pub use delivery::{run_deliveries, SinkDeliveries};
@@ -48,8 +50,15 @@ pub fn definition(options: &[(String, String)]) -> WeirResult<SinkDef> {
                 options: rest,
             })
         }
+        Some("filesystem") => {
+            file::FileSink::parse(&rest)?;
+            Ok(SinkDef {
+                connector: "filesystem".into(),
+                options: rest,
+            })
+        }
         Some(other) => Err(WeirError::unsupported(format!(
-            "sink connector '{other}' (Weir has 'blackhole' and 'postgres')"
+            "sink connector '{other}' (Weir has 'blackhole', 'postgres' and 'filesystem')"
         ))),
         None => Err(WeirError::new(
             SqlState::SYNTAX_ERROR,
@@ -70,18 +79,21 @@ fn unrecognized(key: &str, value: &str) -> WeirError {
 /// whether its output only inserts) and, for an external system, that the
 /// system takes it: the PostgreSQL sink connects and checks its table.
 pub async fn check(def: &SinkDef, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
-    if def.connector == "postgres" {
-        let sink = postgres::PostgresSink::parse(&def.options)?;
-        sink.check_query(columns, append_only)?;
-        sink.check_target(columns).await?;
+    match def.connector.as_str() {
+        "postgres" => {
+            let sink = postgres::PostgresSink::parse(&def.options)?;
+            sink.check_query(columns, append_only)?;
+            sink.check_target(columns).await
+        }
+        "filesystem" => file::FileSink::check_query(append_only),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Whether a sink delivers each committed epoch to another system (its
 /// epochs' changes are checkpointed until it has).
 pub fn delivers_after_commit(def: &SinkDef) -> bool {
-    def.connector == "postgres"
+    matches!(def.connector.as_str(), "postgres" | "filesystem")
 }
 
 /// What a sink's output goes to in the stream runtime (the only

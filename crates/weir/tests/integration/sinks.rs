@@ -1,12 +1,17 @@
-//! The PostgreSQL sink against a real PostgreSQL (see
-//! `reference_postgres`): upserts and appends applied per epoch, the
-//! errors of sinks it cannot deliver, a target that fails for a while
-//! (changes wait in the checkpoint, shown by `SHOW SINKS`, and arrive
-//! once it is back), and exactly-once delivery through SIGKILL cycles of
-//! a server reading a datagen source.
+//! Sinks that deliver committed epochs: the PostgreSQL sink against a
+//! real PostgreSQL (see `reference_postgres`): upserts and appends applied
+//! per epoch, the errors of sinks it cannot deliver, a target that fails
+//! for a while (changes wait in the checkpoint, shown by `SHOW SINKS`, and
+//! arrive once it is back); the file sink's Parquet objects; and both
+//! delivering every row exactly once through SIGKILL cycles of a server
+//! reading a datagen source.
 
+use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Array, Int64Array, StringArray};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
@@ -184,15 +189,17 @@ async fn postgres_sinks_apply_each_epoch_and_refuse_what_they_cannot_deliver() {
     .unwrap();
     let target_totals = "SELECT k, n, s::text, label FROM totals";
     let weir_totals = "SELECT k, count(*), sum(id)::text, max(v) FROM t GROUP BY k";
+    let totals_delivered = || {
+        wait_delivered(
+            &target,
+            target_totals,
+            &weir,
+            weir_totals,
+            Duration::from_secs(30),
+        )
+    };
     // The backfill (the rows before the sink) is delivered too.
-    wait_delivered(
-        &target,
-        target_totals,
-        &weir,
-        weir_totals,
-        Duration::from_secs(30),
-    )
-    .await;
+    totals_delivered().await;
     for statements in [
         "INSERT INTO t SELECT i, i % 7, 'v' || i FROM generate_series(3, 300) AS g(i)",
         "UPDATE t SET k = 3, v = 'moved' WHERE id < 40",
@@ -203,14 +210,7 @@ async fn postgres_sinks_apply_each_epoch_and_refuse_what_they_cannot_deliver() {
     ] {
         weir.batch_execute(statements).await.unwrap();
     }
-    let delivered = wait_delivered(
-        &target,
-        target_totals,
-        &weir,
-        weir_totals,
-        Duration::from_secs(30),
-    )
-    .await;
+    let delivered = totals_delivered().await;
     assert_eq!(delivered.len(), 6, "groups 0-6 but 5: {delivered:?}");
     let events = wait_delivered(
         &target,
@@ -256,14 +256,7 @@ async fn postgres_sinks_apply_each_epoch_and_refuse_what_they_cannot_deliver() {
         .batch_execute("ALTER TABLE totals_away RENAME TO totals")
         .await
         .unwrap();
-    wait_delivered(
-        &target,
-        target_totals,
-        &weir,
-        weir_totals,
-        Duration::from_secs(30),
-    )
-    .await;
+    totals_delivered().await;
     wait_status(&weir, "totals_sink", |(_, pending, rows, error)| {
         (*pending, *rows, error.as_str()) == (0, 0, "")
     })
@@ -298,6 +291,7 @@ async fn a_postgres_sink_delivers_every_epoch_once_through_sigkill_cycles() {
         )
         .await
         .unwrap();
+    let files = tempfile::tempdir().unwrap();
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms"]).await;
     let weir = server.client().await;
     weir.batch_execute(&format!(
@@ -306,9 +300,12 @@ async fn a_postgres_sink_delivers_every_epoch_once_through_sigkill_cycles() {
              fields.id.kind = 'sequence', fields.k.min = '0', fields.k.max = '9');
          CREATE SINK all_rows_sink AS SELECT id, k FROM src WITH ({});
          CREATE SINK per_key_sink AS SELECT k, count(*) AS n, sum(id)::bigint AS s \
-             FROM src GROUP BY k WITH ({}, primary_key = 'k')",
+             FROM src GROUP BY k WITH ({}, primary_key = 'k');
+         CREATE SINK files_sink AS SELECT id, k FROM src \
+             WITH (connector = 'filesystem', path = '{}', format = 'parquet')",
         sink_options(&url, "all_rows", "append-only"),
         sink_options(&url, "per_key", "upsert"),
+        files.path().display(),
     ))
     .await
     .unwrap();
@@ -373,5 +370,124 @@ async fn a_postgres_sink_delivers_every_epoch_once_through_sigkill_cycles() {
         *delivered > 0 && *pending == 0 && error.is_empty()
     })
     .await;
+    // The files hold every row once too: an epoch written again before a
+    // kill and after it is the same object.
+    wait_status(&weir, "files_sink", |(_, pending, _, error)| {
+        *pending == 0 && error.is_empty()
+    })
+    .await;
+    let (objects, rows) = parquet_ids(files.path());
+    let mut ids = rows.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (rows.len() as u64, ids.len() as u64),
+        (TOTAL_ROWS, TOTAL_ROWS),
+        "{objects} objects"
+    );
     server.kill();
+}
+
+/// The Parquet objects a file sink wrote under `dir` (each named by its
+/// epoch), and the `id` column of all their rows.
+fn parquet_ids(dir: &Path) -> (usize, Vec<i64>) {
+    let mut objects = 0;
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let epoch = name
+            .strip_suffix(".parquet")
+            .unwrap_or_else(|| panic!("{name}: a file sink writes only <epoch>.parquet"));
+        assert!(
+            epoch.len() == 20 && epoch.bytes().all(|b| b.is_ascii_digit()),
+            "{name}"
+        );
+        objects += 1;
+        for batch in ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+        {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("id").expect("an id column");
+            let column = column.as_any().downcast_ref::<Int64Array>().unwrap();
+            ids.extend(column.values().iter().copied());
+        }
+    }
+    (objects, ids)
+}
+
+#[tokio::test]
+async fn file_sinks_write_each_committed_epoch_as_one_parquet_object() {
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().display().to_string();
+    let server = TestServer::start().await;
+    let weir = server.client().await;
+    weir.batch_execute(
+        "CREATE TABLE t (id bigint PRIMARY KEY, v text);
+         CREATE TABLE e (id bigint, v text) APPEND ONLY",
+    )
+    .await
+    .unwrap();
+    for (sql, state) in [
+        (format!("CREATE SINK f AS SELECT * FROM t WITH (connector = 'filesystem', path = '{path}')"), "22023"),
+        (format!("CREATE SINK f AS SELECT * FROM e WITH (connector = 'filesystem', path = '{path}', format = 'csv')"), "0A000"),
+        ("CREATE SINK f AS SELECT * FROM e WITH (connector = 'filesystem')".to_owned(), "22023"),
+        (format!("CREATE SINK f AS SELECT * FROM e WITH (connector = 'filesystem', path = '{path}', colour = 'red')"), "22023"),
+    ] {
+        assert_eq!(sqlstate(&weir, &sql).await, state, "{sql}");
+    }
+    weir.batch_execute("INSERT INTO e VALUES (1, 'before the sink')")
+        .await
+        .unwrap();
+    weir.batch_execute(&format!(
+        "CREATE SINK f AS SELECT id, v FROM e WHERE id % 10 <> 7 \
+         WITH (connector = 'filesystem', path = '{path}', format = 'parquet', type = 'append-only')"
+    ))
+    .await
+    .unwrap();
+    for statement in [
+        "INSERT INTO e VALUES (2, 'a'), (2, 'a'), (3, NULL)",
+        "INSERT INTO e SELECT i, 'row ' || i FROM generate_series(4, 1000) AS g(i)",
+        "INSERT INTO e VALUES (17, 'filtered out'), (1001, 'last')",
+    ] {
+        weir.batch_execute(statement).await.unwrap();
+    }
+    weir.batch_execute("FLUSH").await.unwrap();
+    wait_status(&weir, "f", |(delivered, pending, _, error)| {
+        *delivered > 0 && *pending == 0 && error.is_empty()
+    })
+    .await;
+    let (objects, mut ids) = parquet_ids(files.path());
+    assert!(
+        objects >= 4,
+        "the backfill and each statement: {objects} objects"
+    );
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = sorted_rows(&weir, "SELECT id FROM e WHERE id % 10 <> 7")
+        .await
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    expected.sort_unstable();
+    assert!(expected.windows(2).any(|w| w[0] == w[1]), "a duplicate row");
+    assert_eq!(ids, expected, "every row as often as inserted");
+    // Texts and NULLs as written.
+    let mut texts = Vec::new();
+    for entry in std::fs::read_dir(files.path()).unwrap() {
+        let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+        for batch in ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+        {
+            let batch = batch.unwrap();
+            let v = batch.column_by_name("v").unwrap();
+            let v = v.as_any().downcast_ref::<StringArray>().unwrap();
+            texts.extend((0..v.len()).map(|i| v.is_valid(i).then(|| v.value(i).to_owned())));
+        }
+    }
+    assert!(texts.contains(&None) && texts.contains(&Some("before the sink".to_owned())));
+    assert!(!texts.contains(&Some("filtered out".to_owned())));
 }
