@@ -49,8 +49,9 @@ impl Sink for Blackhole {
     }
 }
 
-/// Collects each epoch's output changes and hands them back, consolidated,
-/// at the epoch's cut, for delivery after the commit.
+/// Collects each epoch's output changes and hands them back at the
+/// epoch's cut, consolidated if any removes a row, for delivery after the
+/// commit.
 #[derive(Debug, Default)]
 pub struct EpochLog {
     open: Vec<Changes>,
@@ -67,7 +68,17 @@ impl Sink for EpochLog {
         let Some(first) = parts.first() else {
             return Ok(None);
         };
-        let all = Changes::concat(&first.schema(), &parts)?.consolidate()?;
+        let all = Changes::concat(&first.schema(), &parts)?;
+        // Only removals can cancel rows; an epoch of insertions is
+        // delivered as it came (consolidating encodes every row).
+        let inserts_only = parts
+            .iter()
+            .all(|p| p.weights.values().iter().all(|&w| w > 0));
+        let all = if inserts_only {
+            all
+        } else {
+            all.consolidate()?
+        };
         Ok((!all.is_empty()).then_some(all))
     }
 }
