@@ -154,32 +154,40 @@ struct RowEncoder {
 }
 
 impl RowEncoder {
-    /// The messages of one batch's rows; encoding stops at an error.
+    /// The messages of one batch's rows; encoding stops at an error (a
+    /// panic included: see `panics.rs`).
     fn encode(&mut self, batch: &RecordBatch) -> Vec<PgWireResult<CopyData>> {
-        let mut messages = Vec::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            for (column, field) in self.fields.iter().enumerate() {
-                if let Err(error) = encode_value(
-                    &mut self.encoder,
-                    batch.column(column),
-                    row,
-                    self.schema.field(column),
-                    field,
-                ) {
-                    messages.push(Err(error));
-                    return messages;
-                }
+        let rows = (0..batch.num_rows()).map(|row| self.encode_row(batch, row));
+        let mut messages: Vec<PgWireResult<CopyData>> = Vec::with_capacity(batch.num_rows());
+        for message in crate::panics::guard_rows(rows) {
+            let failed = message.is_err();
+            messages.push(message);
+            if failed {
+                break;
             }
-            let mut data = self.encoder.take_copy();
-            if self.binary && std::mem::take(&mut self.first) {
-                // pgwire's encoder puts the file header before the first
-                // row; Weir sent it already, so that an empty result is a
-                // valid file too.
-                data = CopyData::new(data.data.slice(BINARY_HEADER_LEN..));
-            }
-            messages.push(Ok(data));
         }
         messages
+    }
+
+    /// One row's message.
+    fn encode_row(&mut self, batch: &RecordBatch, row: usize) -> PgWireResult<CopyData> {
+        for (column, field) in self.fields.iter().enumerate() {
+            encode_value(
+                &mut self.encoder,
+                batch.column(column),
+                row,
+                self.schema.field(column),
+                field,
+            )?;
+        }
+        let mut data = self.encoder.take_copy();
+        if self.binary && std::mem::take(&mut self.first) {
+            // pgwire's encoder puts the file header before the first
+            // row; Weir sent it already, so that an empty result is a
+            // valid file too.
+            data = CopyData::new(data.data.slice(BINARY_HEADER_LEN..));
+        }
+        Ok(data)
     }
 }
 

@@ -213,7 +213,11 @@ fn rows_response(
     let fields = Arc::new(fields(schema, format, options)?);
     let encoded = fields.clone();
     let data_rows = rows.flat_map(move |batch| match batch {
-        Ok(batch) => stream::iter(encode_recordbatch(encoded.clone(), batch)).left_stream(),
+        Ok(batch) => stream::iter(crate::panics::guard_rows(encode_recordbatch(
+            encoded.clone(),
+            batch,
+        )))
+        .left_stream(),
         Err(error) => stream::once(async { Err(error.into()) }).right_stream(),
     });
     Ok(QueryResponse::new(fields, data_rows))
@@ -280,11 +284,7 @@ async fn guarded<T>(work: impl std::future::Future<Output = WeirResult<T>>) -> W
     match std::panic::AssertUnwindSafe(work).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let message = crate::panics::message(panic.as_ref());
             tracing::error!(%message, "statement panicked");
             Err(WeirError::internal(format!(
                 "the statement panicked: {message}"

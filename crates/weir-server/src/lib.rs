@@ -48,6 +48,7 @@ mod numeric_display;
 mod numeric_div;
 #[cfg(test)]
 mod numeric_wire;
+mod panics;
 mod parameters;
 mod pg_functions;
 mod plan_rewrite;

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -86,12 +87,26 @@ pub async fn run_deliveries(db: Arc<Database>, mut shutdown: watch::Receiver<boo
             .map(|d| (d.id, d))
             .collect();
         tasks.retain(|id, task| {
-            let keep = live.contains_key(id);
-            if !keep {
+            if !live.contains_key(id) {
                 task.abort();
                 db.sink_deliveries.forget(*id);
+                return false;
             }
-            keep
+            if !task.is_finished() {
+                return true;
+            }
+            // A task that ended (it could not read its options, or a
+            // bug panicked) starts again below, at each commit.
+            if let Some(Err(failure)) = task.now_or_never() {
+                let message = match failure.try_into_panic() {
+                    Ok(panic) => crate::panics::message(panic.as_ref()),
+                    Err(failure) => failure.to_string(),
+                };
+                db.sink_deliveries.update(*id, |s| {
+                    s.last_error = Some(format!("the delivery task failed: {message}"))
+                });
+            }
+            false
         });
         for (id, def) in live {
             tasks
