@@ -163,4 +163,16 @@ mod tests {
         assert_eq!(net, [(1, "c".into(), 1), (2, "b".into(), 1)]);
         assert!(log.cut(3).unwrap().is_none(), "the next epoch starts empty");
     }
+
+    #[test]
+    fn an_epoch_of_insertions_keeps_each_row_as_it_came() {
+        let mut log = EpochLog::default();
+        log.write(&Changes::inserts(rows(&[1, 1], &["a", "a"])))
+            .unwrap();
+        log.write(&Changes::inserts(rows(&[2], &["b"]))).unwrap();
+        let cut = log.cut(1).unwrap().unwrap();
+        assert_eq!(cut.len(), 3, "a row added twice stays two rows");
+        assert!(cut.weights.values().iter().all(|&w| w == 1));
+        assert_eq!(cut.expand().unwrap().num_rows(), 3);
+    }
 }
