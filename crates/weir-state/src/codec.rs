@@ -26,19 +26,24 @@ pub(crate) fn encode_into(batch: &RecordBatch, out: &mut Vec<u8>) -> StateResult
 
 /// Decodes an IPC stream written by [`encode`] into one batch of `schema`.
 pub(crate) fn decode(bytes: &[u8], schema: &SchemaRef) -> StateResult<RecordBatch> {
-    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
-    let batches = reader.collect::<Result<Vec<_>, _>>()?;
-    let batch = datafusion::arrow::compute::concat_batches(schema, &batches)?;
-    Ok(batch)
+    let (_, batches) = read(bytes)?;
+    Ok(datafusion::arrow::compute::concat_batches(
+        schema, &batches,
+    )?)
 }
 
 /// Decodes an IPC stream written by [`encode`] into one batch of the
 /// schema it was written with.
 pub(crate) fn decode_stored(bytes: &[u8]) -> StateResult<RecordBatch> {
-    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
-    let schema = reader.schema();
-    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    let (schema, batches) = read(bytes)?;
     Ok(datafusion::arrow::compute::concat_batches(
         &schema, &batches,
     )?)
+}
+
+/// The schema and batches of an IPC stream.
+fn read(bytes: &[u8]) -> StateResult<(SchemaRef, Vec<RecordBatch>)> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+    let schema = reader.schema();
+    Ok((schema, reader.collect::<Result<Vec<_>, _>>()?))
 }

@@ -113,15 +113,7 @@ pub struct SliceReader {
 impl SliceReader {
     /// The batch stored at `slice`, with the schema it was written with.
     pub async fn read(&self, slice: &FileSlice) -> StateResult<RecordBatch> {
-        let mut path = self.root.clone();
-        for part in Path::from(slice.path.as_str()).parts() {
-            path = path.join(part);
-        }
-        let bytes = self
-            .store
-            .get_range(&path, slice.offset..slice.offset + slice.len)
-            .await?;
-        codec::decode_stored(&bytes)
+        codec::decode_stored(&read_range(self.store.as_ref(), &self.root, slice).await?)
     }
 }
 
@@ -397,11 +389,7 @@ impl StateStore {
     }
 
     fn absolute(&self, relative: &str) -> Path {
-        let mut path = self.root.clone();
-        for part in Path::from(relative).parts() {
-            path = path.join(part);
-        }
-        path
+        absolute(&self.root, relative)
     }
 
     async fn delete(&self, path: &Path) {
@@ -418,11 +406,7 @@ impl StateStore {
     }
 
     async fn read_slice(&self, slice: &FileSlice) -> StateResult<Bytes> {
-        let path = self.absolute(&slice.path);
-        Ok(self
-            .store
-            .get_range(&path, slice.offset..slice.offset + slice.len)
-            .await?)
+        read_range(self.store.as_ref(), &self.root, slice).await
     }
 
     /// The batch stored at `slice`, if there is one.
@@ -636,6 +620,24 @@ pub fn open_location(location: &str) -> StateResult<(Arc<dyn ObjectStore>, Path)
         (local_dir(std::path::Path::new(location))?, Path::default())
     };
     Ok((store, root))
+}
+
+/// `relative` (an object as manifests name it, relative to the state
+/// root) under `root`.
+fn absolute(root: &Path, relative: &str) -> Path {
+    let mut path = root.clone();
+    for part in Path::from(relative).parts() {
+        path = path.join(part);
+    }
+    path
+}
+
+/// The bytes of `slice`, an object range under `root`.
+async fn read_range(store: &dyn ObjectStore, root: &Path, slice: &FileSlice) -> StateResult<Bytes> {
+    let path = absolute(root, &slice.path);
+    Ok(store
+        .get_range(&path, slice.offset..slice.offset + slice.len)
+        .await?)
 }
 
 fn local_dir(dir: &std::path::Path) -> StateResult<Arc<dyn ObjectStore>> {

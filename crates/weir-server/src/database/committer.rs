@@ -108,14 +108,7 @@ impl Database {
         snapshots.extend(views.snapshots);
         let mut sink_changes = views.sink_changes;
         let mut sinks = BTreeMap::new();
-        for def in catalog.materialized_views.values() {
-            if !def
-                .sink
-                .as_ref()
-                .is_some_and(crate::sink::delivers_after_commit)
-            {
-                continue;
-            }
+        for def in crate::sink::delivering_sinks(&catalog) {
             let changes = match sink_changes.remove(&def.id) {
                 Some(changes) => Some(log_batch(&changes).map_err(WeirError::from)?),
                 None => None,

@@ -80,10 +80,7 @@ pub async fn run_deliveries(db: Arc<Database>, mut shutdown: watch::Receiver<boo
     let mut tasks: HashMap<TableId, JoinHandle<()>> = HashMap::new();
     loop {
         let catalog = db.committed().catalog.clone();
-        let live: HashMap<TableId, &MaterializedViewDef> = catalog
-            .materialized_views
-            .values()
-            .filter(|d| d.sink.as_ref().is_some_and(super::delivers_after_commit))
+        let live: HashMap<TableId, &MaterializedViewDef> = super::delivering_sinks(&catalog)
             .map(|d| (d.id, d))
             .collect();
         tasks.retain(|id, task| {

@@ -13,7 +13,7 @@ mod postgres;
 
 pub use delivery::{run_deliveries, SinkDeliveries};
 
-use crate::catalog::{ColumnDef, SinkDef};
+use crate::catalog::{Catalog, ColumnDef, MaterializedViewDef, SinkDef};
 use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -94,6 +94,14 @@ pub async fn check(def: &SinkDef, columns: &[ColumnDef], append_only: bool) -> W
 /// epochs' changes are checkpointed until it has).
 pub fn delivers_after_commit(def: &SinkDef) -> bool {
     matches!(def.connector.as_str(), "postgres" | "filesystem")
+}
+
+/// The sinks of `catalog` that deliver each committed epoch.
+pub fn delivering_sinks(catalog: &Catalog) -> impl Iterator<Item = &MaterializedViewDef> {
+    catalog
+        .materialized_views
+        .values()
+        .filter(|d| d.sink.as_ref().is_some_and(delivers_after_commit))
 }
 
 /// What a sink's output goes to in the stream runtime (the only
