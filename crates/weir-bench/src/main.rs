@@ -12,6 +12,7 @@
 
 mod nexmark;
 mod nexmark_suite;
+mod reads;
 mod server;
 mod sources;
 mod stream;
@@ -142,6 +143,31 @@ enum Bench {
         #[arg(long)]
         view: bool,
     },
+    /// Serving reads: pgbench with prepared statements (point reads on a
+    /// table key, a view key and a secondary index, and a 10-row range) at
+    /// each client count, against Weir and PostgreSQL; the view-key read
+    /// again under a datagen write load, with epoch commit latency; and
+    /// the memory of idle connections. Needs pgbench and PostgreSQL.
+    Reads {
+        /// Client counts.
+        #[arg(long, value_delimiter = ',', default_values_t = [16usize, 200])]
+        clients: Vec<usize>,
+        /// Seconds per pgbench run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Rows in the table; the view has a tenth as many keys.
+        #[arg(long, default_value_t = 100_000)]
+        rows: usize,
+        /// Rows per second of the write load's source.
+        #[arg(long, default_value_t = 100_000)]
+        write_rate: u64,
+        /// Idle connections opened to measure memory per connection.
+        #[arg(long, default_value_t = 2000)]
+        idle: usize,
+        /// Skip the PostgreSQL runs.
+        #[arg(long)]
+        no_postgres: bool,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -260,6 +286,24 @@ async fn main() -> anyhow::Result<()> {
                 seconds,
                 keys,
                 intervals,
+            })
+            .await
+        }
+        Bench::Reads {
+            clients,
+            seconds,
+            rows,
+            write_rate,
+            idle,
+            no_postgres,
+        } => {
+            reads::run(reads::ReadLoad {
+                clients,
+                seconds,
+                rows,
+                write_rate,
+                idle,
+                no_postgres,
             })
             .await
         }

@@ -93,6 +93,16 @@ impl Server {
         })
     }
 
+    /// The port it listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Bytes in the data folder.
     pub fn state_bytes(&self) -> u64 {
         fn walk(dir: &std::path::Path) -> u64 {

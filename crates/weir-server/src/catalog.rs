@@ -31,6 +31,25 @@ pub struct Catalog {
     /// Sources by name.
     #[serde(default)]
     pub sources: BTreeMap<String, SourceDef>,
+    /// Indexes (`CREATE INDEX`) by name.
+    #[serde(default)]
+    pub indexes: BTreeMap<String, IndexDef>,
+}
+
+/// An index on a table or materialized view: an order of its rows by some
+/// of its columns that lookups read (`lookup.rs`). Its content is not
+/// stored: each chunk of the relation's rows sorts itself by the index's
+/// columns when a lookup first needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// Stable id (from the same sequence as tables): its OID derives from it.
+    pub id: TableId,
+    /// Its name.
+    pub name: String,
+    /// The table or materialized view it indexes.
+    pub relation: String,
+    /// Its columns, as indices into the relation's columns.
+    pub columns: Vec<usize>,
 }
 
 /// A source: rows the server generates or pulls, read by materialized
@@ -431,6 +450,32 @@ impl Catalog {
             )),
             None => Err(undefined_relation(name)),
         }
+    }
+
+    /// The orders the rows of table or materialized view `name` can be
+    /// looked up by: its primary key or view key (unique), then its
+    /// indexes.
+    pub fn orders(&self, name: &str) -> Vec<crate::lookup::Order> {
+        let key = match (self.tables.get(name), self.materialized_views.get(name)) {
+            (Some(table), _) if !table.primary_key.is_empty() => Some(crate::lookup::Order {
+                name: format!("{name}_pkey"),
+                columns: table.primary_key.clone(),
+            }),
+            (_, Some(view)) => view.key.clone().map(|columns| crate::lookup::Order {
+                name: format!("{name}_key"),
+                columns,
+            }),
+            _ => None,
+        };
+        let indexes = self
+            .indexes
+            .values()
+            .filter(|i| i.relation == name)
+            .map(|i| crate::lookup::Order {
+                name: i.name.clone(),
+                columns: i.columns.clone(),
+            });
+        key.into_iter().chain(indexes).collect()
     }
 
     /// Names of every relation a query can read (tables, views, sources;

@@ -26,7 +26,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 
 use crate::catalog::Catalog;
-use crate::catalog_rows::{key_name, key_of, CatalogOids, KeyOid};
+use crate::catalog_rows::{key_of, CatalogOids, KeyOid};
 use crate::functions::rows_of;
 use crate::provider::PinnedSnapshot;
 
@@ -73,8 +73,11 @@ pub fn register(ctx: &SessionContext, pinned: &Arc<PinnedSnapshot>, names: &Cata
     let constraintdef = pinned.clone();
     ctx.register_udf(key_function("pg_get_constraintdef", move |oid, _| {
         let catalog = &constraintdef.get().catalog;
-        let (_, columns) = key_of(catalog, KeyOid::of(oid)?)?;
-        Some(format!("PRIMARY KEY ({})", quoted_list(&columns)))
+        let index = key_of(catalog, KeyOid::of(oid)?)?;
+        Some(format!(
+            "PRIMARY KEY ({})",
+            quoted_list(&index.column_names)
+        ))
     }));
 }
 
@@ -88,17 +91,18 @@ fn view_definition(catalog: &Catalog, name: &str) -> Option<String> {
     Some(format!(" {};", query.trim_end_matches(';')))
 }
 
-/// `pg_get_indexdef(oid [, column, pretty])`: the `CREATE INDEX` of a
-/// primary key's index, or with a column number above 0 that key column.
+/// `pg_get_indexdef(oid [, column, pretty])`: the `CREATE INDEX` of an
+/// index, or with a column number above 0 that column.
 fn indexdef_of(catalog: &Catalog, oid: i64, column: Option<i64>) -> Option<String> {
-    let (table, columns) = key_of(catalog, KeyOid::of(oid)?)?;
+    let index = key_of(catalog, KeyOid::of(oid)?)?;
     match column.filter(|c| *c > 0) {
-        Some(n) => columns.get(n as usize - 1).map(|c| quoted(c)),
+        Some(n) => index.column_names.get(n as usize - 1).map(|c| quoted(c)),
         None => Some(format!(
-            "CREATE UNIQUE INDEX {} ON public.{} USING btree ({})",
-            quoted(&key_name(table)),
-            quoted(&table.name),
-            quoted_list(&columns)
+            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            if index.primary { "UNIQUE " } else { "" },
+            quoted(&index.name),
+            quoted(index.relation),
+            quoted_list(&index.column_names)
         )),
     }
 }

@@ -96,22 +96,71 @@ pub fn key_name(table: &TableDef) -> String {
     format!("{}_pkey", table.name)
 }
 
-/// The table of a key object, and its key columns' names.
-pub fn key_of(catalog: &Catalog, key: KeyOid) -> Option<(&TableDef, Vec<&str>)> {
-    let (KeyOid::Index(id) | KeyOid::Constraint(id)) = key;
-    let table = catalog
+/// An index as `pg_catalog` shows it: a table's primary key's, or one
+/// made with `CREATE INDEX` (on a table or a materialized view).
+#[derive(Debug, Clone)]
+pub struct CatalogIndex<'a> {
+    /// The Weir id its OIDs derive from ([`KeyOid`]): the table's for a
+    /// primary key, the index's own otherwise.
+    pub id: TableId,
+    /// Its name.
+    pub name: String,
+    /// The relation it indexes.
+    pub relation: &'a str,
+    /// Its columns, as indices into the relation's.
+    pub columns: Vec<usize>,
+    /// Its columns' names.
+    pub column_names: Vec<&'a str>,
+    /// A primary key's index (unique, with a constraint).
+    pub primary: bool,
+}
+
+/// Every index of the catalog: primary keys' first, then the others.
+pub fn catalog_indexes(catalog: &Catalog) -> Vec<CatalogIndex<'_>> {
+    let primary = catalog
         .tables
         .values()
-        .find(|t| t.id % IDS_PER_KIND as u64 == id)?;
-    if table.primary_key.is_empty() {
-        return None;
-    }
-    let columns = table
-        .primary_key
-        .iter()
-        .map(|&i| table.columns[i].name.as_str())
-        .collect();
-    Some((table, columns))
+        .filter(|t| !t.primary_key.is_empty())
+        .map(|table| CatalogIndex {
+            id: table.id,
+            name: key_name(table),
+            relation: &table.name,
+            columns: table.primary_key.clone(),
+            column_names: table
+                .primary_key
+                .iter()
+                .map(|&i| table.columns[i].name.as_str())
+                .collect(),
+            primary: true,
+        });
+    let created = catalog.indexes.values().filter_map(|index| {
+        let columns = match catalog.tables.get(&index.relation) {
+            Some(table) => &table.columns,
+            None => &catalog.materialized_views.get(&index.relation)?.columns,
+        };
+        Some(CatalogIndex {
+            id: index.id,
+            name: index.name.clone(),
+            relation: &index.relation,
+            columns: index.columns.clone(),
+            column_names: index
+                .columns
+                .iter()
+                .map(|&i| columns[i].name.as_str())
+                .collect(),
+            primary: false,
+        })
+    });
+    primary.chain(created).collect()
+}
+
+/// The index (or primary key constraint) with key OID `key`.
+pub fn key_of(catalog: &Catalog, key: KeyOid) -> Option<CatalogIndex<'_>> {
+    let (KeyOid::Index(id) | KeyOid::Constraint(id)) = key;
+    catalog_indexes(catalog)
+        .into_iter()
+        .find(|i| i.id % IDS_PER_KIND as u64 == id)
+        .filter(|i| i.primary || matches!(key, KeyOid::Index(_)))
 }
 
 /// What `pg_class` showed this session about relations' OIDs.
@@ -305,12 +354,11 @@ impl WeirRows {
         let mut oids = self.names.write();
         oids.names = weir.iter().map(|(name, r)| (r.oid, name.clone())).collect();
         oids.visible = oids.names.keys().copied().collect();
-        let keys = catalog
-            .tables
-            .values()
-            .filter(|t| !t.primary_key.is_empty());
-        oids.visible
-            .extend(keys.map(|table| KeyOid::Index(table.id).oid()));
+        oids.visible.extend(
+            catalog_indexes(catalog)
+                .iter()
+                .map(|index| KeyOid::Index(index.id).oid()),
+        );
         for batch in class {
             let oid = cast(column(batch, "oid")?, &DataType::Int32)?;
             let namespace = cast(column(batch, "relnamespace")?, &DataType::Int32)?;
@@ -465,14 +513,12 @@ fn relation_oids(class: &[RecordBatch], catalog: &Catalog) -> Result<HashMap<Str
     Ok(oids)
 }
 
-/// `pg_class`: materialized views' `relkind`, tables' `relhasindex`, and
-/// a row for each primary key's index.
+/// `pg_class`: materialized views' `relkind`, `relhasindex`, and a row
+/// for each index.
 fn class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<Vec<RecordBatch>> {
-    let keyed = |name: &str| {
-        catalog
-            .tables
-            .get(name)
-            .filter(|t| !t.primary_key.is_empty())
+    let indexes = catalog_indexes(catalog);
+    let indexes_of = |name: &str| -> Vec<&CatalogIndex> {
+        indexes.iter().filter(|i| i.relation == name).collect()
     };
     let mut out = Vec::new();
     for batch in class {
@@ -501,7 +547,7 @@ fn class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<Vec<RecordBatc
         let has_index: BooleanArray = (0..batch.num_rows())
             .map(|row| {
                 let old = columns[index_at].as_boolean();
-                Some((weir(row) && keyed(names.value(row)).is_some()) || old.value(row))
+                Some((weir(row) && !indexes_of(names.value(row)).is_empty()) || old.value(row))
             })
             .collect();
         columns[index_at] = Arc::new(has_index);
@@ -522,30 +568,29 @@ fn class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<Vec<RecordBatc
             schema.field(am_at).data_type(),
         )?;
         out.push(RecordBatch::try_new(schema.clone(), columns)?);
-        // Each primary key's index: its table's row, renamed and retyped.
-        for row in 0..batch.num_rows() {
-            let Some(table) = keyed(names.value(row)).filter(|_| weir(row)) else {
-                continue;
-            };
-            let values = schema
-                .fields()
-                .iter()
-                .enumerate()
-                .map(|(i, field)| {
-                    let value = match field.name().as_str() {
-                        "oid" => ScalarValue::Int32(Some(KeyOid::Index(table.id).oid())),
-                        "relname" => ScalarValue::Utf8(Some(key_name(table))),
-                        "relkind" => ScalarValue::Utf8(Some("i".into())),
-                        "relam" => ScalarValue::Int32(Some(BTREE_AM)),
-                        "relnatts" => ScalarValue::Int32(Some(table.primary_key.len() as i32)),
-                        "relhasindex" => ScalarValue::Boolean(Some(false)),
-                        "reltype" => ScalarValue::Int32(Some(0)),
-                        _ => ScalarValue::try_from_array(batch.column(i), row)?,
-                    };
-                    value.cast_to(field.data_type())
-                })
-                .collect::<Result<Vec<_>>>()?;
-            out.push(row_batch(&schema, vec![values])?);
+        // Each index: its relation's row, renamed and retyped.
+        for row in (0..batch.num_rows()).filter(|&row| weir(row)) {
+            for index in indexes_of(names.value(row)) {
+                let values = schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, field)| {
+                        let value = match field.name().as_str() {
+                            "oid" => ScalarValue::Int32(Some(KeyOid::Index(index.id).oid())),
+                            "relname" => ScalarValue::Utf8(Some(index.name.clone())),
+                            "relkind" => ScalarValue::Utf8(Some("i".into())),
+                            "relam" => ScalarValue::Int32(Some(BTREE_AM)),
+                            "relnatts" => ScalarValue::Int32(Some(index.columns.len() as i32)),
+                            "relhasindex" => ScalarValue::Boolean(Some(false)),
+                            "reltype" => ScalarValue::Int32(Some(0)),
+                            _ => ScalarValue::try_from_array(batch.column(i), row)?,
+                        };
+                        value.cast_to(field.data_type())
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                out.push(row_batch(&schema, vec![values])?);
+            }
         }
     }
     Ok(out)
@@ -590,29 +635,27 @@ fn named_rows(schema: &SchemaRef, rows: Vec<Vec<(&str, ScalarValue)>>) -> Result
     row_batch(schema, rows)
 }
 
-/// Weir's tables with a primary key, with their `pg_class` OIDs.
-fn keyed_tables<'a>(
+/// Every index whose relation `pg_class` showed, with the relation's OIDs.
+fn shown_indexes<'a>(
     catalog: &'a Catalog,
     oids: &'a HashMap<String, Relation>,
-) -> impl Iterator<Item = (&'a TableDef, Relation)> {
-    catalog
-        .tables
-        .values()
-        .filter(|t| !t.primary_key.is_empty())
-        .filter_map(|t| oids.get(&t.name).map(|oid| (t, *oid)))
+) -> impl Iterator<Item = (CatalogIndex<'a>, Relation)> {
+    catalog_indexes(catalog)
+        .into_iter()
+        .filter_map(|i| oids.get(i.relation).map(|oid| (i.clone(), *oid)))
 }
 
-/// Key column numbers, 1-based, separated by `separator`.
-fn key_numbers(table: &TableDef, separator: &str) -> String {
-    table
-        .primary_key
+/// An index's column numbers, 1-based, separated by `separator`.
+fn column_numbers(index: &CatalogIndex, separator: &str) -> String {
+    index
+        .columns
         .iter()
         .map(|i| (i + 1).to_string())
         .collect::<Vec<_>>()
         .join(separator)
 }
 
-/// `pg_index`: a row for each primary key.
+/// `pg_index`: a row for each index.
 fn index_rows(
     schema: &SchemaRef,
     catalog: &Catalog,
@@ -620,21 +663,21 @@ fn index_rows(
 ) -> Result<RecordBatch> {
     let text = |s: String| ScalarValue::Utf8(Some(s));
     let yes = |b: bool| ScalarValue::Boolean(Some(b));
-    let rows = keyed_tables(catalog, oids)
-        .map(|(table, relation)| {
-            let keys = table.primary_key.len();
+    let rows = shown_indexes(catalog, oids)
+        .map(|(index, relation)| {
+            let keys = index.columns.len();
             let zeros = vec!["0"; keys].join(" ");
             vec![
                 (
                     "indexrelid",
-                    ScalarValue::Int32(Some(KeyOid::Index(table.id).oid())),
+                    ScalarValue::Int32(Some(KeyOid::Index(index.id).oid())),
                 ),
                 ("indrelid", ScalarValue::Int32(Some(relation.oid))),
                 ("indnatts", ScalarValue::Int32(Some(keys as i32))),
                 ("indnkeyatts", ScalarValue::Int32(Some(keys as i32))),
-                ("indisunique", yes(true)),
+                ("indisunique", yes(index.primary)),
                 ("indnullsnotdistinct", yes(false)),
-                ("indisprimary", yes(true)),
+                ("indisprimary", yes(index.primary)),
                 ("indisexclusion", yes(false)),
                 ("indimmediate", yes(true)),
                 ("indisclustered", yes(false)),
@@ -643,7 +686,7 @@ fn index_rows(
                 ("indisready", yes(true)),
                 ("indislive", yes(true)),
                 ("indisreplident", yes(false)),
-                ("indkey", text(key_numbers(table, " "))),
+                ("indkey", text(column_numbers(&index, " "))),
                 ("indcollation", text(zeros.clone())),
                 ("indclass", text(zeros.clone())),
                 ("indoption", text(zeros)),
@@ -661,14 +704,15 @@ fn constraint_rows(
 ) -> Result<RecordBatch> {
     let text = |s: &str| ScalarValue::Utf8(Some(s.to_owned()));
     let yes = |b: bool| ScalarValue::Boolean(Some(b));
-    let rows = keyed_tables(catalog, oids)
-        .map(|(table, relation)| {
+    let rows = shown_indexes(catalog, oids)
+        .filter(|(index, _)| index.primary)
+        .map(|(index, relation)| {
             vec![
                 (
                     "oid",
-                    ScalarValue::Int32(Some(KeyOid::Constraint(table.id).oid())),
+                    ScalarValue::Int32(Some(KeyOid::Constraint(index.id).oid())),
                 ),
-                ("conname", ScalarValue::Utf8(Some(key_name(table)))),
+                ("conname", ScalarValue::Utf8(Some(index.name.clone()))),
                 ("connamespace", ScalarValue::Int32(Some(relation.namespace))),
                 ("contype", text("p")),
                 ("condeferrable", yes(false)),
@@ -678,7 +722,7 @@ fn constraint_rows(
                 ("contypid", ScalarValue::Int32(Some(0))),
                 (
                     "conindid",
-                    ScalarValue::Int32(Some(KeyOid::Index(table.id).oid())),
+                    ScalarValue::Int32(Some(KeyOid::Index(index.id).oid())),
                 ),
                 ("conparentid", ScalarValue::Int32(Some(0))),
                 ("confrelid", ScalarValue::Int32(Some(0))),
@@ -690,7 +734,7 @@ fn constraint_rows(
                 ("connoinherit", yes(true)),
                 (
                     "conkey",
-                    ScalarValue::Utf8(Some(format!("{{{}}}", key_numbers(table, ",")))),
+                    ScalarValue::Utf8(Some(format!("{{{}}}", column_numbers(&index, ",")))),
                 ),
             ]
         })
@@ -823,14 +867,14 @@ fn index_attributes(
     let attnum = cast(column(attributes, "attnum")?, &DataType::Int32)?;
     let attnum = attnum.as_primitive::<Int32Type>();
     let (mut rows, mut index_oids, mut numbers) = (Vec::new(), Vec::new(), Vec::new());
-    for (table, relation) in keyed_tables(catalog, oids) {
-        for (position, key) in table.primary_key.iter().enumerate() {
+    for (index, relation) in shown_indexes(catalog, oids) {
+        for (position, key) in index.columns.iter().enumerate() {
             let row = (0..attributes.num_rows()).find(|&row| {
                 relid.value(row) == relation.oid && attnum.value(row) == *key as i32 + 1
             });
             if let Some(row) = row {
                 rows.push(row as u32);
-                index_oids.push(KeyOid::Index(table.id).oid());
+                index_oids.push(KeyOid::Index(index.id).oid());
                 numbers.push(position as i32 + 1);
             }
         }

@@ -523,6 +523,7 @@ pub async fn drop_relations(
     for name in dropped_tables {
         working.drop_table(&name);
     }
+    crate::indexes::forget_orphans(&mut working.catalog);
     crate::views::refresh_tracking(&mut working);
     working.catalog_changed();
     let epoch = working.epoch;

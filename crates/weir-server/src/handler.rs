@@ -46,6 +46,7 @@ use crate::copy::{self, CopyIn};
 use crate::database::Database;
 use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
+use crate::point_read::PointRead;
 use crate::rows::RowStream;
 use crate::session::{Output, Params, Session};
 use crate::statement;
@@ -316,6 +317,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
+        point_read: Option<&PointRead>,
     ) -> PgWireResult<WeirResult<Output>>
     where
         C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -325,7 +327,7 @@ impl Connection {
         let (sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
         session.progress = Some(sender);
         let result = {
-            let run = self.run(session, statement, params);
+            let run = self.run(session, statement, params, point_read);
             tokio::pin!(run);
             loop {
                 tokio::select! {
@@ -351,6 +353,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
+        point_read: Option<&PointRead>,
     ) -> WeirResult<Output> {
         session.settle_canceled();
         if session.transaction.as_ref().is_some_and(|b| b.is_failed())
@@ -362,7 +365,7 @@ impl Connection {
         let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
         session.statement_running = true;
         let deep = matches!(statement, WeirStatement::Sql(s) if weir_sql::is_deep(s));
-        let work = guarded(self.run_unguarded(session, statement, params));
+        let work = guarded(self.run_unguarded(session, statement, params, point_read));
         let result = off_the_runtime_if(deep, async {
             match timeout {
                 Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
@@ -417,7 +420,11 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
+        point_read: Option<&PointRead>,
     ) -> WeirResult<Output> {
+        if let Some(output) = point_read.and_then(|p| p.read(session, params)) {
+            return output;
+        }
         if statement::is_copy(statement) {
             let WeirStatement::Sql(sql) = statement else {
                 unreachable!("is_copy checked")
@@ -518,7 +525,7 @@ impl SimpleQueryHandler for Connection {
         }
         for statement in &statements {
             let result = self
-                .run_reporting(client, &mut session, statement, &None)
+                .run_reporting(client, &mut session, statement, &None, None)
                 .await?;
             send_notices(client, &mut session).await?;
             let output = match result {
@@ -632,6 +639,8 @@ pub struct Prepared {
     /// type's (`jsonb` for a parameter stored in a `jsonb` column).
     wire_types: Vec<Option<Type>>,
     schema: Option<SchemaRef>,
+    /// Set when the statement is a point read the planner need not run.
+    point_read: Option<Arc<PointRead>>,
 }
 
 /// Parses and describes statements for the extended protocol.
@@ -699,11 +708,18 @@ impl QueryParser for Parser {
             .collect();
         let mut wire_types = wire_types;
         wire_types.resize(count, None);
+        let point_read = match &statement {
+            WeirStatement::Sql(sql) => {
+                PointRead::recognise(&session.pinned.get().catalog, sql).map(Arc::new)
+            }
+            _ => None,
+        };
         Ok(Some(Prepared {
             statement: Some(statement),
             parameters,
             wire_types,
             schema,
+            point_read,
         }))
     }
 
@@ -987,14 +1003,18 @@ impl ExtendedQueryHandler for Connection {
         };
         let mut session = self.session(client).await?;
         check_alive(&session)?;
+        let point_read = prepared.point_read.as_deref();
         let result = self
-            .run_reporting(client, &mut session, statement, &params)
+            .run_reporting(client, &mut session, statement, &params, point_read)
             .await?;
         send_notices(client, &mut session).await?;
         let options = format_options(client, &session);
         let output = result?;
         if let (Output::Rows { schema, .. }, Some(described)) = (&output, &prepared.schema) {
             check_result_types(described, schema)?;
+            if let Some(point_read) = point_read {
+                point_read.learn(schema);
+            }
         }
         into_response(output, &portal.result_column_format, options)
     }

@@ -11,12 +11,13 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{col, Expr, LogicalPlanBuilder};
+use datafusion::logical_expr::{col, Expr, LogicalPlanBuilder, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use weir_state::TableSnapshot;
 
 use crate::catalog::{ColumnDef, ViewDef};
 use crate::database::{Database, DbSnapshot};
+use crate::lookup::{LookupExec, Order};
 use crate::numeric_display::DisplayScale;
 use crate::system;
 
@@ -141,7 +142,8 @@ impl SchemaProvider for PublicSchema {
             return Ok(Some(Arc::new(
                 SnapshotTable::new(table, false)
                     .in_zone(&self.time_zone())
-                    .displayed(def.columns.iter().map(table_display_scale)),
+                    .displayed(def.columns.iter().map(table_display_scale))
+                    .ordered(name, snapshot.catalog.orders(name)),
             )));
         }
         if let Some(view) = snapshot.catalog.views.get(name) {
@@ -175,13 +177,15 @@ impl SchemaProvider for PublicSchema {
                 return Ok(Some(Arc::new(
                     SnapshotTable::new(table, false)
                         .in_zone(&zone)
-                        .displayed(view.columns.iter().map(|c| c.display_scale)),
+                        .displayed(view.columns.iter().map(|c| c.display_scale))
+                        .ordered(name, snapshot.catalog.orders(name)),
                 )));
             }
             return Ok(Some(Arc::new(
                 SnapshotTable::counted(table, view.schema())
                     .in_zone(&zone)
-                    .displayed(view.columns.iter().map(|c| c.display_scale)),
+                    .displayed(view.columns.iter().map(|c| c.display_scale))
+                    .ordered(name, snapshot.catalog.orders(name)),
             )));
         }
         if let Some(source) = snapshot.catalog.sources.get(name) {
@@ -239,6 +243,10 @@ pub struct SnapshotTable {
     relabelled: bool,
     /// Each column's [`ColumnDef::display_scale`] (empty: none).
     display_scales: Vec<Option<DisplayScale>>,
+    /// The relation's name, as `EXPLAIN` shows a lookup in it.
+    relation: String,
+    /// The orders its rows can be looked up by (`lookup.rs`).
+    orders: Vec<Order>,
 }
 
 impl SnapshotTable {
@@ -253,6 +261,8 @@ impl SnapshotTable {
             counted: true,
             relabelled: false,
             display_scales: Vec::new(),
+            relation: String::new(),
+            orders: Vec::new(),
         }
     }
 
@@ -277,6 +287,8 @@ impl SnapshotTable {
             counted: false,
             relabelled: false,
             display_scales: Vec::new(),
+            relation: String::new(),
+            orders: Vec::new(),
         }
     }
 
@@ -291,6 +303,14 @@ impl SnapshotTable {
     /// with, if its definition says.
     pub fn display_scale(&self, index: usize) -> Option<DisplayScale> {
         self.display_scales.get(index).copied().flatten()
+    }
+
+    /// The table of relation `name`, whose rows can be looked up by
+    /// `orders`.
+    pub fn ordered(mut self, name: &str, orders: Vec<Order>) -> Self {
+        self.relation = name.to_owned();
+        self.orders = orders;
+        self
     }
 
     /// The table read in time zone `zone` (`time_zone.rs`).
@@ -313,11 +333,27 @@ impl TableProvider for SnapshotTable {
         TableType::Base
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if !self.with_positions && crate::lookup::usable(f, &self.schema, &self.orders) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
@@ -330,17 +366,37 @@ impl TableProvider for SnapshotTable {
             )?;
             return Ok(exec);
         }
+        // A counted view's rows are read whole, then repeated.
+        let read = if self.counted {
+            None
+        } else {
+            projection.map(Vec::as_slice)
+        };
+        let lookup = crate::lookup::plan(
+            filters,
+            &self.schema,
+            &self.table.spec().schema,
+            &self.orders,
+        );
+        let found = match &lookup {
+            Some(lookup) => self
+                .table
+                .select(&lookup.columns, &lookup.selection, read)
+                .map_err(to_df)?,
+            None => None,
+        };
+        let lookup = lookup.filter(|_| found.is_some());
+        let batches = match found {
+            Some(batches) => batches,
+            None => self.table.scan(read, false).map_err(to_df)?,
+        };
         let batches = if self.counted {
-            self.table
-                .scan(None, false)
-                .map_err(to_df)?
+            batches
                 .iter()
                 .map(|b| crate::views::expand_counted(b, projection.map(Vec::as_slice)))
                 .collect::<Result<Vec<_>>>()?
         } else {
-            self.table
-                .scan(projection.map(Vec::as_slice), false)
-                .map_err(to_df)?
+            batches
         };
         let schema = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
@@ -354,6 +410,14 @@ impl TableProvider for SnapshotTable {
         } else {
             batches
         };
-        Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?)
+        match lookup {
+            Some(lookup) => Ok(Arc::new(LookupExec::new(
+                &self.relation,
+                &lookup,
+                schema,
+                batches,
+            ))),
+            None => Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?),
+        }
     }
 }

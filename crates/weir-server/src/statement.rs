@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use datafusion::sql::sqlparser::ast::{
-    ContextModifier, Expr as SqlExpr, Reset, Set, Statement, Value,
+    ContextModifier, Expr as SqlExpr, ObjectType, Reset, Set, Statement, Value,
 };
 use weir_sql::WeirStatement;
 
@@ -112,6 +112,13 @@ pub async fn execute(
             crate::mview::create(session, create, false, None).await
         }
         Statement::CreateView(create) => ddl::create_view(session, create).await,
+        Statement::CreateIndex(create) => crate::indexes::create(session, create).await,
+        Statement::Drop {
+            object_type: ObjectType::Index,
+            if_exists,
+            names,
+            ..
+        } => crate::indexes::drop_indexes(session, names, *if_exists).await,
         Statement::Drop {
             object_type,
             if_exists,
@@ -206,6 +213,7 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
         Statement::CreateTable(_) => "CREATE TABLE".into(),
         Statement::CreateView(create) if create.materialized => "CREATE MATERIALIZED VIEW".into(),
         Statement::CreateView(_) => "CREATE VIEW".into(),
+        Statement::CreateIndex(_) => "CREATE INDEX".into(),
         Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
         _ => return None,
     })

@@ -23,7 +23,7 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::utils::{generate_sort_key, split_conjunction};
 use datafusion::logical_expr::{
     Expr, ExprSchemable, FetchType, Filter, Limit, LogicalPlan, LogicalPlanBuilder, SkipType, Sort,
-    SortExpr, TableScan, Unnest, Volatility, Window,
+    SortExpr, TableProviderFilterPushDown, TableScan, Unnest, Volatility, Window,
 };
 use datafusion::physical_expr::{
     create_physical_expr, create_physical_sort_exprs, PhysicalExprRef,
@@ -396,11 +396,23 @@ impl Builder {
         let relation = scan.table_name.table().to_owned();
         let full: SchemaRef = scan.source.schema();
         let full_df = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &full)?;
-        // The columns the projection keeps and the pushed filters look at:
+        // Filters a provider takes as exact are gone from the plan above
+        // and must run here; inexact ones (a table's key lookups,
+        // `lookup.rs` in weir-server) are still in the plan above.
+        let refs: Vec<&Expr> = scan.filters.iter().collect();
+        let exact: Vec<Expr> = scan
+            .source
+            .supports_filters_pushdown(&refs)?
+            .into_iter()
+            .zip(&scan.filters)
+            .filter(|(support, _)| *support == TableProviderFilterPushDown::Exact)
+            .map(|(_, filter)| filter.clone())
+            .collect();
+        // The columns the projection keeps and the exact filters look at:
         // a source need not produce the others.
         let read = scan.projection.as_ref().map(|projection| {
             let mut read: Vec<usize> = projection.clone();
-            for filter in &scan.filters {
+            for filter in &exact {
                 for column in filter.column_refs() {
                     if let Ok(i) = full_df.index_of_column(column) {
                         read.push(i);
@@ -412,13 +424,7 @@ impl Builder {
             read
         });
         let mut index = self.push(NodeKind::Source { relation, read }, vec![], full.clone());
-        if !scan.filters.is_empty() {
-            let predicate = scan
-                .filters
-                .iter()
-                .cloned()
-                .reduce(|a, b| a.and(b))
-                .expect("filters are not empty");
+        if let Some(predicate) = exact.into_iter().reduce(|a, b| a.and(b)) {
             let predicate = self.physical(&predicate, &full_df)?;
             index = self.push(NodeKind::Filter { predicate }, vec![index], full.clone());
         }

@@ -33,6 +33,7 @@ pub mod faulty;
 mod key_index;
 mod layout;
 mod manifest;
+mod order;
 mod row_index;
 mod store;
 mod table;
@@ -43,6 +44,7 @@ pub use key_index::{KeyId, KeyIndex, Probe};
 pub use manifest::{
     DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
 };
+pub use order::{orderable, KeySelection};
 pub use store::{
     open_location, CommitStats, EpochDelta, SinkChange, SliceReader, StateStore, StoreConfig,
     TableChange,

@@ -25,6 +25,7 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
+use crate::order::{orderable, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 
 /// Name of the hidden row id column of tables without a primary key.
@@ -156,6 +157,8 @@ struct Chunk {
     live_rows: usize,
     /// Each row's index slot: a deleted or moved row needs no key lookup.
     keys: Vec<Slot>,
+    /// The chunk's rows in the order of key columns lookups asked for.
+    orders: Arc<ChunkOrders>,
 }
 
 /// The slot holds a live key (its position is valid).
@@ -385,6 +388,7 @@ impl StateTable {
                 id,
                 batch: c.batch.clone(),
                 live: (c.live_rows < c.batch.num_rows()).then(|| c.live.clone()),
+                orders: c.orders.clone(),
             })
             .collect();
         TableSnapshot {
@@ -723,6 +727,7 @@ impl StateTable {
                 live: BooleanBuffer::new_set(rows),
                 live_rows: rows,
                 keys,
+                orders: Arc::default(),
             },
         );
         id
@@ -892,6 +897,7 @@ struct SnapshotChunk {
     batch: RecordBatch,
     /// `None` when every row of the chunk is live.
     live: Option<BooleanBuffer>,
+    orders: Arc<ChunkOrders>,
 }
 
 /// An immutable view of a table at one moment; cheap to clone.
@@ -912,6 +918,7 @@ impl TableSnapshot {
                 id: 0,
                 batch: rows,
                 live: None,
+                orders: Arc::default(),
             }]),
             rows: count,
         }
@@ -971,6 +978,42 @@ impl TableSnapshot {
             out.push(batch);
         }
         Ok(out)
+    }
+
+    /// The live rows that `selection` selects on the leading columns of
+    /// `columns` (visible column indices), found through each chunk's
+    /// order by `columns` (`order.rs`) rather than a scan; projected as in
+    /// [`TableSnapshot::scan`]. `None` if those columns cannot be looked
+    /// up by order ([`crate::order::orderable`]).
+    pub fn select(
+        &self,
+        columns: &[usize],
+        selection: &KeySelection,
+        projection: Option<&[usize]>,
+    ) -> StateResult<Option<Vec<RecordBatch>>> {
+        let schema = &self.spec.schema;
+        if columns.is_empty()
+            || columns
+                .iter()
+                .any(|&c| c >= self.spec.visible_len() || !orderable(schema.field(c).data_type()))
+        {
+            return Ok(None);
+        }
+        let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
+        let projection = projection.unwrap_or(&visible);
+        let mut out = Vec::new();
+        for chunk in self.chunks.iter() {
+            let mut rows = select_rows(&chunk.orders, &chunk.batch, columns, selection)?;
+            if let Some(live) = &chunk.live {
+                rows.retain(|&r| live.value(r as usize));
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let projected = chunk.batch.project(projection)?;
+            out.push(take_record_batch(&projected, &UInt32Array::from(rows))?);
+        }
+        Ok(Some(out))
     }
 
     /// Every live row with all stored columns, as one batch (base files).
@@ -1054,6 +1097,92 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(table.len(), 2);
+    }
+
+    /// Values of column 1 (`v`) of the rows `selection` selects by key,
+    /// sorted, with each row's key.
+    fn selected(snapshot: &TableSnapshot, selection: &KeySelection) -> Vec<(i32, String)> {
+        let mut found: Vec<(i32, String)> = snapshot
+            .select(&[0], selection, None)
+            .unwrap()
+            .expect("an integer key can be ordered")
+            .iter()
+            .flat_map(|b| {
+                let keys = b.column(0).as_primitive::<Int32Type>().clone();
+                let values = b.column(1).as_string::<i32>().clone();
+                (0..b.num_rows())
+                    .map(move |r| (keys.value(r), values.value(r).to_owned()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn lookups_by_order_see_only_live_rows_of_their_snapshot() {
+        use datafusion::arrow::array::Int32Array;
+        use std::ops::Bound;
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        // Three chunks; key 2 is replaced (its old row stays, dead, in
+        // the first chunk) and key 5 deleted.
+        table
+            .write(&[], Some(&rows(&spec, &[5, 1, 2, 9], "a")))
+            .unwrap()
+            .unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[7, 3], "b")))
+            .unwrap()
+            .unwrap();
+        let before = table.snapshot();
+        let gone = positions_of(&table, &[2, 5]);
+        table
+            .write(&gone, Some(&rows(&spec, &[2], "c")))
+            .unwrap()
+            .unwrap();
+        let after = table.snapshot();
+        let keys = |k: Vec<Option<i32>>| KeySelection::Equal(vec![Arc::new(Int32Array::from(k))]);
+        let one = |k: i32| -> ArrayRef { Arc::new(Int32Array::from(vec![k])) };
+        let s = |k: i32, v: &str| (k, v.to_owned());
+        assert_eq!(selected(&after, &keys(vec![Some(2)])), vec![s(2, "c")]);
+        assert_eq!(selected(&before, &keys(vec![Some(2)])), vec![s(2, "a")]);
+        assert_eq!(selected(&after, &keys(vec![Some(5)])), vec![]);
+        assert_eq!(selected(&before, &keys(vec![Some(5)])), vec![s(5, "a")]);
+        // An IN list, with a repeat, a miss and a NULL.
+        assert_eq!(
+            selected(
+                &after,
+                &keys(vec![Some(7), None, Some(4), Some(1), Some(7)])
+            ),
+            vec![s(1, "a"), s(7, "b")]
+        );
+        let range = KeySelection::Range {
+            lower: Bound::Excluded(one(1)),
+            upper: Bound::Included(one(7)),
+        };
+        assert_eq!(
+            selected(&after, &range),
+            vec![s(2, "c"), s(3, "b"), s(7, "b")]
+        );
+        let open = KeySelection::Range {
+            lower: Bound::Included(one(3)),
+            upper: Bound::Unbounded,
+        };
+        assert_eq!(
+            selected(&after, &open),
+            vec![s(3, "b"), s(7, "b"), s(9, "a")]
+        );
+        // A float column is not looked up by order.
+        let floats = TableSpec::with_primary_key(
+            Arc::new(Schema::new(vec![Field::new("f", DataType::Float64, false)])),
+            vec![0],
+        );
+        let empty = StateTable::new(floats).unwrap().snapshot();
+        assert!(empty
+            .select(&[0], &keys(vec![Some(1)]), None)
+            .unwrap()
+            .is_none());
     }
 
     #[test]

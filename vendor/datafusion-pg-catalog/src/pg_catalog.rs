@@ -1501,7 +1501,18 @@ pub fn setup_pg_catalog<P>(
 where
     P: PgCatalogContextProvider,
 {
-    let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
+    // Weir: the static tables are decoded once per process and shared by
+    // every session's catalog (each session used to decode its own copy:
+    // about 5 MB per connection).
+    static STATIC_TABLES: std::sync::OnceLock<Arc<PgCatalogStaticTables>> =
+        std::sync::OnceLock::new();
+    let static_tables = match STATIC_TABLES.get() {
+        Some(tables) => tables.clone(),
+        None => {
+            let tables = Arc::new(PgCatalogStaticTables::try_new()?);
+            STATIC_TABLES.get_or_init(|| tables).clone()
+        }
+    };
     let pg_catalog = Arc::new(PgCatalogSchemaProvider::try_new(
         session_context.state().catalog_list().clone(),
         static_tables.clone(),

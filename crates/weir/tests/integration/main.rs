@@ -10,6 +10,7 @@ mod crash;
 mod differential;
 mod drivers;
 mod fuzz;
+mod indexes;
 mod nexmark;
 mod protocol;
 mod psql;

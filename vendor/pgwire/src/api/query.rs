@@ -207,8 +207,10 @@ pub trait ExtendedQueryHandler: Send + Sync {
             Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
             None => client.portal_store().put_empty_statement(&name),
         }
+        // Weir: extended-protocol replies are buffered until Sync or Flush, as in
+        // PostgreSQL (one write per round trip instead of one per message).
         client
-            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
 
         Ok(())
@@ -252,8 +254,9 @@ pub trait ExtendedQueryHandler: Send + Sync {
             None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
         }
 
+        // Weir: buffered until Sync or Flush (see on_parse).
         client
-            .send(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
             .await?;
         Ok(())
     }
@@ -352,8 +355,9 @@ pub trait ExtendedQueryHandler: Send + Sync {
                     false
                 }
                 Response::Error(err) => {
+                    // Weir: buffered until Sync or Flush (see on_parse).
                     client
-                        .send(PgWireBackendMessage::ErrorResponse((*err).into()))
+                        .feed(PgWireBackendMessage::ErrorResponse((*err).into()))
                         .await?;
                     transaction_status = transaction_status.to_error_state();
                     false
@@ -388,14 +392,15 @@ pub trait ExtendedQueryHandler: Send + Sync {
                 client.feed(PgWireBackendMessage::DataRow(row?)).await?;
                 row_count += 1;
             }
+            // Weir: buffered until Sync or Flush (see on_parse).
             if fetch_result.suspended {
                 client
-                    .send(PgWireBackendMessage::PortalSuspended(PortalSuspended))
+                    .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended))
                     .await?;
             } else {
                 let tag = Tag::new(&command_tag).with_rows(row_count);
                 client
-                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .feed(PgWireBackendMessage::CommandComplete(tag.into()))
                     .await?;
             }
         }
@@ -517,8 +522,9 @@ pub trait ExtendedQueryHandler: Send + Sync {
             }
             _ => {}
         }
+        // Weir: buffered until Sync or Flush (see on_parse).
         client
-            .send(PgWireBackendMessage::CloseComplete(CloseComplete))
+            .feed(PgWireBackendMessage::CloseComplete(CloseComplete))
             .await?;
         Ok(())
     }
@@ -673,14 +679,15 @@ where
         }
     }
 
+    // Weir: buffered until Sync or Flush (see on_parse).
     if suspended {
         client
-            .send(PgWireBackendMessage::PortalSuspended(PortalSuspended))
+            .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended))
             .await?;
     } else {
         let tag = Tag::new(&command_tag).with_rows(rows);
         client
-            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .feed(PgWireBackendMessage::CommandComplete(tag.into()))
             .await?;
     }
 
@@ -732,20 +739,21 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     DR: DescribeResponse,
 {
+    // Weir: buffered until Sync or Flush (see on_parse).
     if let Some(parameter_types) = describe_response.parameters() {
         // parameter type inference
         client
-            .send(PgWireBackendMessage::ParameterDescription(
+            .feed(PgWireBackendMessage::ParameterDescription(
                 ParameterDescription::new(parameter_types.iter().map(|t| t.oid()).collect()),
             ))
             .await?;
     }
     if describe_response.is_no_data() {
-        client.send(PgWireBackendMessage::NoData(NoData)).await?;
+        client.feed(PgWireBackendMessage::NoData(NoData)).await?;
     } else {
         let row_desc = into_row_description(describe_response.fields());
         client
-            .send(PgWireBackendMessage::RowDescription(row_desc))
+            .feed(PgWireBackendMessage::RowDescription(row_desc))
             .await?;
     }
 

@@ -1,0 +1,285 @@
+//! Point reads without planning. Planning a statement in DataFusion costs
+//! far more than looking up one key, and DataFusion cannot bind new
+//! parameters into a physical plan, so a prepared statement of the shape
+//!
+//! ```sql
+//! SELECT columns FROM relation WHERE col = $1 [AND col2 = $2 ...]
+//! ```
+//!
+//! whose equalities fix the leading columns of one of the relation's
+//! orders (its primary key, a view's key, an index: `lookup.rs`) is
+//! recognised once, at Parse, as a [`PointRead`]. Its first execution goes
+//! through the planner like any statement and teaches it the result's
+//! schema (names, types and how values are written); later executions
+//! look the key up in the session's read snapshot directly and send the
+//! rows under that schema. Anything the shortcut does not cover exactly
+//! (another relation now bears the name, a parameter that does not fit
+//! the column, a `timestamptz` column, whose rows depend on the session's
+//! time zone) goes through the planner instead.
+
+use std::sync::OnceLock;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr as SqlExpr, GroupByExpr, Query, Select, SelectItem, SetExpr, Statement,
+    TableFactor, Value,
+};
+use weir_state::{KeySelection, TableId};
+
+use crate::catalog::{normalize_ident, relation_name, Catalog};
+use crate::error::WeirResult;
+use crate::session::{Output, Params, Session};
+
+/// A prepared point read (see the module documentation).
+#[derive(Debug)]
+pub struct PointRead {
+    relation: String,
+    /// The relation's id when the statement was prepared.
+    id: TableId,
+    /// The columns of the order it reads.
+    order: Vec<usize>,
+    /// For each leading column of the order: the parameter (0-based) it
+    /// equals.
+    parameters: Vec<usize>,
+    /// The columns it returns.
+    projection: Vec<usize>,
+    /// The result's schema, from the first execution.
+    schema: OnceLock<SchemaRef>,
+}
+
+impl PointRead {
+    /// The point read `statement` is, if it is one.
+    pub fn recognise(catalog: &Catalog, statement: &Statement) -> Option<PointRead> {
+        let Statement::Query(query) = statement else {
+            return None;
+        };
+        let select = plain_select(query)?;
+        let [from] = select.from.as_slice() else {
+            return None;
+        };
+        let TableFactor::Table {
+            name, args: None, ..
+        } = &from.relation
+        else {
+            return None;
+        };
+        if !from.joins.is_empty() {
+            return None;
+        }
+        let relation = relation_name(name).ok()?;
+        let (id, columns) = match (
+            catalog.tables.get(&relation),
+            catalog.materialized_views.get(&relation),
+        ) {
+            (Some(table), _) => (table.id, &table.columns),
+            (None, Some(view)) if view.key.is_some() && view.sink.is_none() => {
+                (view.id, &view.columns)
+            }
+            _ => return None,
+        };
+        let column_of = |e: &SqlExpr| -> Option<usize> {
+            let ident = match e {
+                SqlExpr::Identifier(ident) => ident,
+                SqlExpr::CompoundIdentifier(parts) if parts.len() == 2 => &parts[1],
+                _ => return None,
+            };
+            let name = normalize_ident(ident);
+            columns.iter().position(|c| c.name == name)
+        };
+        let mut projection = Vec::new();
+        for item in &select.projection {
+            match item {
+                SelectItem::Wildcard(_) => projection.extend(0..columns.len()),
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    projection.push(column_of(e)?)
+                }
+                _ => return None,
+            }
+        }
+        if projection
+            .iter()
+            .any(|&c| matches!(columns[c].data_type, DataType::Timestamp(_, Some(_))))
+        {
+            return None;
+        }
+        // Every conjunct a `column = $n`.
+        let mut equal: Vec<(usize, usize)> = Vec::new();
+        for conjunct in conjuncts(select.selection.as_ref()?) {
+            let SqlExpr::BinaryOp {
+                left,
+                op: BinaryOperator::Eq,
+                right,
+            } = conjunct
+            else {
+                return None;
+            };
+            let pair = match (column_of(left), parameter(right)) {
+                (Some(c), Some(p)) => (c, p),
+                _ => (column_of(right)?, parameter(left)?),
+            };
+            equal.push(pair);
+        }
+        // The order whose leading columns they fix, all of them used.
+        let order = catalog.orders(&relation).into_iter().find(|order| {
+            equal.len() <= order.columns.len()
+                && order.columns[..equal.len()]
+                    .iter()
+                    .all(|c| equal.iter().any(|(e, _)| e == c))
+        })?;
+        let parameters = order.columns[..equal.len()]
+            .iter()
+            .map(|c| equal.iter().find(|(e, _)| e == c).map(|(_, p)| *p))
+            .collect::<Option<Vec<_>>>()?;
+        Some(PointRead {
+            relation,
+            id,
+            order: order.columns,
+            parameters,
+            projection,
+            schema: OnceLock::new(),
+        })
+    }
+
+    /// Learns the result's schema from an execution through the planner.
+    pub fn learn(&self, schema: &SchemaRef) {
+        let _ = self.schema.set(schema.clone());
+    }
+
+    /// Reads the rows for `params` at the session's read snapshot; `None`
+    /// if the planner must run the statement instead.
+    pub fn read(&self, session: &Session, params: &Params) -> Option<WeirResult<Output>> {
+        let schema = self.schema.get()?;
+        let Some(ParamValues::List(values)) = params else {
+            return None;
+        };
+        session.pin_for_read();
+        let snapshot = session.pinned.get();
+        let catalog = &snapshot.catalog;
+        let id = match (
+            catalog.tables.get(&self.relation),
+            catalog.materialized_views.get(&self.relation),
+        ) {
+            (Some(table), _) => table.id,
+            (None, Some(view)) if view.failed.is_none() => view.id,
+            _ => return None,
+        };
+        if id != self.id
+            || !catalog
+                .orders(&self.relation)
+                .iter()
+                .any(|o| o.columns == self.order)
+        {
+            return None;
+        }
+        let table = snapshot.tables.get(&id)?;
+        let stored = &table.spec().schema;
+        let probes = self
+            .parameters
+            .iter()
+            .zip(&self.order)
+            .map(|(&p, &column)| {
+                let value = stored_value(&values.get(p)?.value, stored.field(column).data_type())?;
+                value.to_array_of_size(1).ok()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let selection = KeySelection::Equal(probes);
+        let found = match table.select(&self.order, &selection, Some(&self.projection)) {
+            Ok(found) => found?,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let batches = found
+            .into_iter()
+            .map(|batch| {
+                let same = batch
+                    .columns()
+                    .iter()
+                    .zip(schema.fields())
+                    .all(|(c, f)| c.data_type() == f.data_type());
+                same.then(|| RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).ok())
+                    .flatten()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ok(Output::Rows {
+            schema: schema.clone(),
+            rows: crate::rows::from_batches(batches),
+        }))
+    }
+}
+
+/// `value` in type `t`, if casting changes no value.
+fn stored_value(value: &ScalarValue, t: &DataType) -> Option<ScalarValue> {
+    if &value.data_type() == t {
+        return Some(value.clone());
+    }
+    let cast = value.cast_to(t).ok()?;
+    (cast.cast_to(&value.data_type()).ok()? == *value).then_some(cast)
+}
+
+/// The `SELECT` of a query with nothing around it (no `WITH`, `ORDER BY`,
+/// `LIMIT`, locking) and nothing but a projection and a `WHERE` in it.
+fn plain_select(query: &Query) -> Option<&Select> {
+    if query.with.is_some()
+        || query.order_by.is_some()
+        || query.limit_clause.is_some()
+        || query.fetch.is_some()
+        || !query.locks.is_empty()
+    {
+        return None;
+    }
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let grouped = match &select.group_by {
+        GroupByExpr::All(_) => true,
+        GroupByExpr::Expressions(exprs, modifiers) => !exprs.is_empty() || !modifiers.is_empty(),
+    };
+    if select.distinct.is_some()
+        || select.top.is_some()
+        || select.into.is_some()
+        || grouped
+        || select.having.is_some()
+        || select.qualify.is_some()
+        || !select.named_window.is_empty()
+        || !select.lateral_views.is_empty()
+        || !select.cluster_by.is_empty()
+        || !select.distribute_by.is_empty()
+        || !select.sort_by.is_empty()
+        || select.prewhere.is_some()
+    {
+        return None;
+    }
+    Some(select)
+}
+
+/// The parts of an `AND` chain.
+fn conjuncts(expr: &SqlExpr) -> Vec<&SqlExpr> {
+    match expr {
+        SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            let mut parts = conjuncts(left);
+            parts.extend(conjuncts(right));
+            parts
+        }
+        SqlExpr::Nested(inner) => conjuncts(inner),
+        other => vec![other],
+    }
+}
+
+/// The parameter (0-based) `$n` names.
+fn parameter(expr: &SqlExpr) -> Option<usize> {
+    let SqlExpr::Value(value) = expr else {
+        return None;
+    };
+    let Value::Placeholder(name) = &value.value else {
+        return None;
+    };
+    name.strip_prefix('$')?
+        .parse::<usize>()
+        .ok()?
+        .checked_sub(1)
+}

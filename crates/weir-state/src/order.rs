@@ -1,0 +1,199 @@
+//! Key lookups in a table snapshot without scanning it.
+//!
+//! A table's rows live in immutable chunks (`table.rs`). For a set of key
+//! columns, each chunk keeps its rows' order by those columns (a
+//! permutation of row numbers, 4 bytes per row), built with Arrow's
+//! `lexsort` the first time a lookup needs it and shared by every snapshot
+//! that holds the chunk: a chunk never changes, so its order never goes
+//! stale, and writes need not maintain anything (a deleted row only loses
+//! its live bit, which lookups check). A lookup binary-searches each
+//! chunk's order, so it costs a few comparisons per chunk, and the chunk
+//! count stays small (small and sparse chunks are merged).
+//!
+//! This is what serves a primary key, a view's key and a secondary index
+//! (`CREATE INDEX`): all are orders on some columns, differing only in
+//! whether one key can match more than one row.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datafusion::arrow::array::{
+    make_comparator, Array, ArrayRef, DynComparator, RecordBatch, UInt32Array,
+};
+use datafusion::arrow::compute::{lexsort_to_indices, SortColumn, SortOptions};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::error::ArrowError;
+
+/// The order every chunk order uses: ascending, NULLs last.
+const ORDER: SortOptions = SortOptions {
+    descending: false,
+    nulls_first: false,
+};
+
+/// Which rows a lookup selects, by the leading columns of an order.
+#[derive(Debug, Clone)]
+pub enum KeySelection {
+    /// Rows whose leading columns equal one of the probe rows: one array
+    /// per leading column (each of that column's type), all the same
+    /// length. A probe with a NULL matches nothing, as `=` does in SQL.
+    Equal(Vec<ArrayRef>),
+    /// Rows whose first column lies between two bounds (one-row arrays of
+    /// the column's type). NULLs are in no range.
+    Range {
+        /// The lower bound.
+        lower: Bound<ArrayRef>,
+        /// The upper bound.
+        upper: Bound<ArrayRef>,
+    },
+}
+
+/// Whether an order of a column of type `t` can answer equality: its
+/// order's equality must be SQL's. Floats are left out (`-0 = 0` in SQL,
+/// not in a total order), as are nested types.
+pub fn orderable(t: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        t,
+        Boolean
+            | Int8
+            | Int16
+            | Int32
+            | Int64
+            | UInt8
+            | UInt16
+            | UInt32
+            | UInt64
+            | Utf8
+            | LargeUtf8
+            | Utf8View
+            | Binary
+            | LargeBinary
+            | BinaryView
+            | Date32
+            | Date64
+            | Time32(_)
+            | Time64(_)
+            | Timestamp(_, _)
+            | Duration(_)
+            | Decimal128(_, _)
+            | Decimal256(_, _)
+    )
+}
+
+/// A chunk's order by some columns, once sorted.
+type OrderSlot = Arc<OnceLock<UInt32Array>>;
+
+/// The orders of one chunk built so far, by their columns.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkOrders {
+    built: Mutex<Vec<(Vec<usize>, OrderSlot)>>,
+}
+
+impl ChunkOrders {
+    /// The rows of `batch` (this chunk's) in the order of `columns`,
+    /// sorted now if no lookup needed that order before. Concurrent
+    /// lookups wait for one sort rather than each sorting.
+    fn order(&self, batch: &RecordBatch, columns: &[usize]) -> Result<UInt32Array, ArrowError> {
+        let slot = {
+            let mut built = self.built.lock().expect("chunk orders lock");
+            match built.iter().find(|(c, _)| c == columns) {
+                Some((_, slot)) => slot.clone(),
+                None => {
+                    let slot = Arc::new(OnceLock::new());
+                    built.push((columns.to_vec(), slot.clone()));
+                    slot
+                }
+            }
+        };
+        if let Some(order) = slot.get() {
+            return Ok(order.clone());
+        }
+        let sort: Vec<SortColumn> = columns
+            .iter()
+            .map(|&c| SortColumn {
+                values: batch.column(c).clone(),
+                options: Some(ORDER),
+            })
+            .collect();
+        let sorted = lexsort_to_indices(&sort, None)?;
+        Ok(slot.get_or_init(|| sorted).clone())
+    }
+}
+
+/// The row numbers of `batch` that `selection` selects on the order of
+/// `columns`, ascending and each once (the live bits are the caller's).
+pub(crate) fn select_rows(
+    orders: &ChunkOrders,
+    batch: &RecordBatch,
+    columns: &[usize],
+    selection: &KeySelection,
+) -> Result<Vec<u32>, ArrowError> {
+    let order = orders.order(batch, columns)?;
+    let order = order.values();
+    let mut rows = Vec::new();
+    match selection {
+        KeySelection::Equal(probes) => {
+            let comparators = probes
+                .iter()
+                .zip(columns)
+                .map(|(probe, &c)| make_comparator(batch.column(c).as_ref(), probe.as_ref(), ORDER))
+                .collect::<Result<Vec<DynComparator>, _>>()?;
+            let count = probes.first().map_or(0, |p| p.len());
+            for probe in 0..count {
+                if probes.iter().any(|p| p.is_null(probe)) {
+                    continue;
+                }
+                let compare = |row: &u32| {
+                    comparators
+                        .iter()
+                        .map(|c| c(*row as usize, probe))
+                        .find(|o| o.is_ne())
+                        .unwrap_or(Ordering::Equal)
+                };
+                let (start, end) = equal_range(order, compare);
+                rows.extend_from_slice(&order[start..end]);
+            }
+        }
+        KeySelection::Range { lower, upper } => {
+            let column = batch.column(columns[0]);
+            let bound = |value: &ArrayRef| make_comparator(column.as_ref(), value.as_ref(), ORDER);
+            let start = match lower {
+                Bound::Unbounded => 0,
+                Bound::Included(v) => {
+                    let c = bound(v)?;
+                    order.partition_point(|&r| c(r as usize, 0).is_lt())
+                }
+                Bound::Excluded(v) => {
+                    let c = bound(v)?;
+                    order.partition_point(|&r| c(r as usize, 0).is_le())
+                }
+            };
+            let end = match upper {
+                Bound::Unbounded => order.partition_point(|&r| column.is_valid(r as usize)),
+                Bound::Included(v) => {
+                    let c = bound(v)?;
+                    order.partition_point(|&r| c(r as usize, 0).is_le())
+                }
+                Bound::Excluded(v) => {
+                    let c = bound(v)?;
+                    order.partition_point(|&r| c(r as usize, 0).is_lt())
+                }
+            };
+            if start < end {
+                rows.extend_from_slice(&order[start..end]);
+            }
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(rows)
+}
+
+/// The positions in `order` of the rows `compare` finds equal to the
+/// probe (`Less`: the row sorts before it).
+fn equal_range(order: &[u32], compare: impl Fn(&u32) -> Ordering) -> (usize, usize) {
+    let start = order.partition_point(|r| compare(r).is_lt());
+    let end = start + order[start..].partition_point(|r| compare(r).is_le());
+    (start, end)
+}

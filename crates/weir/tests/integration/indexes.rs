@@ -1,0 +1,223 @@
+//! Lookups through keys and indexes against full scans: random writes to
+//! a table and to a view over it, each with indexes, and random point,
+//! `IN` and range reads through the keys and indexes compared with the
+//! same reads written so that they scan (`id + 0 = k`), both at one epoch
+//! (inside a transaction block). Prepared point reads, which skip the
+//! planner after their first execution (`point_read.rs`), are compared
+//! the same way.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_postgres::Client;
+
+use crate::common::{sorted_rows, TestServer};
+
+/// Keys are drawn from a small range so that writes collide and reads hit.
+const KEYS: i32 = 200;
+
+/// A random `g` (sometimes NULL) and `s` for a row.
+fn group(rng: &mut StdRng) -> String {
+    if rng.random_range(0..10) == 0 {
+        "NULL".into()
+    } else {
+        rng.random_range(0..20).to_string()
+    }
+}
+
+fn label(rng: &mut StdRng) -> String {
+    format!("'s{}'", rng.random_range(0..6))
+}
+
+/// Runs a random write; returns whether it changed a row.
+async fn random_write(client: &Client, rng: &mut StdRng) -> (usize, bool) {
+    let id = rng.random_range(0..KEYS);
+    let (kind, sql) = match rng.random_range(0..4) {
+        0 | 1 => (
+            0,
+            format!(
+                "INSERT INTO t VALUES ({id}, {}, {}, {})",
+                group(rng),
+                label(rng),
+                rng.random_range(-50..50)
+            ),
+        ),
+        2 => (
+            1,
+            format!(
+                "UPDATE t SET g = {}, s = {}, v = v + 1 WHERE id = {id}",
+                group(rng),
+                label(rng)
+            ),
+        ),
+        _ => (2, format!("DELETE FROM t WHERE id = {id}")),
+    };
+    match client.execute(sql.as_str(), &[]).await {
+        Ok(changed) => (kind, changed > 0),
+        // A duplicate key: nothing changes.
+        Err(e) if e.code().is_some_and(|c| c.code() == "23505") => (kind, false),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+/// A random read in two forms: through a key or index, and by scan.
+fn random_read(rng: &mut StdRng) -> (String, String) {
+    let k = rng.random_range(-5..KEYS + 5);
+    let g = rng.random_range(0..21);
+    let (a, b) = (rng.random_range(0..KEYS), rng.random_range(0..KEYS));
+    let s = format!("'s{}'", rng.random_range(0..7));
+    let n = rng.random_range(0..8);
+    let pair = |indexed: String, scanned: String| (indexed, scanned);
+    match rng.random_range(0..8) {
+        0 => pair(
+            format!("SELECT * FROM t WHERE id = {k}"),
+            format!("SELECT * FROM t WHERE id + 0 = {k}"),
+        ),
+        1 => pair(
+            format!("SELECT * FROM t WHERE id IN ({k}, {a}, NULL, {b})"),
+            format!("SELECT * FROM t WHERE id + 0 IN ({k}, {a}, {b})"),
+        ),
+        2 => pair(
+            format!("SELECT id, v FROM t WHERE id BETWEEN {a} AND {b}"),
+            format!("SELECT id, v FROM t WHERE id + 0 BETWEEN {a} AND {b}"),
+        ),
+        3 => pair(
+            format!("SELECT id FROM t WHERE id > {a} AND id <= {b} AND v > 0"),
+            format!("SELECT id FROM t WHERE id + 0 > {a} AND id + 0 <= {b} AND v > 0"),
+        ),
+        4 => pair(
+            format!("SELECT id, s FROM t WHERE g = {g}"),
+            format!("SELECT id, s FROM t WHERE g + 0 = {g}"),
+        ),
+        5 => pair(
+            format!("SELECT id FROM t WHERE s = {s} AND g IN ({g}, {a})"),
+            format!("SELECT id FROM t WHERE s || '' = {s} AND g + 0 IN ({g}, {a})"),
+        ),
+        6 => pair(
+            format!("SELECT * FROM mv WHERE g = {g}"),
+            format!("SELECT * FROM mv WHERE g + 0 = {g}"),
+        ),
+        _ => pair(
+            format!("SELECT g, total FROM mv WHERE n = {n}"),
+            format!("SELECT g, total FROM mv WHERE n + 0 = {n}"),
+        ),
+    }
+}
+
+/// The rows of a prepared statement's execution as text.
+async fn prepared_rows(
+    client: &Client,
+    statement: &tokio_postgres::Statement,
+    key: i32,
+) -> Vec<Vec<Option<String>>> {
+    let mut rows: Vec<Vec<Option<String>>> = client
+        .query(statement, &[&key])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|i| match row.columns()[i].type_().name() {
+                    "int4" => row.get::<_, Option<i32>>(i).map(|v| v.to_string()),
+                    "int8" => row.get::<_, Option<i64>>(i).map(|v| v.to_string()),
+                    _ => row.get::<_, Option<String>>(i),
+                })
+                .collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_match_scans_under_random_writes() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, g INT, s TEXT, v BIGINT); \
+             CREATE INDEX t_g ON t (g); \
+             CREATE INDEX t_s_g ON t (s, g); \
+             CREATE MATERIALIZED VIEW mv AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g; \
+             CREATE INDEX mv_n ON mv (n)",
+        )
+        .await
+        .unwrap();
+    // Each indexed form is a lookup, so the comparison is not scan
+    // against scan.
+    let mut rng = StdRng::seed_from_u64(7);
+    for _ in 0..64 {
+        let (indexed, _) = random_read(&mut rng);
+        let plan = sorted_rows(&client, &format!("EXPLAIN {indexed}")).await;
+        assert!(
+            plan.iter()
+                .flatten()
+                .flatten()
+                .any(|p| p.contains("LookupExec")),
+            "{indexed} should be a lookup: {plan:?}"
+        );
+    }
+    let by_key = client
+        .prepare("SELECT g, s, v FROM t WHERE id = $1")
+        .await
+        .unwrap();
+    let by_view_key = client
+        .prepare("SELECT g, n FROM mv WHERE g = $1")
+        .await
+        .unwrap();
+    let by_index = client
+        .prepare("SELECT id, v FROM t WHERE g = $1")
+        .await
+        .unwrap();
+    let mut changed = [0usize; 3];
+    let (mut reads, mut hits, mut prepared) = (0, 0, 0);
+    for round in 0..30 {
+        for _ in 0..25 {
+            let (kind, did) = random_write(&client, &mut rng).await;
+            changed[kind] += did as usize;
+        }
+        client.batch_execute("FLUSH; BEGIN").await.unwrap();
+        for _ in 0..12 {
+            let (indexed, scanned) = random_read(&mut rng);
+            let found = sorted_rows(&client, &indexed).await;
+            assert_eq!(
+                found,
+                sorted_rows(&client, &scanned).await,
+                "round {round}: {indexed}"
+            );
+            reads += 1;
+            hits += !found.is_empty() as usize;
+        }
+        for _ in 0..4 {
+            let k = rng.random_range(0..KEYS);
+            let g = rng.random_range(0..20);
+            for (statement, scan) in [
+                (&by_key, format!("SELECT g, s, v FROM t WHERE id + 0 = {k}")),
+                (
+                    &by_view_key,
+                    format!("SELECT g, n FROM mv WHERE g + 0 = {g}"),
+                ),
+                (&by_index, format!("SELECT id, v FROM t WHERE g + 0 = {g}")),
+            ] {
+                let key = if std::ptr::eq(statement, &by_key) {
+                    k
+                } else {
+                    g
+                };
+                assert_eq!(
+                    prepared_rows(&client, statement, key).await,
+                    sorted_rows(&client, &scan).await,
+                    "round {round}: prepared {scan}"
+                );
+                prepared += 1;
+            }
+        }
+        client.batch_execute("COMMIT").await.unwrap();
+    }
+    // The writes and reads happened, and found rows.
+    assert!(
+        changed.iter().all(|&c| c > 50),
+        "inserts, updates, deletes: {changed:?}"
+    );
+    assert!(hits > reads / 3, "{hits} of {reads} reads found rows");
+    assert_eq!(prepared, 30 * 4 * 3);
+}
