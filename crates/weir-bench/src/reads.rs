@@ -159,25 +159,31 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
         loaded.push((clients, measured, during));
     }
     let written: i64 = client
-        .query_one("SELECT sum(n) FROM live_by_customer", &[])
+        .query_one("SELECT sum(n)::bigint FROM live_by_customer", &[])
         .await?
         .get(0);
 
-    // Idle connections.
-    let before = rss_kib(server.pid())?;
+    drop(client);
+    drop(server);
+
+    // Idle connections, on a fresh server: each runs a statement (which
+    // sets its session up), then stays open.
+    let fresh = Server::start().await?;
+    let before = rss_kib(fresh.pid())?;
     let mut idle = Vec::with_capacity(load.idle);
     for _ in 0..load.idle {
-        idle.push(server.client().await?);
+        let connection = fresh.client().await?;
+        connection.simple_query("SELECT 1").await?;
+        idle.push(connection);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = rss_kib(server.pid())?;
+    let after = rss_kib(fresh.pid())?;
     // Every connection is still served.
-    for c in idle.iter().step_by((load.idle / 20).max(1)) {
+    for c in &idle {
         c.simple_query("SELECT 1").await?;
     }
     drop(idle);
-    drop(client);
-    drop(server);
+    drop(fresh);
 
     // PostgreSQL, same data and scripts.
     if !load.no_postgres {
@@ -362,7 +368,7 @@ async fn commit_latency(client: &Client, seconds: u64) -> anyhow::Result<(f64, f
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let rows = client
         .query(
-            "SELECT duration_ms::bigint FROM weir_checkpoints WHERE epoch > $1 ORDER BY 1",
+            "SELECT duration_ms::bigint FROM weir_checkpoints WHERE epoch::bigint > $1 ORDER BY 1",
             &[&first],
         )
         .await?;

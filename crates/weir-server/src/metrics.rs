@@ -53,6 +53,12 @@ pub fn render(db: &Database) -> String {
             .to_string(),
     );
     metric(
+        "weir_point_reads_total",
+        "counter",
+        "Prepared point reads served without the planner since start.",
+        db.point_reads.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
         "weir_objects_written_total",
         "counter",
         "State objects written since start.",

@@ -4,11 +4,13 @@
 //!
 //! ```sql
 //! SELECT columns FROM relation WHERE col = $1 [AND col2 = $2 ...]
+//! SELECT columns FROM relation WHERE col BETWEEN $1 AND $2  -- or >, >=, <, <=
 //! ```
 //!
 //! whose equalities fix the leading columns of one of the relation's
-//! orders (its primary key, a view's key, an index: `lookup.rs`) is
-//! recognised once, at Parse, as a [`PointRead`]. Its first execution goes
+//! orders (its primary key, a view's key, an index: `lookup.rs`), or
+//! whose bounds limit the first column of one, is recognised once, at
+//! Parse, as a [`PointRead`]. Its first execution goes
 //! through the planner like any statement and teaches it the result's
 //! schema (names, types and how values are written); later executions
 //! look the key up in the session's read snapshot directly and send the
@@ -17,8 +19,10 @@
 //! the column, a `timestamptz` column, whose rows depend on the session's
 //! time zone) goes through the planner instead.
 
+use std::ops::Bound;
 use std::sync::OnceLock;
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{ParamValues, ScalarValue};
@@ -40,9 +44,8 @@ pub struct PointRead {
     id: TableId,
     /// The columns of the order it reads.
     order: Vec<usize>,
-    /// For each leading column of the order: the parameter (0-based) it
-    /// equals.
-    parameters: Vec<usize>,
+    /// The parameters (0-based) that pick its rows.
+    keys: Keys,
     /// The columns it returns.
     projection: Vec<usize>,
     /// The result's schema, from the first execution.
@@ -104,39 +107,54 @@ impl PointRead {
         {
             return None;
         }
-        // Every conjunct a `column = $n`.
-        let mut equal: Vec<(usize, usize)> = Vec::new();
+        // Every conjunct a column against a parameter.
+        let mut conditions = Vec::new();
         for conjunct in conjuncts(select.selection.as_ref()?) {
-            let SqlExpr::BinaryOp {
-                left,
-                op: BinaryOperator::Eq,
-                right,
-            } = conjunct
-            else {
-                return None;
-            };
-            let pair = match (column_of(left), parameter(right)) {
-                (Some(c), Some(p)) => (c, p),
-                _ => (column_of(right)?, parameter(left)?),
-            };
-            equal.push(pair);
+            conditions.extend(condition(conjunct, &column_of)?);
         }
-        // The order whose leading columns they fix, all of them used.
-        let order = catalog.orders(&relation).into_iter().find(|order| {
-            equal.len() <= order.columns.len()
-                && order.columns[..equal.len()]
-                    .iter()
-                    .all(|c| equal.iter().any(|(e, _)| e == c))
-        })?;
-        let parameters = order.columns[..equal.len()]
+        let equal: Vec<(usize, usize)> = conditions
             .iter()
-            .map(|c| equal.iter().find(|(e, _)| e == c).map(|(_, p)| *p))
-            .collect::<Option<Vec<_>>>()?;
+            .filter_map(|c| match c {
+                Condition::Equal(column, p) => Some((*column, *p)),
+                _ => None,
+            })
+            .collect();
+        let orders = catalog.orders(&relation);
+        let (order, keys) = if equal.len() == conditions.len() {
+            // The order whose leading columns they fix, all of them used.
+            let order = orders.into_iter().find(|order| {
+                equal.len() <= order.columns.len()
+                    && order.columns[..equal.len()]
+                        .iter()
+                        .all(|c| equal.iter().any(|(e, _)| e == c))
+            })?;
+            let parameters = order.columns[..equal.len()]
+                .iter()
+                .map(|c| equal.iter().find(|(e, _)| e == c).map(|(_, p)| *p))
+                .collect::<Option<Vec<_>>>()?;
+            (order, Keys::Equal(parameters))
+        } else {
+            // Else bounds on one column, the first of an order.
+            let (mut lower, mut upper, mut column) = (None, None, None);
+            for c in &conditions {
+                let (at, bound, slot) = match c {
+                    Condition::Lower(at, p, included) => (*at, (*p, *included), &mut lower),
+                    Condition::Upper(at, p, included) => (*at, (*p, *included), &mut upper),
+                    Condition::Equal(..) => return None,
+                };
+                if slot.replace(bound).is_some() || *column.get_or_insert(at) != at {
+                    return None;
+                }
+            }
+            let column = column?;
+            let order = orders.into_iter().find(|o| o.columns[0] == column)?;
+            (order, Keys::Range { lower, upper })
+        };
         Some(PointRead {
             relation,
             id,
             order: order.columns,
-            parameters,
+            keys,
             projection,
             schema: OnceLock::new(),
         })
@@ -175,16 +193,49 @@ impl PointRead {
         }
         let table = snapshot.tables.get(&id)?;
         let stored = &table.spec().schema;
-        let probes = self
-            .parameters
-            .iter()
-            .zip(&self.order)
-            .map(|(&p, &column)| {
-                let value = stored_value(&values.get(p)?.value, stored.field(column).data_type())?;
-                value.to_array_of_size(1).ok()
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let selection = KeySelection::Equal(probes);
+        let value = |p: usize, column: usize| -> Option<ScalarValue> {
+            stored_value(&values.get(p)?.value, stored.field(column).data_type())
+        };
+        let selection = match &self.keys {
+            Keys::Equal(parameters) => KeySelection::Equal(
+                parameters
+                    .iter()
+                    .zip(&self.order)
+                    .map(|(&p, &column)| value(p, column)?.to_array_of_size(1).ok())
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            Keys::Range { lower, upper } => {
+                let bound = |b: &Option<(usize, bool)>| -> Option<Option<Bound<ArrayRef>>> {
+                    let Some((p, included)) = *b else {
+                        return Some(Some(Bound::Unbounded));
+                    };
+                    let v = value(p, self.order[0])?;
+                    if v.is_null() {
+                        // A comparison with NULL is never true.
+                        return Some(None);
+                    }
+                    let array = v.to_array_of_size(1).ok()?;
+                    Some(Some(if included {
+                        Bound::Included(array)
+                    } else {
+                        Bound::Excluded(array)
+                    }))
+                };
+                match (bound(lower)?, bound(upper)?) {
+                    (Some(lower), Some(upper)) => KeySelection::Range { lower, upper },
+                    _ => {
+                        session
+                            .db
+                            .point_reads
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Some(Ok(Output::Rows {
+                            schema: schema.clone(),
+                            rows: crate::rows::from_batches(Vec::new()),
+                        }));
+                    }
+                }
+            }
+        };
         let found = match table.select(&self.order, &selection, Some(&self.projection)) {
             Ok(found) => found?,
             Err(e) => return Some(Err(e.into())),
@@ -201,11 +252,36 @@ impl PointRead {
                     .flatten()
             })
             .collect::<Option<Vec<_>>>()?;
+        session
+            .db
+            .point_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(Ok(Output::Rows {
             schema: schema.clone(),
             rows: crate::rows::from_batches(batches),
         }))
     }
+}
+
+/// How a point read's parameters pick rows in its order.
+#[derive(Debug)]
+enum Keys {
+    /// For each leading column: the parameter it equals.
+    Equal(Vec<usize>),
+    /// A range of the first column: its lower and upper bounds'
+    /// parameters, each with whether it is included.
+    Range {
+        lower: Option<(usize, bool)>,
+        upper: Option<(usize, bool)>,
+    },
+}
+
+/// A `WHERE` conjunct a point read can serve: a column against a
+/// parameter.
+enum Condition {
+    Equal(usize, usize),
+    Lower(usize, usize, bool),
+    Upper(usize, usize, bool),
 }
 
 /// `value` in type `t`, if casting changes no value.
@@ -267,6 +343,53 @@ fn conjuncts(expr: &SqlExpr) -> Vec<&SqlExpr> {
         }
         SqlExpr::Nested(inner) => conjuncts(inner),
         other => vec![other],
+    }
+}
+
+/// What a `WHERE` conjunct says, if a point read can serve it: `column =
+/// $n`, `column > $n` (and the others), `column BETWEEN $a AND $b`.
+fn condition(
+    conjunct: &SqlExpr,
+    column_of: &impl Fn(&SqlExpr) -> Option<usize>,
+) -> Option<Vec<Condition>> {
+    match conjunct {
+        SqlExpr::BinaryOp { left, op, right } => {
+            let (column, p, op) = match (column_of(left), parameter(right)) {
+                (Some(c), Some(p)) => (c, p, op.clone()),
+                _ => {
+                    let flipped = match op {
+                        BinaryOperator::Eq => BinaryOperator::Eq,
+                        BinaryOperator::Lt => BinaryOperator::Gt,
+                        BinaryOperator::LtEq => BinaryOperator::GtEq,
+                        BinaryOperator::Gt => BinaryOperator::Lt,
+                        BinaryOperator::GtEq => BinaryOperator::LtEq,
+                        _ => return None,
+                    };
+                    (column_of(right)?, parameter(left)?, flipped)
+                }
+            };
+            Some(vec![match op {
+                BinaryOperator::Eq => Condition::Equal(column, p),
+                BinaryOperator::Gt => Condition::Lower(column, p, false),
+                BinaryOperator::GtEq => Condition::Lower(column, p, true),
+                BinaryOperator::Lt => Condition::Upper(column, p, false),
+                BinaryOperator::LtEq => Condition::Upper(column, p, true),
+                _ => return None,
+            }])
+        }
+        SqlExpr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } => {
+            let column = column_of(expr)?;
+            Some(vec![
+                Condition::Lower(column, parameter(low)?, true),
+                Condition::Upper(column, parameter(high)?, true),
+            ])
+        }
+        _ => None,
     }
 }
 

@@ -168,6 +168,9 @@ pub struct Database {
     config: DatabaseConfig,
     /// What the commit path has done.
     pub counters: CommitCounters,
+    /// Prepared point reads served without the planner since start
+    /// (`point_read.rs`).
+    pub point_reads: AtomicU64,
     /// Session-scoped advisory locks (`pg_advisory_lock`).
     pub advisory_locks: Arc<crate::functions::AdvisoryLocks>,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,

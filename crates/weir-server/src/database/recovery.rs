@@ -98,6 +98,7 @@ impl Database {
             last_commit_error: std::sync::Mutex::new(None),
             config,
             counters: CommitCounters::default(),
+            point_reads: AtomicU64::new(0),
             advisory_locks: Default::default(),
             history: std::sync::Mutex::new(VecDeque::new()),
             last_manifest: RwLock::new(last_manifest),

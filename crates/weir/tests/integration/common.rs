@@ -300,3 +300,13 @@ pub async fn assert_views_match(client: &Client, views: &[(&str, &str)], context
     }
     client.batch_execute("COMMIT").await.unwrap();
 }
+
+/// A plain HTTP GET of `path` on 127.0.0.1:`port` (the metrics endpoint).
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
-use crate::common::{sorted_rows, TestServer};
+use crate::common::{http_get, sorted_rows, TestServer};
 
 /// Keys are drawn from a small range so that writes collide and reads hit.
 const KEYS: i32 = 200;
@@ -107,10 +107,14 @@ fn random_read(rng: &mut StdRng) -> (String, String) {
 async fn prepared_rows(
     client: &Client,
     statement: &tokio_postgres::Statement,
-    key: i32,
+    keys: &[i32],
 ) -> Vec<Vec<Option<String>>> {
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = keys
+        .iter()
+        .map(|k| k as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
     let mut rows: Vec<Vec<Option<String>>> = client
-        .query(statement, &[&key])
+        .query(statement, &params)
         .await
         .unwrap()
         .iter()
@@ -130,7 +134,13 @@ async fn prepared_rows(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_match_scans_under_random_writes() {
-    let server = TestServer::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
     let client = server.client().await;
     client
         .batch_execute(
@@ -168,6 +178,14 @@ async fn lookups_match_scans_under_random_writes() {
         .prepare("SELECT id, v FROM t WHERE g = $1")
         .await
         .unwrap();
+    let by_range = client
+        .prepare("SELECT id, v FROM t WHERE id BETWEEN $1 AND $2")
+        .await
+        .unwrap();
+    let by_half_open = client
+        .prepare("SELECT id FROM t WHERE $1 < id AND id <= $2")
+        .await
+        .unwrap();
     let mut changed = [0usize; 3];
     let (mut reads, mut hits, mut prepared) = (0, 0, 0);
     for round in 0..30 {
@@ -190,21 +208,37 @@ async fn lookups_match_scans_under_random_writes() {
         for _ in 0..4 {
             let k = rng.random_range(0..KEYS);
             let g = rng.random_range(0..20);
-            for (statement, scan) in [
-                (&by_key, format!("SELECT g, s, v FROM t WHERE id + 0 = {k}")),
+            let (a, b) = (rng.random_range(0..KEYS), rng.random_range(0..KEYS));
+            let reads = [
+                (
+                    &by_key,
+                    vec![k],
+                    format!("SELECT g, s, v FROM t WHERE id + 0 = {k}"),
+                ),
                 (
                     &by_view_key,
+                    vec![g],
                     format!("SELECT g, n FROM mv WHERE g + 0 = {g}"),
                 ),
-                (&by_index, format!("SELECT id, v FROM t WHERE g + 0 = {g}")),
-            ] {
-                let key = if std::ptr::eq(statement, &by_key) {
-                    k
-                } else {
-                    g
-                };
+                (
+                    &by_index,
+                    vec![g],
+                    format!("SELECT id, v FROM t WHERE g + 0 = {g}"),
+                ),
+                (
+                    &by_range,
+                    vec![a, b],
+                    format!("SELECT id, v FROM t WHERE id + 0 BETWEEN {a} AND {b}"),
+                ),
+                (
+                    &by_half_open,
+                    vec![a, b],
+                    format!("SELECT id FROM t WHERE {a} < id + 0 AND id + 0 <= {b}"),
+                ),
+            ];
+            for (statement, keys, scan) in reads {
                 assert_eq!(
-                    prepared_rows(&client, statement, key).await,
+                    prepared_rows(&client, statement, &keys).await,
                     sorted_rows(&client, &scan).await,
                     "round {round}: prepared {scan}"
                 );
@@ -219,5 +253,14 @@ async fn lookups_match_scans_under_random_writes() {
         "inserts, updates, deletes: {changed:?}"
     );
     assert!(hits > reads / 3, "{hits} of {reads} reads found rows");
-    assert_eq!(prepared, 30 * 4 * 3);
+    assert_eq!(prepared, 30 * 4 * 5);
+    // Every execution of a prepared read but each statement's first went
+    // around the planner.
+    let page = http_get(port, "/metrics");
+    let skipped: usize = page
+        .lines()
+        .find_map(|l| l.strip_prefix("weir_point_reads_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{page}"));
+    assert_eq!(skipped, prepared - 5);
 }

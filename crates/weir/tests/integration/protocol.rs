@@ -7,7 +7,7 @@ use futures::SinkExt;
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
-use crate::common::{column, sqlstate, TestServer};
+use crate::common::{column, http_get, sqlstate, TestServer};
 
 #[tokio::test]
 async fn parameters_and_prepared_statements() {
@@ -587,15 +587,6 @@ async fn result_columns_have_postgres_names() {
     };
     let simple: Vec<&str> = columns.iter().map(|c| c.name()).collect();
     assert_eq!(simple, expected);
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }
 
 #[tokio::test]
