@@ -106,7 +106,10 @@ pub fn register(ctx: &SessionContext) -> datafusion::common::Result<()> {
     use datafusion::execution::FunctionRegistry;
     let state = ctx.state_ref();
     let mut guard = state.write();
-    let mut builder = SessionStateBuilder::new_from_existing(guard.clone());
+    // Moved out rather than cloned: a session's state holds every
+    // function registry, and a copy left behind would be garbage.
+    let existing = std::mem::replace(&mut *guard, SessionStateBuilder::new().build());
+    let mut builder = SessionStateBuilder::new_from_existing(existing);
     let fallback = builder.type_planner().clone();
     let mut rebuilt = builder
         .with_type_planner(Arc::new(planner::JsonTypes { fallback }))
