@@ -236,7 +236,7 @@ impl PointRead {
                 }
             }
         };
-        let found = match table.select(&self.order, &selection, Some(&self.projection)) {
+        let found = match table.select(&self.order, &selection, Some(&self.projection), false) {
             Ok(found) => found?,
             Err(e) => return Some(Err(e.into())),
         };

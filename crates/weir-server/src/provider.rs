@@ -5,6 +5,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::view::ViewTable;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -31,7 +32,15 @@ pub const POSITION_COLUMN: &str = "__weir_position";
 #[derive(Debug)]
 pub struct PinnedSnapshot {
     current: RwLock<Arc<DbSnapshot>>,
-    dml_target: RwLock<Option<TableSnapshot>>,
+    dml_target: RwLock<Option<DmlTarget>>,
+}
+
+/// The table a DML statement changes: its rows, name and orders.
+#[derive(Debug, Clone)]
+struct DmlTarget {
+    table: TableSnapshot,
+    name: String,
+    orders: Vec<Order>,
 }
 
 impl PinnedSnapshot {
@@ -54,9 +63,14 @@ impl PinnedSnapshot {
         self.current.read().expect("pin lock").clone()
     }
 
-    /// Makes [`DML_TARGET`] resolve to `table` until the next pin.
-    pub fn set_dml_target(&self, table: TableSnapshot) {
-        *self.dml_target.write().expect("pin lock") = Some(table);
+    /// Makes [`DML_TARGET`] resolve to `table` (relation `name`, whose
+    /// rows can be looked up by `orders`) until the next pin.
+    pub fn set_dml_target(&self, table: TableSnapshot, name: &str, orders: Vec<Order>) {
+        *self.dml_target.write().expect("pin lock") = Some(DmlTarget {
+            table,
+            name: name.to_owned(),
+            orders,
+        });
     }
 }
 
@@ -131,7 +145,9 @@ impl SchemaProvider for PublicSchema {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         if name == DML_TARGET {
             let target = self.pinned.dml_target.read().expect("pin lock").clone();
-            return Ok(target.map(|t| Arc::new(SnapshotTable::new(t, true)) as _));
+            return Ok(target.map(|t| {
+                Arc::new(SnapshotTable::new(t.table, true).ordered(&t.name, t.orders)) as _
+            }));
         }
         let snapshot = self.pinned.get();
         if let Some(def) = snapshot.catalog.tables.get(name) {
@@ -340,7 +356,7 @@ impl TableProvider for SnapshotTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if !self.with_positions && crate::lookup::usable(f, &self.schema, &self.orders) {
+                if crate::lookup::usable(f, &self.schema, &self.orders) {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -357,14 +373,52 @@ impl TableProvider for SnapshotTable {
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
+        let lookup = crate::lookup::plan(
+            filters,
+            &self.schema,
+            &self.table.spec().schema,
+            &self.orders,
+        );
         if self.with_positions {
-            let batches = self.table.scan(None, true).map_err(to_df)?;
-            let exec = MemorySourceConfig::try_new_exec(
-                &[batches],
-                self.schema.clone(),
-                projection.cloned(),
-            )?;
-            return Ok(exec);
+            let found = match &lookup {
+                Some(lookup) => self
+                    .table
+                    .select(&lookup.columns, &lookup.selection, None, true)
+                    .map_err(to_df)?,
+                None => None,
+            };
+            let (batches, lookup) = match found {
+                Some(batches) => (batches, lookup),
+                None => (self.table.scan(None, true).map_err(to_df)?, None),
+            };
+            let Some(lookup) = lookup else {
+                let exec = MemorySourceConfig::try_new_exec(
+                    &[batches],
+                    self.schema.clone(),
+                    projection.cloned(),
+                )?;
+                return Ok(exec);
+            };
+            let (batches, schema) = match projection {
+                Some(p) => (
+                    batches
+                        .iter()
+                        .map(|b| b.project(p))
+                        .collect::<std::result::Result<Vec<_>, _>>()?,
+                    Arc::new(self.schema.project(p)?),
+                ),
+                None => (batches, self.schema.clone()),
+            };
+            let batches = batches
+                .into_iter()
+                .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            return Ok(Arc::new(LookupExec::new(
+                &self.relation,
+                &lookup,
+                schema,
+                batches,
+            )));
         }
         // A counted view's rows are read whole, then repeated.
         let read = if self.counted {
@@ -372,16 +426,10 @@ impl TableProvider for SnapshotTable {
         } else {
             projection.map(Vec::as_slice)
         };
-        let lookup = crate::lookup::plan(
-            filters,
-            &self.schema,
-            &self.table.spec().schema,
-            &self.orders,
-        );
         let found = match &lookup {
             Some(lookup) => self
                 .table
-                .select(&lookup.columns, &lookup.selection, read)
+                .select(&lookup.columns, &lookup.selection, read, false)
                 .map_err(to_df)?,
             None => None,
         };

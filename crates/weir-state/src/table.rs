@@ -969,11 +969,7 @@ impl TableSnapshot {
                 }
             };
             if with_positions {
-                let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
-                fields.push(Arc::new(Field::new("position", DataType::UInt64, false)));
-                let mut columns = batch.columns().to_vec();
-                columns.push(Arc::new(UInt64Array::from(rows)));
-                batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+                batch = with_position_column(&batch, rows)?;
             }
             out.push(batch);
         }
@@ -982,14 +978,15 @@ impl TableSnapshot {
 
     /// The live rows that `selection` selects on the leading columns of
     /// `columns` (visible column indices), found through each chunk's
-    /// order by `columns` (`order.rs`) rather than a scan; projected as in
-    /// [`TableSnapshot::scan`]. `None` if those columns cannot be looked
-    /// up by order ([`crate::order::orderable`]).
+    /// order by `columns` (`order.rs`) rather than a scan; projected, and
+    /// with positions, as in [`TableSnapshot::scan`]. `None` if those
+    /// columns cannot be looked up by order ([`crate::order::orderable`]).
     pub fn select(
         &self,
         columns: &[usize],
         selection: &KeySelection,
         projection: Option<&[usize]>,
+        with_positions: bool,
     ) -> StateResult<Option<Vec<RecordBatch>>> {
         let schema = &self.spec.schema;
         if columns.is_empty()
@@ -1011,7 +1008,18 @@ impl TableSnapshot {
                 continue;
             }
             let projected = chunk.batch.project(projection)?;
-            out.push(take_record_batch(&projected, &UInt32Array::from(rows))?);
+            let positions: Vec<u64> = if with_positions {
+                rows.iter()
+                    .map(|&r| position(chunk.id, r as usize))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mut batch = take_record_batch(&projected, &UInt32Array::from(rows))?;
+            if with_positions {
+                batch = with_position_column(&batch, positions)?;
+            }
+            out.push(batch);
         }
         Ok(Some(out))
     }
@@ -1029,6 +1037,18 @@ impl TableSnapshot {
         }
         Ok(concat_batches(&self.spec.schema, &parts)?)
     }
+}
+
+/// `batch` with a last `UInt64` column of each row's [`RowPosition`].
+fn with_position_column(batch: &RecordBatch, positions: Vec<u64>) -> StateResult<RecordBatch> {
+    let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new("position", DataType::UInt64, false)));
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(UInt64Array::from(positions)));
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 #[cfg(test)]
@@ -1103,7 +1123,7 @@ mod tests {
     /// sorted, with each row's key.
     fn selected(snapshot: &TableSnapshot, selection: &KeySelection) -> Vec<(i32, String)> {
         let mut found: Vec<(i32, String)> = snapshot
-            .select(&[0], selection, None)
+            .select(&[0], selection, None, false)
             .unwrap()
             .expect("an integer key can be ordered")
             .iter()
@@ -1180,7 +1200,7 @@ mod tests {
         );
         let empty = StateTable::new(floats).unwrap().snapshot();
         assert!(empty
-            .select(&[0], &keys(vec![Some(1)]), None)
+            .select(&[0], &keys(vec![Some(1)]), None, false)
             .unwrap()
             .is_none());
     }

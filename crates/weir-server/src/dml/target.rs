@@ -120,7 +120,8 @@ pub(super) async fn plan_target_query(
         .get(&def.id)
         .cloned()
         .ok_or_else(|| WeirError::internal(format!("no snapshot of {}", def.name)))?;
-    session.pinned.set_dml_target(target);
+    let orders = session.pinned.get().catalog.orders(&def.name);
+    session.pinned.set_dml_target(target, &def.name, orders);
     let mut statements = weir_sql::parse(sql)?;
     let Some(weir_sql::WeirStatement::Sql(statement)) = statements.pop() else {
         return Err(WeirError::internal(format!(
