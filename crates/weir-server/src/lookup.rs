@@ -16,7 +16,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, ScalarValue};
@@ -104,16 +104,8 @@ pub fn plan(
             }
         }
     }
-    let stored_value = |column: usize, value: &ScalarValue| -> Option<ScalarValue> {
-        let t = stored.field(column).data_type();
-        if &value.data_type() == t {
-            return Some(value.clone());
-        }
-        let cast = value.cast_to(t).ok()?;
-        // Only a cast that keeps the value: `int_col = 1.5` finds nothing
-        // by order, and is left to the filter.
-        (cast.cast_to(&value.data_type()).ok()? == *value).then_some(cast)
-    };
+    let as_stored =
+        |column: usize, value: &ScalarValue| stored_value(value, stored.field(column).data_type());
     // The order with the most leading columns fixed by equalities.
     let mut best: Option<(usize, usize)> = None;
     for (i, order) in orders.iter().enumerate() {
@@ -134,7 +126,7 @@ pub fn plan(
             let values = constraints[column].equal.as_ref()?;
             let values: Vec<ScalarValue> = values
                 .iter()
-                .map(|v| stored_value(column, v))
+                .map(|v| as_stored(column, v))
                 .collect::<Option<_>>()?;
             if probes.len() * values.len() > MAX_PROBES {
                 return None;
@@ -177,7 +169,7 @@ pub fn plan(
     let column = order.columns[0];
     let bound = |b: &Option<Bound<ScalarValue>>| -> Option<Bound<Arc<dyn datafusion::arrow::array::Array>>> {
         let array = |v: &ScalarValue| {
-            let v = stored_value(column, v).filter(|v| !v.is_null())?;
+            let v = as_stored(column, v).filter(|v| !v.is_null())?;
             v.to_array_of_size(1).ok()
         };
         Some(match b {
@@ -210,6 +202,16 @@ pub fn plan(
             schema.field(column).name(),
         ),
     })
+}
+
+/// `value` in type `t`, if the cast keeps the value: `int_col = 1.5`
+/// finds nothing by order, and is left to the filter.
+pub fn stored_value(value: &ScalarValue, t: &DataType) -> Option<ScalarValue> {
+    if &value.data_type() == t {
+        return Some(value.clone());
+    }
+    let cast = value.cast_to(t).ok()?;
+    (cast.cast_to(&value.data_type()).ok()? == *value).then_some(cast)
 }
 
 /// What one filter says about one column.

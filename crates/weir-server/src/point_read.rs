@@ -34,6 +34,7 @@ use weir_state::{KeySelection, TableId};
 
 use crate::catalog::{normalize_ident, relation_name, Catalog};
 use crate::error::WeirResult;
+use crate::lookup::stored_value;
 use crate::session::{Output, Params, Session};
 
 /// A prepared point read (see the module documentation).
@@ -282,15 +283,6 @@ enum Condition {
     Equal(usize, usize),
     Lower(usize, usize, bool),
     Upper(usize, usize, bool),
-}
-
-/// `value` in type `t`, if casting changes no value.
-fn stored_value(value: &ScalarValue, t: &DataType) -> Option<ScalarValue> {
-    if &value.data_type() == t {
-        return Some(value.clone());
-    }
-    let cast = value.cast_to(t).ok()?;
-    (cast.cast_to(&value.data_type()).ok()? == *value).then_some(cast)
 }
 
 /// The `SELECT` of a query with nothing around it (no `WITH`, `ORDER BY`,
