@@ -317,7 +317,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<&PointRead>,
+        point_read: Option<(&PointRead, &Params)>,
     ) -> PgWireResult<WeirResult<Output>>
     where
         C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -353,7 +353,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<&PointRead>,
+        point_read: Option<(&PointRead, &Params)>,
     ) -> WeirResult<Output> {
         session.settle_canceled();
         if session.transaction.as_ref().is_some_and(|b| b.is_failed())
@@ -420,9 +420,9 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<&PointRead>,
+        point_read: Option<(&PointRead, &Params)>,
     ) -> WeirResult<Output> {
-        if let Some(output) = point_read.and_then(|p| p.read(session, params)) {
+        if let Some(output) = point_read.and_then(|(p, values)| p.read(session, values)) {
             return output;
         }
         if statement::is_copy(statement) {
@@ -524,8 +524,20 @@ impl SimpleQueryHandler for Connection {
             session.open_block(block);
         }
         for statement in &statements {
+            // A point read by constants takes the prepared path's
+            // shortcut once a statement of its shape ran (`point_read.rs`).
+            let shortcut = match statement {
+                WeirStatement::Sql(sql) => {
+                    let catalog = session.db.committed().catalog.clone();
+                    session.shapes.find(&catalog, sql)
+                }
+                _ => None,
+            };
+            let point_read = shortcut
+                .as_ref()
+                .map(|(read, values)| (read.as_ref(), values));
             let result = self
-                .run_reporting(client, &mut session, statement, &None, None)
+                .run_reporting(client, &mut session, statement, &None, point_read)
                 .await?;
             send_notices(client, &mut session).await?;
             let output = match result {
@@ -535,6 +547,9 @@ impl SimpleQueryHandler for Connection {
                     return Ok(Vec::new());
                 }
             };
+            if let (Some((read, _)), Output::Rows { schema, .. }) = (&shortcut, &output) {
+                read.learn(schema);
+            }
             let copying = matches!(output, Output::CopyIn { .. });
             let options = format_options(client, &session);
             let response = into_response(output, &Format::UnifiedText, options)?;
@@ -1005,7 +1020,13 @@ impl ExtendedQueryHandler for Connection {
         check_alive(&session)?;
         let point_read = prepared.point_read.as_deref();
         let result = self
-            .run_reporting(client, &mut session, statement, &params, point_read)
+            .run_reporting(
+                client,
+                &mut session,
+                statement,
+                &params,
+                point_read.map(|read| (read, &params)),
+            )
             .await?;
         send_notices(client, &mut session).await?;
         let options = format_options(client, &session);

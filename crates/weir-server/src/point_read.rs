@@ -264,6 +264,115 @@ impl PointRead {
     }
 }
 
+/// The point reads a session's simple queries took, by the statement's
+/// shape (its SQL with the constants of its `WHERE` replaced by `$n`).
+/// Cleared when it grows past [`SHAPES`].
+#[derive(Debug, Default)]
+pub struct ShapeCache {
+    reads: std::collections::HashMap<String, std::sync::Arc<PointRead>>,
+}
+
+/// The most statement shapes a session remembers.
+const SHAPES: usize = 256;
+
+impl ShapeCache {
+    /// The point read a simple-query `statement` is, with the constants
+    /// of its `WHERE` as its parameters; `None` if it is not one.
+    pub fn find(
+        &mut self,
+        catalog: &Catalog,
+        statement: &Statement,
+    ) -> Option<(std::sync::Arc<PointRead>, Params)> {
+        let (shape, values) = parameterized(statement)?;
+        let key = shape.to_string();
+        let read = match self.reads.get(&key) {
+            Some(read) => read.clone(),
+            None => {
+                let read = std::sync::Arc::new(PointRead::recognise(catalog, &shape)?);
+                if self.reads.len() >= SHAPES {
+                    self.reads.clear();
+                }
+                self.reads.insert(key, read.clone());
+                read
+            }
+        };
+        let values = values.into_iter().map(|v| v.into()).collect();
+        Some((read, Some(ParamValues::List(values))))
+    }
+}
+
+/// `statement` with the constants its `WHERE` compares columns with
+/// replaced by `$1`, `$2`, ..., and those constants: integers that fit a
+/// `bigint` and strings (anything else is left as written, and the
+/// statement is then no point read).
+fn parameterized(statement: &Statement) -> Option<(Statement, Vec<ScalarValue>)> {
+    let Statement::Query(query) = statement else {
+        return None;
+    };
+    let select = plain_select(query)?;
+    select.selection.as_ref()?;
+    let mut shape = statement.clone();
+    let Statement::Query(query) = &mut shape else {
+        unreachable!("cloned from a query")
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let mut values = Vec::new();
+    replace_constants(select.selection.as_mut()?, &mut values);
+    Some((shape, values))
+}
+
+/// Replaces the constants in `expr`'s comparisons (an `AND` chain of
+/// them) with parameters, collecting their values.
+fn replace_constants(expr: &mut SqlExpr, values: &mut Vec<ScalarValue>) {
+    let constant = |e: &mut SqlExpr, values: &mut Vec<ScalarValue>| {
+        if let Some(value) = constant_value(e) {
+            values.push(value);
+            *e = SqlExpr::value(Value::Placeholder(format!("${}", values.len())));
+        }
+    };
+    match expr {
+        SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            replace_constants(left, values);
+            replace_constants(right, values);
+        }
+        SqlExpr::Nested(inner) => replace_constants(inner, values),
+        SqlExpr::BinaryOp { left, right, .. } => {
+            constant(left, values);
+            constant(right, values);
+        }
+        SqlExpr::Between { low, high, .. } => {
+            constant(low, values);
+            constant(high, values);
+        }
+        _ => {}
+    }
+}
+
+/// The value of an integer or string constant.
+fn constant_value(expr: &SqlExpr) -> Option<ScalarValue> {
+    match expr {
+        SqlExpr::Value(value) => match &value.value {
+            Value::Number(n, false) => n.parse::<i64>().ok().map(|v| ScalarValue::Int64(Some(v))),
+            Value::SingleQuotedString(s) => Some(ScalarValue::Utf8(Some(s.clone()))),
+            _ => None,
+        },
+        SqlExpr::UnaryOp {
+            op: datafusion::sql::sqlparser::ast::UnaryOperator::Minus,
+            expr,
+        } => match constant_value(expr)? {
+            ScalarValue::Int64(Some(v)) => v.checked_neg().map(|v| ScalarValue::Int64(Some(v))),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// How a point read's parameters pick rows in its order.
 #[derive(Debug)]
 enum Keys {

@@ -191,6 +191,8 @@ pub struct Session {
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// The `TimeZone` the client was last told of (ParameterStatus).
     pub reported_time_zone: String,
+    /// Simple-query point reads by statement shape (`point_read.rs`).
+    pub shapes: crate::point_read::ShapeCache,
 }
 
 /// A DataFusion context that plans against `pinned`, configured as every
@@ -311,6 +313,7 @@ impl Session {
             timed_out_idle: false,
             progress: None,
             reported_time_zone: "UTC".into(),
+            shapes: Default::default(),
         })
     }
 
