@@ -528,7 +528,8 @@ impl SimpleQueryHandler for Connection {
             // shortcut once a statement of its shape ran (`point_read.rs`).
             let shortcut = match statement {
                 WeirStatement::Sql(sql) => {
-                    let catalog = session.db.committed().catalog.clone();
+                    session.pin_for_read();
+                    let catalog = session.pinned.get().catalog.clone();
                     session.shapes.find(&catalog, sql)
                 }
                 _ => None,
@@ -548,7 +549,7 @@ impl SimpleQueryHandler for Connection {
                 }
             };
             if let (Some((read, _)), Output::Rows { schema, .. }) = (&shortcut, &output) {
-                read.learn(schema);
+                read.learn(schema, &session.pinned.get().catalog);
             }
             let copying = matches!(output, Output::CopyIn { .. });
             let options = format_options(client, &session);
@@ -1034,7 +1035,7 @@ impl ExtendedQueryHandler for Connection {
         if let (Output::Rows { schema, .. }, Some(described)) = (&output, &prepared.schema) {
             check_result_types(described, schema)?;
             if let Some(point_read) = point_read {
-                point_read.learn(schema);
+                point_read.learn(schema, &session.pinned.get().catalog);
             }
         }
         into_response(output, &portal.result_column_format, options)

@@ -64,11 +64,18 @@ impl PointRead {
             return None;
         };
         let TableFactor::Table {
-            name, args: None, ..
+            name,
+            args: None,
+            alias,
+            ..
         } = &from.relation
         else {
             return None;
         };
+        // `FROM t AS u (a, b)` renames the columns.
+        if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+            return None;
+        }
         if !from.joins.is_empty() {
             return None;
         }
@@ -120,6 +127,12 @@ impl PointRead {
                 _ => None,
             })
             .collect();
+        // Two equalities on one column: left to the planner.
+        let columns_fixed: std::collections::BTreeSet<usize> =
+            equal.iter().map(|(c, _)| *c).collect();
+        if columns_fixed.len() != equal.len() {
+            return None;
+        }
         let orders = catalog.orders(&relation);
         let (order, keys) = if equal.len() == conditions.len() {
             // The order whose leading columns they fix, all of them used.
@@ -162,8 +175,18 @@ impl PointRead {
     }
 
     /// Learns the result's schema from an execution through the planner.
-    pub fn learn(&self, schema: &SchemaRef) {
-        let _ = self.schema.set(schema.clone());
+    /// Only a schema read from the relation this point read was made
+    /// for is learned: the planner read `catalog`.
+    pub fn learn(&self, schema: &SchemaRef, catalog: &Catalog) {
+        if self.is_current(catalog) {
+            let _ = self.schema.set(schema.clone());
+        }
+    }
+
+    /// Whether `catalog`'s relation of this name is the one it was made
+    /// for.
+    fn is_current(&self, catalog: &Catalog) -> bool {
+        relation_id(catalog, &self.relation) == Some(self.id)
     }
 
     /// Reads the rows for `params` at the session's read snapshot; `None`
@@ -176,14 +199,7 @@ impl PointRead {
         session.pin_for_read();
         let snapshot = session.pinned.get();
         let catalog = &snapshot.catalog;
-        let id = match (
-            catalog.tables.get(&self.relation),
-            catalog.materialized_views.get(&self.relation),
-        ) {
-            (Some(table), _) => table.id,
-            (None, Some(view)) if view.failed.is_none() => view.id,
-            _ => return None,
-        };
+        let id = relation_id(catalog, &self.relation)?;
         if id != self.id
             || !catalog
                 .orders(&self.relation)
@@ -195,7 +211,13 @@ impl PointRead {
         let table = snapshot.tables.get(&id)?;
         let stored = &table.spec().schema;
         let value = |p: usize, column: usize| -> Option<ScalarValue> {
-            stored_value(&values.get(p)?.value, stored.field(column).data_type())
+            let value = &values.get(p)?.value;
+            let t = stored.field(column).data_type();
+            // The planner would compare in another type (a number against
+            // a text column, a float against an integer, a `timestamp`
+            // against a `timestamptz` read in the session's zone), which
+            // may match other rows.
+            same_kind(&value.data_type(), t).then(|| stored_value(value, t))?
         };
         let selection = match &self.keys {
             Keys::Equal(parameters) => KeySelection::Equal(
@@ -286,8 +308,8 @@ impl ShapeCache {
         let (shape, values) = parameterized(statement)?;
         let key = shape.to_string();
         let read = match self.reads.get(&key) {
-            Some(read) => read.clone(),
-            None => {
+            Some(read) if read.is_current(catalog) => read.clone(),
+            _ => {
                 let read = std::sync::Arc::new(PointRead::recognise(catalog, &shape)?);
                 if self.reads.len() >= SHAPES {
                     self.reads.clear();
@@ -371,6 +393,29 @@ fn constant_value(expr: &SqlExpr) -> Option<ScalarValue> {
         },
         _ => None,
     }
+}
+
+/// The id of table or readable materialized view `name` in `catalog`.
+fn relation_id(catalog: &Catalog, name: &str) -> Option<TableId> {
+    match (
+        catalog.tables.get(name),
+        catalog.materialized_views.get(name),
+    ) {
+        (Some(table), _) => Some(table.id),
+        (None, Some(view)) if view.failed.is_none() && view.sink.is_none() => Some(view.id),
+        _ => None,
+    }
+}
+
+/// Whether a value of type `value` compares with a column of type
+/// `column` in the column's type, as the lookup does: the same type, or
+/// both integers, or both strings.
+fn same_kind(value: &DataType, column: &DataType) -> bool {
+    let string =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    value == column
+        || (value.is_integer() && column.is_integer())
+        || (string(value) && string(column))
 }
 
 /// How a point read's parameters pick rows in its order.

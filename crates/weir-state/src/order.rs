@@ -92,8 +92,8 @@ pub(crate) struct ChunkOrders {
 
 impl ChunkOrders {
     /// The rows of `batch` (this chunk's) in the order of `columns`,
-    /// sorted now if no lookup needed that order before. Concurrent
-    /// lookups wait for one sort rather than each sorting.
+    /// sorted now if no lookup needed that order before (lookups racing
+    /// to sort a chunk first each sort it; the first result is kept).
     fn order(&self, batch: &RecordBatch, columns: &[usize]) -> Result<UInt32Array, ArrowError> {
         let slot = {
             let mut built = self.built.lock().expect("chunk orders lock");
