@@ -270,10 +270,21 @@ pub async fn sqlstate(client: &Client, sql: &str) -> String {
 
 /// The rows of a query as text, sorted (a view's rows have no order).
 pub async fn sorted_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    outcome(client, sql)
+        .await
+        .unwrap_or_else(|code| panic!("{sql}: {code}"))
+}
+
+/// A query's rows as text, sorted, or its SQLSTATE and message (one
+/// execution).
+pub async fn outcome(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
     let messages = client
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        .map_err(|e| match e.as_db_error() {
+            Some(db) => format!("{} {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        })?;
     let mut rows: Vec<Vec<Option<String>>> = messages
         .into_iter()
         .filter_map(|m| match m {
@@ -286,7 +297,7 @@ pub async fn sorted_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>>
         })
         .collect();
     rows.sort();
-    rows
+    Ok(rows)
 }
 
 /// Asserts that each materialized view in `views` (name, query) holds what

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
-use crate::common::{http_get, sorted_rows, TestServer};
+use crate::common::{http_get, outcome, sorted_rows, TestServer};
 
 /// Keys are drawn from a small range so that writes collide and reads hit.
 const KEYS: i32 = 200;
@@ -337,25 +337,4 @@ async fn shortcuts_answer_as_the_planner_does() {
         let ids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
         assert_eq!(ids, vec![2]);
     }
-}
-
-/// A query's sorted rows, or its SQLSTATE (one execution).
-async fn outcome(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-    let messages = client
-        .simple_query(sql)
-        .await
-        .map_err(|e| e.code().map(|c| c.code().to_owned()).unwrap_or_default())?;
-    let mut rows: Vec<Vec<Option<String>>> = messages
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_owned))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
-    rows.sort();
-    Ok(rows)
 }
