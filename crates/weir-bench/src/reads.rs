@@ -169,7 +169,7 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
     // Idle connections, on a fresh server: each runs a statement (which
     // sets its session up), then stays open.
     let fresh = Server::start().await?;
-    let before = rss_kib(fresh.pid())?;
+    let before = fresh.rss_kib()?;
     let mut idle = Vec::with_capacity(load.idle);
     for _ in 0..load.idle {
         let connection = fresh.client().await?;
@@ -177,7 +177,7 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
         idle.push(connection);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = rss_kib(fresh.pid())?;
+    let after = fresh.rss_kib()?;
     // Every connection is still served.
     for c in &idle {
         c.simple_query("SELECT 1").await?;
@@ -376,16 +376,6 @@ async fn commit_latency(client: &Client, seconds: u64) -> anyhow::Result<(f64, f
     anyhow::ensure!(!durations.is_empty(), "no epoch committed in {seconds} s");
     let at = |p: f64| durations[((durations.len() - 1) as f64 * p).round() as usize] as f64;
     Ok((at(0.5), at(0.99), durations.len()))
-}
-
-/// Process `pid`'s resident memory now, in KiB.
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("VmRSS in /proc/<pid>/status")
 }
 
 /// A PostgreSQL server on a free loopback port, from the newest installed

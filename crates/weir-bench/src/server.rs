@@ -98,9 +98,9 @@ impl Server {
         self.port
     }
 
-    /// Its process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// Its resident memory now (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        status_kib(self.child.id(), "VmRSS")
     }
 
     /// Bytes in the data folder.
@@ -156,12 +156,17 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
 
 /// Process `pid`'s peak resident memory so far (`VmHWM`), in KiB.
 fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmHWM")
+}
+
+/// A memory figure (`field`, in kB) of `/proc/<pid>/status`.
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("VmHWM in /proc/<pid>/status")
+        .with_context(|| format!("{field} in /proc/{pid}/status"))
 }
 
 /// A process of a cluster other than the server (`--process` above 0),

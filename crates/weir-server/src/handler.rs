@@ -528,9 +528,14 @@ impl SimpleQueryHandler for Connection {
             // shortcut once a statement of its shape ran (`point_read.rs`).
             let shortcut = match statement {
                 WeirStatement::Sql(sql) => {
-                    session.pin_for_read();
-                    let catalog = session.pinned.get().catalog.clone();
-                    session.shapes.find(&catalog, sql)
+                    // The catalog the statement reads, without pinning.
+                    let session = &mut *session;
+                    let committed = session.db.committed();
+                    let catalog = match &session.transaction {
+                        Some(block) => block.catalog(),
+                        None => &committed.catalog,
+                    };
+                    session.shapes.find(catalog, sql)
                 }
                 _ => None,
             };

@@ -122,7 +122,7 @@ impl ChunkOrders {
 }
 
 /// The row numbers of `batch` that `selection` selects on the order of
-/// `columns`, ascending and each once (the live bits are the caller's).
+/// `columns`, each once (the live bits are the caller's).
 pub(crate) fn select_rows(
     orders: &ChunkOrders,
     batch: &RecordBatch,
@@ -153,6 +153,11 @@ pub(crate) fn select_rows(
                 };
                 let (start, end) = equal_range(order, compare);
                 rows.extend_from_slice(&order[start..end]);
+            }
+            // An `IN` list may name a key twice.
+            if count > 1 {
+                rows.sort_unstable();
+                rows.dedup();
             }
         }
         KeySelection::Range { lower, upper } => {
@@ -185,8 +190,6 @@ pub(crate) fn select_rows(
             }
         }
     }
-    rows.sort_unstable();
-    rows.dedup();
     Ok(rows)
 }
 
