@@ -46,6 +46,7 @@ use crate::copy::{self, CopyIn};
 use crate::database::Database;
 use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
+use crate::plan_cache::PlanCache;
 use crate::point_read::PointRead;
 use crate::rows::RowStream;
 use crate::session::{Output, Params, Session};
@@ -317,7 +318,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<(&PointRead, &Params)>,
+        reuse: Reuse<'_>,
     ) -> PgWireResult<WeirResult<Output>>
     where
         C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -327,7 +328,7 @@ impl Connection {
         let (sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
         session.progress = Some(sender);
         let result = {
-            let run = self.run(session, statement, params, point_read);
+            let run = self.run(session, statement, params, reuse);
             tokio::pin!(run);
             loop {
                 tokio::select! {
@@ -353,7 +354,7 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<(&PointRead, &Params)>,
+        reuse: Reuse<'_>,
     ) -> WeirResult<Output> {
         session.settle_canceled();
         if session.transaction.as_ref().is_some_and(|b| b.is_failed())
@@ -365,7 +366,7 @@ impl Connection {
         let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
         session.statement_running = true;
         let deep = matches!(statement, WeirStatement::Sql(s) if weir_sql::is_deep(s));
-        let work = guarded(self.run_unguarded(session, statement, params, point_read));
+        let work = guarded(self.run_unguarded(session, statement, params, reuse));
         let result = off_the_runtime_if(deep, async {
             match timeout {
                 Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
@@ -420,10 +421,17 @@ impl Connection {
         session: &mut Session,
         statement: &WeirStatement,
         params: &Params,
-        point_read: Option<(&PointRead, &Params)>,
+        reuse: Reuse<'_>,
     ) -> WeirResult<Output> {
-        if let Some(output) = point_read.and_then(|(p, values)| p.read(session, values)) {
+        if let Some(output) = reuse
+            .point_read
+            .and_then(|(p, values)| p.read(session, values))
+        {
             return output;
+        }
+        if let (Some(cache), WeirStatement::Sql(sql)) = (reuse.plan, statement) {
+            let (schema, rows) = session.query_reusing(sql, params, cache).await?;
+            return Ok(Output::Rows { schema, rows });
         }
         if statement::is_copy(statement) {
             let WeirStatement::Sql(sql) = statement else {
@@ -539,11 +547,14 @@ impl SimpleQueryHandler for Connection {
                 }
                 _ => None,
             };
-            let point_read = shortcut
-                .as_ref()
-                .map(|(read, values)| (read.as_ref(), values));
+            let reuse = Reuse {
+                point_read: shortcut
+                    .as_ref()
+                    .map(|(read, values)| (read.as_ref(), values)),
+                plan: None,
+            };
             let result = self
-                .run_reporting(client, &mut session, statement, &None, point_read)
+                .run_reporting(client, &mut session, statement, &None, reuse)
                 .await?;
             send_notices(client, &mut session).await?;
             let output = match result {
@@ -662,6 +673,17 @@ pub struct Prepared {
     schema: Option<SchemaRef>,
     /// Set when the statement is a point read the planner need not run.
     point_read: Option<Arc<PointRead>>,
+    /// A query's plan, kept between executions (`plan_cache.rs`).
+    plan: Option<Arc<PlanCache>>,
+}
+
+/// What a statement may reuse from its earlier executions.
+#[derive(Clone, Copy, Default)]
+struct Reuse<'a> {
+    /// A point read served without the planner, and its values.
+    point_read: Option<(&'a PointRead, &'a Params)>,
+    /// A prepared query's kept plan.
+    plan: Option<&'a PlanCache>,
 }
 
 /// Parses and describes statements for the extended protocol.
@@ -729,6 +751,10 @@ impl QueryParser for Parser {
             .collect();
         let mut wire_types = wire_types;
         wire_types.resize(count, None);
+        let plan = match &statement {
+            WeirStatement::Sql(sql) if matches!(**sql, Statement::Query(_)) => Some(Arc::default()),
+            _ => None,
+        };
         let point_read = match &statement {
             WeirStatement::Sql(sql) => {
                 PointRead::recognise(&session.pinned.get().catalog, sql).map(Arc::new)
@@ -741,6 +767,7 @@ impl QueryParser for Parser {
             wire_types,
             schema,
             point_read,
+            plan,
         }))
     }
 
@@ -1025,14 +1052,12 @@ impl ExtendedQueryHandler for Connection {
         let mut session = self.session(client).await?;
         check_alive(&session)?;
         let point_read = prepared.point_read.as_deref();
+        let reuse = Reuse {
+            point_read: point_read.map(|read| (read, &params)),
+            plan: prepared.plan.as_deref(),
+        };
         let result = self
-            .run_reporting(
-                client,
-                &mut session,
-                statement,
-                &params,
-                point_read.map(|read| (read, &params)),
-            )
+            .run_reporting(client, &mut session, statement, &params, reuse)
             .await?;
         send_notices(client, &mut session).await?;
         let options = format_options(client, &session);

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::{
@@ -214,6 +215,26 @@ pub fn stored_value(value: &ScalarValue, t: &DataType) -> Option<ScalarValue> {
     (cast.cast_to(&value.data_type()).ok()? == *value).then_some(cast)
 }
 
+/// `array` in type `t`, if the cast keeps every value (as
+/// [`stored_value`] does for one value); `None` where one would change.
+pub fn stored_value_array(
+    array: &datafusion::arrow::array::ArrayRef,
+    t: &DataType,
+) -> Result<Option<datafusion::arrow::array::ArrayRef>> {
+    use datafusion::arrow::compute::cast;
+    if array.data_type() == t {
+        return Ok(Some(array.clone()));
+    }
+    let Ok(stored) = cast(array, t) else {
+        return Ok(None);
+    };
+    let back = cast(&stored, array.data_type())?;
+    Ok(
+        (back.as_ref() == array.as_ref() && stored.null_count() == array.null_count())
+            .then_some(stored),
+    )
+}
+
 /// What one filter says about one column.
 enum Found {
     Equal(Vec<ScalarValue>),
@@ -310,6 +331,8 @@ fn conditions(filter: &Expr, schema: &Schema) -> Vec<(usize, Found)> {
 pub struct LookupExec {
     relation: String,
     shown: String,
+    /// The probes it made (0 for a range).
+    keys: usize,
     batches: Vec<RecordBatch>,
     properties: Arc<PlanProperties>,
 }
@@ -328,22 +351,40 @@ impl LookupExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
+        let keys = match &lookup.selection {
+            KeySelection::Equal(probes) => probes.first().map_or(0, |p| p.len()),
+            KeySelection::Range { .. } => 0,
+        };
         LookupExec {
             relation: relation.to_owned(),
             shown: lookup.shown.clone(),
+            keys,
             batches,
             properties: Arc::new(properties),
         }
     }
 }
 
+impl LookupExec {
+    /// The probes it made (0 for a range).
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// The rows it found.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
 impl DisplayAs for LookupExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let rows: usize = self.batches.iter().map(|b| b.num_rows()).sum();
         write!(
             f,
-            "LookupExec: {} {} rows={rows}",
-            self.relation, self.shown
+            "LookupExec: {} {} rows={}",
+            self.relation,
+            self.shown,
+            self.rows()
         )
     }
 }
@@ -373,6 +414,16 @@ impl ExecutionPlan for LookupExec {
         _children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
+    }
+
+    /// Exact figures, so that DataFusion builds a join's hash table from
+    /// the side a lookup made small.
+    fn partition_statistics(&self, _partition: Option<usize>) -> Result<Arc<Statistics>> {
+        Ok(Arc::new(compute_record_batch_statistics(
+            std::slice::from_ref(&self.batches),
+            self.properties.eq_properties.schema(),
+            None,
+        )))
     }
 
     fn execute(

@@ -59,6 +59,12 @@ pub fn render(db: &Database) -> String {
         db.point_reads.load(Ordering::Relaxed).to_string(),
     );
     metric(
+        "weir_plans_reused_total",
+        "counter",
+        "Executions of prepared queries that reused their kept plan since start.",
+        db.plans_reused.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
         "weir_objects_written_total",
         "counter",
         "State objects written since start.",

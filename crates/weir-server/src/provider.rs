@@ -18,7 +18,8 @@ use weir_state::TableSnapshot;
 
 use crate::catalog::{ColumnDef, ViewDef};
 use crate::database::{Database, DbSnapshot};
-use crate::lookup::{LookupExec, Order};
+use crate::lookup::{Lookup, LookupExec, Order};
+use crate::lookup_join::SnapshotScanExec;
 use crate::numeric_display::DisplayScale;
 use crate::system;
 
@@ -247,7 +248,7 @@ fn table_display_scale(column: &ColumnDef) -> Option<DisplayScale> {
 }
 
 /// A table at one epoch, scanned from memory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SnapshotTable {
     table: TableSnapshot,
     schema: SchemaRef,
@@ -420,20 +421,78 @@ impl TableProvider for SnapshotTable {
                 batches,
             )));
         }
+        let (batches, schema, looked_up) =
+            self.read(projection.map(Vec::as_slice), lookup.as_ref())?;
+        match lookup {
+            Some(lookup) if looked_up => Ok(Arc::new(LookupExec::new(
+                &self.relation,
+                &lookup,
+                schema,
+                batches,
+            ))),
+            // A lookup join may narrow the scan of an ordered relation.
+            _ if !self.orders.is_empty() => Ok(Arc::new(SnapshotScanExec::new(
+                Arc::new(self.clone()),
+                projection.cloned(),
+                schema,
+                batches,
+            ))),
+            _ => Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?),
+        }
+    }
+}
+
+impl SnapshotTable {
+    /// The relation's name.
+    pub fn relation(&self) -> &str {
+        &self.relation
+    }
+
+    /// The rows it reads, if it reads a named relation (not a DML
+    /// target): a kept plan rebinds it to newer rows (`plan_cache.rs`).
+    pub fn rows(&self) -> Option<&TableSnapshot> {
+        (!self.relation.is_empty() && !self.with_positions).then_some(&self.table)
+    }
+
+    /// The same table reading `table`, the relation's rows at another
+    /// epoch.
+    pub fn at(&self, table: TableSnapshot) -> Self {
+        SnapshotTable {
+            table,
+            ..self.clone()
+        }
+    }
+
+    /// The orders its rows can be looked up by.
+    pub fn orders(&self) -> &[Order] {
+        &self.orders
+    }
+
+    /// The types its stored columns hold (probe values are cast to them).
+    pub fn stored_schema(&self) -> &Schema {
+        &self.table.spec().schema
+    }
+
+    /// The rows of `projection`: those `lookup` selects, if it is given
+    /// and its columns can be looked up by order, else all of them. Also
+    /// returns the rows' schema and whether the lookup was used. Not for
+    /// a DML target (no positions).
+    pub fn read(
+        &self,
+        projection: Option<&[usize]>,
+        lookup: Option<&Lookup>,
+    ) -> Result<(Vec<RecordBatch>, SchemaRef, bool)> {
+        let to_df = |e: weir_state::StateError| DataFusionError::External(Box::new(e));
         // A counted view's rows are read whole, then repeated.
-        let read = if self.counted {
-            None
-        } else {
-            projection.map(Vec::as_slice)
-        };
-        let found = match &lookup {
+        let read = if self.counted { None } else { projection };
+        let found = match lookup {
             Some(lookup) => self
                 .table
                 .select(&lookup.columns, &lookup.selection, read, false)
                 .map_err(to_df)?,
             None => None,
         };
-        let lookup = lookup.filter(|_| found.is_some());
+        let looked_up = found.is_some();
         let batches = match found {
             Some(batches) => batches,
             None => self.table.scan(read, false).map_err(to_df)?,
@@ -441,7 +500,7 @@ impl TableProvider for SnapshotTable {
         let batches = if self.counted {
             batches
                 .iter()
-                .map(|b| crate::views::expand_counted(b, projection.map(Vec::as_slice)))
+                .map(|b| crate::views::expand_counted(b, projection))
                 .collect::<Result<Vec<_>>>()?
         } else {
             batches
@@ -458,14 +517,6 @@ impl TableProvider for SnapshotTable {
         } else {
             batches
         };
-        match lookup {
-            Some(lookup) => Ok(Arc::new(LookupExec::new(
-                &self.relation,
-                &lookup,
-                schema,
-                batches,
-            ))),
-            None => Ok(MemorySourceConfig::try_new_exec(&[batches], schema, None)?),
-        }
+        Ok((batches, schema, looked_up))
     }
 }

@@ -220,6 +220,7 @@ pub fn session_context(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(crate::lookup_join::LookupJoins))
         .build();
     state.add_analyzer_rule(crate::checked::rule());
     state.add_analyzer_rule(crate::casts::rule());
@@ -449,6 +450,34 @@ impl Session {
             .plan(crate::colnames::disambiguate(statement), params)
             .await?;
         let (schema, rows) = self.stream(plan).await?;
+        Ok((crate::colnames::wire_schema(statement, schema), rows))
+    }
+
+    /// [`Session::query`] for a prepared query whose plan `cache` keeps
+    /// between executions (`plan_cache.rs`).
+    pub async fn query_reusing(
+        &self,
+        statement: &Statement,
+        params: &Params,
+        cache: &crate::plan_cache::PlanCache,
+    ) -> WeirResult<(SchemaRef, RowStream)> {
+        self.pin_for_read();
+        self.apply_time_zone();
+        let snapshot = self.pinned.get();
+        let zone = self.settings.lock().arrow_time_zone();
+        let plan = match cache.get(&snapshot, &zone) {
+            Some(plan) => {
+                self.db.plans_reused.fetch_add(1, Ordering::Relaxed);
+                plan
+            }
+            None => {
+                let statement = crate::colnames::disambiguate(statement);
+                let plan = plan_statement(&self.ctx.state(), statement).await?;
+                cache.keep(&plan, &snapshot, &zone);
+                plan
+            }
+        };
+        let (schema, rows) = self.stream(bind(plan, params)?).await?;
         Ok((crate::colnames::wire_schema(statement, schema), rows))
     }
 

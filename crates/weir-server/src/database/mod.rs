@@ -171,6 +171,9 @@ pub struct Database {
     /// Prepared point reads served without the planner since start
     /// (`point_read.rs`).
     pub point_reads: AtomicU64,
+    /// Executions of prepared queries that reused a kept plan
+    /// (`plan_cache.rs`).
+    pub plans_reused: AtomicU64,
     /// Session-scoped advisory locks (`pg_advisory_lock`).
     pub advisory_locks: Arc<crate::functions::AdvisoryLocks>,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,

@@ -67,7 +67,8 @@ fn random_read(rng: &mut StdRng) -> (String, String) {
     let s = format!("'s{}'", rng.random_range(0..7));
     let n = rng.random_range(0..8);
     let pair = |indexed: String, scanned: String| (indexed, scanned);
-    match rng.random_range(0..8) {
+    let v = rng.random_range(-50..50);
+    match rng.random_range(0..12) {
         0 => pair(
             format!("SELECT * FROM t WHERE id = {k}"),
             format!("SELECT * FROM t WHERE id + 0 = {k}"),
@@ -96,9 +97,32 @@ fn random_read(rng: &mut StdRng) -> (String, String) {
             format!("SELECT * FROM mv WHERE g = {g}"),
             format!("SELECT * FROM mv WHERE g + 0 = {g}"),
         ),
-        _ => pair(
+        7 => pair(
             format!("SELECT g, total FROM mv WHERE n = {n}"),
             format!("SELECT g, total FROM mv WHERE n + 0 = {n}"),
+        ),
+        // Joins, read through keys and indexes by the other input's keys.
+        8 => pair(
+            format!("SELECT t.id, mv.total FROM t JOIN mv ON mv.g = t.g WHERE t.id = {k}"),
+            format!(
+                "SELECT t.id, mv.total FROM t JOIN mv ON mv.g + 0 = t.g + 0 WHERE t.id + 0 = {k}"
+            ),
+        ),
+        9 => pair(
+            format!("SELECT t.id, t.s, mv.n FROM mv JOIN t ON t.g = mv.g WHERE mv.n = {n}"),
+            format!(
+                "SELECT t.id, t.s, mv.n FROM mv JOIN t ON t.g + 0 = mv.g + 0 WHERE mv.n + 0 = {n}"
+            ),
+        ),
+        10 => pair(
+            format!("SELECT mv.g, mv.n, t.id FROM mv LEFT JOIN t ON t.id = mv.n WHERE mv.total > {v}"),
+            format!(
+                "SELECT mv.g, mv.n, t.id FROM mv LEFT JOIN t ON t.id + 0 = mv.n + 0 WHERE mv.total > {v}"
+            ),
+        ),
+        _ => pair(
+            format!("SELECT g, n FROM mv WHERE g IN (SELECT g FROM t WHERE v > {v})"),
+            format!("SELECT g, n FROM mv WHERE g + 0 IN (SELECT g + 0 FROM t WHERE v > {v})"),
         ),
     }
 }
@@ -152,18 +176,27 @@ async fn lookups_match_scans_under_random_writes() {
         )
         .await
         .unwrap();
-    // Each indexed form is a lookup, so the comparison is not scan
-    // against scan.
+    // Each indexed form is a lookup (a join a lookup join), so the
+    // comparison is not scan against scan; no scanned form is one.
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..64 {
-        let (indexed, _) = random_read(&mut rng);
+        let (indexed, scanned) = random_read(&mut rng);
+        let expected = match indexed.contains("JOIN") || indexed.contains(" IN (SELECT") {
+            true => "LookupJoinExec",
+            false => "LookupExec",
+        };
+        let shows = |plan: &[Vec<Option<String>>], node: &str| {
+            plan.iter().flatten().flatten().any(|p| p.contains(node))
+        };
         let plan = sorted_rows(&client, &format!("EXPLAIN {indexed}")).await;
         assert!(
-            plan.iter()
-                .flatten()
-                .flatten()
-                .any(|p| p.contains("LookupExec")),
-            "{indexed} should be a lookup: {plan:?}"
+            shows(&plan, expected),
+            "{indexed} should use {expected}: {plan:?}"
+        );
+        let plan = sorted_rows(&client, &format!("EXPLAIN {scanned}")).await;
+        assert!(
+            !shows(&plan, "LookupExec") && !shows(&plan, "LookupJoinExec"),
+            "{scanned} should scan: {plan:?}"
         );
     }
     let by_key = client
@@ -186,6 +219,12 @@ async fn lookups_match_scans_under_random_writes() {
         .prepare("SELECT id FROM t WHERE $1 < id AND id <= $2")
         .await
         .unwrap();
+    // Not a point read: planned once, then its plan is reused.
+    let by_join = client
+        .prepare("SELECT t.id, mv.n FROM t JOIN mv ON mv.g = t.g WHERE t.id BETWEEN $1 AND $2")
+        .await
+        .unwrap();
+    let reused_before = counter(port, "weir_plans_reused_total");
     let mut changed = [0usize; 3];
     let (mut reads, mut hits, mut prepared) = (0, 0, 0);
     for round in 0..30 {
@@ -235,6 +274,14 @@ async fn lookups_match_scans_under_random_writes() {
                     vec![a, b],
                     format!("SELECT id FROM t WHERE {a} < id + 0 AND id + 0 <= {b}"),
                 ),
+                (
+                    &by_join,
+                    vec![a, b],
+                    format!(
+                        "SELECT t.id, mv.n FROM t JOIN mv ON mv.g + 0 = t.g + 0 \
+                         WHERE t.id + 0 BETWEEN {a} AND {b}"
+                    ),
+                ),
             ];
             for (statement, keys, scan) in reads {
                 assert_eq!(
@@ -253,11 +300,14 @@ async fn lookups_match_scans_under_random_writes() {
         "inserts, updates, deletes: {changed:?}"
     );
     assert!(hits > reads / 3, "{hits} of {reads} reads found rows");
-    assert_eq!(prepared, 30 * 4 * 5);
-    // Every execution of a prepared read but each statement's first went
-    // around the planner (simple queries of a known shape may have too).
+    assert_eq!(prepared, 30 * 4 * 6);
+    // Every execution of a prepared point read but each statement's first
+    // went around the planner (simple queries of a known shape may have
+    // too); every execution of the join but its first reused its plan.
     let skipped = point_reads(port);
-    assert!(skipped >= prepared - 5, "{skipped} of {prepared}");
+    assert!(skipped >= 30 * 4 * 5 - 5, "{skipped} of {prepared}");
+    let reused = counter(port, "weir_plans_reused_total") - reused_before;
+    assert_eq!(reused, 30 * 4 - 1);
     // A simple query by constants takes the same shortcut once its shape
     // ran: the first of these is planned, the other 49 are not.
     client.batch_execute("FLUSH").await.unwrap();
@@ -277,11 +327,115 @@ async fn lookups_match_scans_under_random_writes() {
 
 /// Reads served without the planner so far (`weir_point_reads_total`).
 fn point_reads(port: u16) -> usize {
+    counter(port, "weir_point_reads_total")
+}
+
+/// The value of counter `name` on the metrics page.
+fn counter(port: u16, name: &str) -> usize {
     let page = http_get(port, "/metrics");
     page.lines()
-        .find_map(|l| l.strip_prefix("weir_point_reads_total "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{page}"))
+        .unwrap_or_else(|| panic!("{name}: {page}"))
+}
+
+/// Prepared queries keep their plan between executions: each execution
+/// reads its own snapshot (newer rows, a transaction block's writes), a
+/// changed catalog makes a new plan, and queries of system tables are
+/// planned every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_plans_read_each_executions_snapshot() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE k (id INT PRIMARY KEY, v TEXT); INSERT INTO k VALUES (1, 'a');              CREATE VIEW kv AS SELECT id, v FROM k WHERE id > 0",
+        )
+        .await
+        .unwrap();
+    let reused = || counter(port, "weir_plans_reused_total");
+    let from_table = client
+        .prepare("SELECT v FROM k WHERE id + 0 >= $1")
+        .await
+        .unwrap();
+    let through_view = client
+        .prepare("SELECT v FROM kv WHERE v <> $1")
+        .await
+        .unwrap();
+    let run = |statement| first_column(&client, statement, &0i64);
+    assert_eq!(run(&from_table).await, ["a"]);
+    let start = reused();
+    client
+        .batch_execute("INSERT INTO k VALUES (2, 'b'); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(run(&from_table).await, ["a", "b"]);
+    assert_eq!(reused(), start + 1, "the second execution reused the plan");
+    assert_eq!(first_column(&client, &through_view, &"x").await, ["a", "b"]);
+    client
+        .batch_execute("INSERT INTO k VALUES (3, 'c'); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(first_column(&client, &through_view, &"a").await, ["b", "c"]);
+    assert_eq!(reused(), start + 2, "a plan through a view is kept too");
+    // A transaction block's own writes, and not after ROLLBACK.
+    client
+        .batch_execute("BEGIN; INSERT INTO k VALUES (4, 'd')")
+        .await
+        .unwrap();
+    assert_eq!(run(&from_table).await, ["a", "b", "c", "d"]);
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(run(&from_table).await, ["a", "b", "c"]);
+    assert_eq!(reused(), start + 4);
+    // The table dropped and created again: a new plan reads the new one.
+    client
+        .batch_execute(
+            "DROP VIEW kv; DROP TABLE k; CREATE TABLE k (id INT PRIMARY KEY, v TEXT);              INSERT INTO k VALUES (7, 'z')",
+        )
+        .await
+        .unwrap();
+    assert_eq!(run(&from_table).await, ["z"]);
+    assert_eq!(reused(), start + 4, "a changed catalog is planned anew");
+    assert_eq!(run(&from_table).await, ["z"]);
+    assert_eq!(reused(), start + 5);
+    // System tables are read as they are when planned: never kept.
+    let relations = client
+        .prepare("SELECT relname::text FROM pg_class WHERE relname LIKE $1")
+        .await
+        .unwrap();
+    let before = reused();
+    assert_eq!(
+        first_column(&client, &relations, &"k%").await,
+        ["k", "k_pkey"]
+    );
+    client
+        .batch_execute("CREATE TABLE k2 (x INT)")
+        .await
+        .unwrap();
+    assert_eq!(
+        first_column(&client, &relations, &"k%").await,
+        ["k", "k2", "k_pkey"]
+    );
+    assert_eq!(reused(), before);
+}
+
+/// The first column (text) of a prepared statement's rows for one
+/// parameter, sorted.
+async fn first_column(
+    client: &Client,
+    statement: &tokio_postgres::Statement,
+    param: &(dyn tokio_postgres::types::ToSql + Sync),
+) -> Vec<String> {
+    let rows = client.query(statement, &[param]).await.unwrap();
+    let mut values: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    values.sort();
+    values
 }
 
 /// Statements the shortcut must leave to the planner give the same rows
