@@ -153,7 +153,7 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
         }
         let statement = Statement::Query(query.clone());
         let (schema, rows) = session.query(&statement, &None).await?;
-        let budget = match session.ctx.runtime_env().memory_pool.memory_limit() {
+        let budget = match session.ctx().runtime_env().memory_pool.memory_limit() {
             MemoryLimit::Finite(bytes) => bytes,
             _ => usize::MAX,
         };

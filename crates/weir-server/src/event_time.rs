@@ -87,9 +87,9 @@ fn interval_micros(session: &Session, expr: &Expr) -> WeirResult<i64> {
     };
     let empty = DFSchema::empty();
     let logical = session
-        .ctx
+        .ctx()
         .parse_sql_expr(&format!("CAST(({expr}) AS INTERVAL)"), &empty)?;
-    let physical = session.ctx.create_physical_expr(logical, &empty)?;
+    let physical = session.ctx().create_physical_expr(logical, &empty)?;
     let one_row = RecordBatch::try_new_with_options(
         Arc::new(Schema::empty()),
         vec![],

@@ -119,7 +119,7 @@ pub struct Connection {
 
 /// The connection's session, created on first use for the client's user.
 async fn lock_session<'a, C: ClientInfo>(
-    slot: &'a Mutex<Option<Session>>,
+    slot: &'a Arc<Mutex<Option<Session>>>,
     shared: &Shared,
     client: &C,
 ) -> PgWireResult<tokio::sync::MappedMutexGuard<'a, Session>> {
@@ -143,6 +143,7 @@ async fn lock_session<'a, C: ClientInfo>(
             session.settings.lock().set("TimeZone", zone)?;
         }
         *guard = Some(session);
+        crate::idle::watch(slot);
     }
     Ok(tokio::sync::MutexGuard::map(guard, |s| {
         s.as_mut().expect("session created above")

@@ -38,6 +38,7 @@ mod event_time;
 mod functions;
 pub mod handler;
 mod hop_windows;
+mod idle;
 mod indexes;
 mod info_schema;
 mod intervals;

@@ -65,6 +65,12 @@ pub fn render(db: &Database) -> String {
         db.plans_reused.load(Ordering::Relaxed).to_string(),
     );
     metric(
+        "weir_session_contexts_released_total",
+        "counter",
+        "Idle sessions' planner contexts dropped since start (made again by their next statement).",
+        db.contexts_released.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
         "weir_objects_written_total",
         "counter",
         "State objects written since start.",

@@ -78,7 +78,7 @@ pub async fn plan_view(
     // A view computes in UTC, whatever the creating session's zone.
     session.use_time_zone("+00:00");
     let planned = plan_view_in(
-        &session.ctx.state(),
+        &session.ctx().state(),
         &catalog,
         query,
         names,

@@ -174,6 +174,8 @@ pub struct Database {
     /// Executions of prepared queries that reused a kept plan
     /// (`plan_cache.rs`).
     pub plans_reused: AtomicU64,
+    /// Idle sessions' DataFusion contexts dropped (`idle.rs`).
+    pub contexts_released: AtomicU64,
     /// Session-scoped advisory locks (`pg_advisory_lock`).
     pub advisory_locks: Arc<crate::functions::AdvisoryLocks>,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,

@@ -240,7 +240,7 @@ async fn plan_rows(
     source: LogicalPlan,
     columns: &[usize],
 ) -> WeirResult<RecordBatch> {
-    let state = session.ctx.state();
+    let state = session.ctx().state();
     let source_schema = source.schema().clone();
     let empty = DFSchema::empty();
     let mut exprs = Vec::with_capacity(def.columns.len());
@@ -281,7 +281,7 @@ async fn batch_rows(
             return conform(def, &[RecordBatch::try_new(schema, arrays)?]);
         }
     }
-    let source = session.ctx.read_batch(batch)?.into_unoptimized_plan();
+    let source = session.ctx().read_batch(batch)?.into_unoptimized_plan();
     plan_rows(session, def, source, columns).await
 }
 
@@ -294,7 +294,7 @@ fn direct_assignments(
     columns: &[usize],
 ) -> Option<Vec<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
     let schema = DFSchema::try_from(batch.schema().as_ref().clone()).ok()?;
-    let state = session.ctx.state();
+    let state = session.ctx().state();
     let mut exprs = vec![None; def.columns.len()];
     for (j, &i) in columns.iter().enumerate() {
         let field = batch.schema().field(j).clone();

@@ -67,7 +67,7 @@ fn plan(
     let table = MemTable::try_new(schema, vec![vec![rows]])?;
     let scan =
         LogicalPlanBuilder::scan(name, provider_as_source(Arc::new(table)), None)?.build()?;
-    let state = session.ctx.state();
+    let state = session.ctx().state();
     let mut exprs = Vec::new();
     for item in items {
         match item {

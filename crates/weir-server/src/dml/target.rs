@@ -128,7 +128,7 @@ pub(super) async fn plan_target_query(
             "generated query did not parse: {sql}"
         )));
     };
-    let plan = crate::session::plan_statement(&session.ctx.state(), *statement).await?;
+    let plan = crate::session::plan_statement(&session.ctx().state(), *statement).await?;
     bind(plan, params)
 }
 

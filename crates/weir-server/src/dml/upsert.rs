@@ -93,7 +93,7 @@ pub(super) fn evaluate_upsert(
     let mut columns = existing.columns().to_vec();
     columns.extend(excluded.columns().iter().cloned());
     let combined = RecordBatch::try_new(Arc::new(df_schema.as_arrow().clone()), columns)?;
-    let state = session.ctx.state();
+    let state = session.ctx().state();
     let logical = |sql: &SqlExpr| -> WeirResult<Expr> {
         let expr = state.create_logical_expr(&sql.to_string(), &df_schema)?;
         bind_expr(expr, params)

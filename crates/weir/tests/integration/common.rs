@@ -20,7 +20,8 @@ pub struct TestServer {
     _temp: Option<tempfile::TempDir>,
 }
 
-fn free_port() -> u16 {
+/// A free port on 127.0.0.1.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind an ephemeral port")
         .local_addr()
@@ -310,6 +311,15 @@ pub async fn assert_views_match(client: &Client, views: &[(&str, &str)], context
         assert_eq!(view, batch, "{context}: view {name} differs from its query");
     }
     client.batch_execute("COMMIT").await.unwrap();
+}
+
+/// The value of counter `name` on the metrics page at 127.0.0.1:`port`.
+pub fn counter(port: u16, name: &str) -> usize {
+    let page = http_get(port, "/metrics");
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: {page}"))
 }
 
 /// A plain HTTP GET of `path` on 127.0.0.1:`port` (the metrics endpoint).

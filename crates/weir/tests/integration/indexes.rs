@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
-use crate::common::{http_get, outcome, sorted_rows, TestServer};
+use crate::common::{counter, free_port, outcome, sorted_rows, TestServer};
 
 /// Keys are drawn from a small range so that writes collide and reads hit.
 const KEYS: i32 = 200;
@@ -158,11 +158,7 @@ async fn prepared_rows(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_match_scans_under_random_writes() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let metrics = format!("127.0.0.1:{port}");
     let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
     let client = server.client().await;
@@ -330,26 +326,13 @@ fn point_reads(port: u16) -> usize {
     counter(port, "weir_point_reads_total")
 }
 
-/// The value of counter `name` on the metrics page.
-fn counter(port: u16, name: &str) -> usize {
-    let page = http_get(port, "/metrics");
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name}: {page}"))
-}
-
 /// Prepared queries keep their plan between executions: each execution
 /// reads its own snapshot (newer rows, a transaction block's writes), a
 /// changed catalog makes a new plan, and queries of system tables are
 /// planned every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_plans_read_each_executions_snapshot() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let metrics = format!("127.0.0.1:{port}");
     let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
     let client = server.client().await;

@@ -7,7 +7,7 @@ use futures::SinkExt;
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
-use crate::common::{column, http_get, sqlstate, TestServer};
+use crate::common::{column, counter, free_port, http_get, sqlstate, TestServer};
 
 #[tokio::test]
 async fn parameters_and_prepared_statements() {
@@ -1280,4 +1280,57 @@ async fn copy_to_stdout_in_text_csv_and_binary() {
         sqlstate(&client, "COPY c TO '/tmp/weir-copy-out'").await,
         "0A000"
     );
+}
+
+/// An idle connection's DataFusion context is dropped (`idle.rs`) and
+/// made again by its next statement, with the session's settings and
+/// prepared statements intact; a session with an open cursor keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_release_their_context() {
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
+    let idle = server.client().await;
+    idle.batch_execute("SET TimeZone = 'Europe/Paris'")
+        .await
+        .unwrap();
+    let prepared = idle
+        .prepare("SELECT current_setting('TimeZone'), $1::int + 1")
+        .await
+        .unwrap();
+    let holding = server.client().await;
+    holding
+        .batch_execute("BEGIN; DECLARE c CURSOR FOR SELECT * FROM generate_series(1, 3)")
+        .await
+        .unwrap();
+    let released = || counter(port, "weir_session_contexts_released_total");
+    assert_eq!(released(), 0);
+    // Released between one and two check intervals (5 s) of idling.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while released() == 0 {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        released(),
+        1,
+        "the session in a block, with a cursor, keeps its context"
+    );
+    let row = idle.query_one(&prepared, &[&41i32]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "Europe/Paris");
+    assert_eq!(row.get::<_, i32>(1), 42);
+    let shown = idle.simple_query("SHOW TimeZone").await.unwrap();
+    let zone = shown.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+        _ => None,
+    });
+    assert_eq!(zone.as_deref(), Some("Europe/Paris"));
+    let fetched = holding.simple_query("FETCH 3 FROM c").await.unwrap();
+    let rows = fetched
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 3);
+    holding.batch_execute("COMMIT").await.unwrap();
 }
