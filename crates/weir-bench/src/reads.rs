@@ -57,6 +57,10 @@ const SCRIPTS: &[Script] = &[
         name: "range (10 rows)",
         body: "SELECT id, balance FROM accounts WHERE id BETWEEN :k AND :k2;",
     },
+    Script {
+        name: "join by key (planned)",
+        body: "SELECT o.amount, b.n, b.total FROM orders o JOIN by_customer b ON b.customer = o.customer WHERE o.id = :k;",
+    },
 ];
 
 /// The view the write load feeds, and its script.
@@ -178,6 +182,10 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = fresh.rss_kib()?;
+    // Idle for longer than the server waits before dropping an idle
+    // session's planner context.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let released = fresh.rss_kib()?;
     // Every connection is still served.
     for c in &idle {
         c.simple_query("SELECT 1").await?;
@@ -248,6 +256,11 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         (after.saturating_sub(before)) as f64 / load.idle.max(1) as f64
+    );
+    println!(
+        "  12 s later (idle sessions' contexts dropped): {:.1} MiB, {:.1} KiB per connection",
+        released as f64 / 1024.0,
+        (released.saturating_sub(before)) as f64 / load.idle.max(1) as f64
     );
     Ok(())
 }
