@@ -87,7 +87,13 @@ impl ViewBuilder for Planner {
         };
         let pinned = Arc::new(PinnedSnapshot::new(Arc::new(snapshot)));
         let planned = futures::executor::block_on(async {
-            let ctx = crate::session::session_context(self.runtime.clone(), pinned, None, "weir")?;
+            let ctx = crate::session::session_context(
+                self.runtime.clone(),
+                pinned,
+                None,
+                "weir",
+                &Default::default(),
+            )?;
             let query = crate::mview::parse_query(&definition.query)?;
             crate::mview::plan_view_in(
                 &ctx.state(),

@@ -435,6 +435,8 @@ impl Connection {
             return Ok(Output::Rows { schema, rows });
         }
         if statement::is_copy(statement) {
+            // COPY FROM reads timestamps in the session's zone.
+            session.apply_time_zone();
             let WeirStatement::Sql(sql) = statement else {
                 unreachable!("is_copy checked")
             };

@@ -31,6 +31,7 @@ use datafusion::common::{JoinType, NullEquality, Result, Statistics};
 use datafusion::config::ConfigOptions;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::DataFusionError;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -45,12 +46,13 @@ use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
 };
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 use weir_state::KeySelection;
 
@@ -230,6 +232,10 @@ impl InnerPath {
                     .map(|&k| key_column(&exprs.get(k)?.expr, &input))
                     .collect::<Option<_>>()?;
             } else if let Some(filter) = node.downcast_ref::<FilterExec>() {
+                // A limit would apply to the rows found, not to all.
+                if filter.fetch().is_some() {
+                    return None;
+                }
                 if let Some(p) = filter.projection() {
                     keys = keys
                         .iter()
@@ -266,6 +272,24 @@ fn column_index(expr: &Arc<dyn PhysicalExpr>) -> Option<usize> {
     expr.downcast_ref::<Column>().map(Column::index)
 }
 
+/// The most rows an outer input may be estimated to have: it is read
+/// whole, into memory, before the join runs.
+const MAX_OUTER_ROWS: usize = 1_000_000;
+
+/// Whether `outer` can run first: its row count is known (exactly or as an
+/// estimate) and at most [`MAX_OUTER_ROWS`], so that a large or endless
+/// input (`generate_series` under a `LIMIT`) still streams through the
+/// join; and it has no order the join would keep (its rows are collected
+/// without one).
+fn small_and_unordered(outer: &Arc<dyn ExecutionPlan>) -> bool {
+    let small = StatisticsContext::new()
+        .compute(outer.as_ref(), &StatisticsArgs::new())
+        .ok()
+        .and_then(|s| s.num_rows.get_value().copied())
+        .is_some_and(|rows| rows <= MAX_OUTER_ROWS);
+    small && outer.output_ordering().is_none()
+}
+
 /// The column a join key reads: a bare column, or one cast to a wider
 /// integer type (which keeps distinct values distinct, so the probes,
 /// cast back, find the same rows).
@@ -300,9 +324,11 @@ fn widens(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-/// The join over the collected outer rows and the rows found, or why it
-/// could not be made (shared by every partition that runs).
-type PreparedJoin = std::result::Result<Arc<dyn ExecutionPlan>, Arc<DataFusionError>>;
+/// The join over the collected outer rows and the rows found, with the
+/// query memory those rows hold, or why it could not be made (shared by
+/// every partition that runs).
+type PreparedJoin =
+    std::result::Result<(Arc<dyn ExecutionPlan>, Arc<MemoryReservation>), Arc<DataFusionError>>;
 
 /// A hash join whose inner input is narrowed, when it runs, to the rows
 /// whose keys the outer input holds (see the module documentation).
@@ -375,6 +401,14 @@ impl LookupJoinExec {
             )
         };
         let inner_schema = inner_input.schema();
+        let outer = if inner_is_left {
+            join.right()
+        } else {
+            join.left()
+        };
+        if !small_and_unordered(outer) {
+            return None;
+        }
         let inner_keys: Vec<usize> = inner_keys
             .into_iter()
             .map(|key| key_column(key, &inner_schema))
@@ -424,12 +458,30 @@ impl LookupJoinExec {
 
     /// Runs the outer input, looks its keys up in the inner relation and
     /// returns the join over the outer rows and the rows found.
-    async fn prepare(&self, context: Arc<TaskContext>) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn prepare(
+        &self,
+        context: Arc<TaskContext>,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<MemoryReservation>)> {
         let outer = self.outer().clone();
         let partitions = outer.output_partitioning().partition_count();
+        // The collected rows count against the query memory, as a hash
+        // join's build side does (54000 beyond it).
+        let reservation = parking_lot::Mutex::new(
+            MemoryConsumer::new("LookupJoinExec").register(context.memory_pool()),
+        );
         let collected = futures::future::try_join_all((0..partitions).map(|p| {
             let stream = outer.execute(p, context.clone());
-            async move { datafusion::physical_plan::common::collect(stream?).await }
+            let reservation = &reservation;
+            async move {
+                let mut stream = stream?;
+                let mut batches = Vec::new();
+                while let Some(batch) = stream.next().await {
+                    let batch = batch?;
+                    reservation.lock().try_grow(batch.get_array_memory_size())?;
+                    batches.push(batch);
+                }
+                Ok::<_, DataFusionError>(batches)
+            }
         }))
         .await?;
         let found = match self.lookup(&collected)? {
@@ -461,7 +513,8 @@ impl LookupJoinExec {
         } else {
             vec![inner, outer]
         };
-        self.join.clone().replace_children(children, recompute())
+        let join = self.join.clone().replace_children(children, recompute())?;
+        Ok((join, Arc::new(reservation.into_inner())))
     }
 
     /// The lookup of the outer rows' distinct keys, unless there are too
@@ -606,7 +659,7 @@ impl ExecutionPlan for LookupJoinExec {
                 .await
                 .clone()
                 .map_err(DataFusionError::Shared)?;
-            prepared.execute(partition, context)
+            prepared.0.execute(partition, context)
         })
         .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))

@@ -165,6 +165,8 @@ pub struct Session {
     context: std::sync::OnceLock<SessionContext>,
     /// The memory pool and the rest of the runtime its queries use.
     runtime: Arc<RuntimeEnv>,
+    /// The OIDs its catalog tables handed out, kept across contexts.
+    oids: CatalogOidState,
     /// The snapshot statements plan against.
     pub pinned: Arc<PinnedSnapshot>,
     /// `SET` variables, shared with `current_setting` and `set_config`.
@@ -199,6 +201,15 @@ pub struct Session {
     pub shapes: crate::point_read::ShapeCache,
 }
 
+/// The OIDs a session's catalog tables have handed out (`pg_catalog`'s and
+/// Weir's own rows), kept by the session so that its objects keep their
+/// OIDs when its context is made again.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogOidState {
+    pg_catalog: datafusion_pg_catalog::PgCatalogOids,
+    names: crate::catalog_rows::CatalogOids,
+}
+
 /// A DataFusion context that plans against `pinned`, configured as every
 /// session's: PostgreSQL's dialect, Weir's schema, `pg_catalog` and
 /// functions. Without `db` (a process of a cluster that only plans
@@ -208,6 +219,7 @@ pub fn session_context(
     pinned: Arc<PinnedSnapshot>,
     db: Option<Arc<Database>>,
     user: &str,
+    oids: &CatalogOidState,
 ) -> WeirResult<SessionContext> {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, SCHEMA)
@@ -240,9 +252,14 @@ pub fn session_context(
         crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
     catalog.register_schema("information_schema", Arc::new(information_schema))?;
     ctx.register_catalog(DATABASE, Arc::new(catalog));
-    let names = crate::catalog_rows::CatalogOids::default();
-    datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
-        .map_err(|e| WeirError::from_datafusion(*e))?;
+    let names = oids.names.clone();
+    datafusion_pg_catalog::setup_pg_catalog_with_oids(
+        &ctx,
+        DATABASE,
+        EmptyContextProvider,
+        oids.pg_catalog.clone(),
+    )
+    .map_err(|e| WeirError::from_datafusion(*e))?;
     if let Some(catalog) = ctx.catalog(DATABASE) {
         if let Some(pg_catalog) = catalog.schema("pg_catalog") {
             let wrapped =
@@ -300,12 +317,11 @@ impl Session {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let settings: SharedSettings = Arc::new(parking_lot::Mutex::new(Settings::new(&user)));
-        let context =
-            std::sync::OnceLock::from(new_context(&db, &runtime, &pinned, &settings, id, &user)?);
-        Ok(Session {
+        let session = Session {
             db,
-            context,
+            context: std::sync::OnceLock::new(),
             runtime,
+            oids: CatalogOidState::default(),
             pinned,
             id,
             settings,
@@ -320,7 +336,11 @@ impl Session {
             progress: None,
             reported_time_zone: "UTC".into(),
             shapes: Default::default(),
-        })
+        };
+        let ctx = session.make_context()?;
+        // Just made: the cell is empty.
+        let _ = session.context.set(ctx);
+        Ok(session)
     }
 
     /// Pins the snapshot queries read: the transaction block's (with its
@@ -530,38 +550,43 @@ impl Session {
     }
 }
 
-/// A session's DataFusion context: every session's configuration (see
-/// [`session_context`]) with the functions that read its settings and hold
-/// its advisory locks.
-fn new_context(
-    db: &Arc<Database>,
-    runtime: &Arc<RuntimeEnv>,
-    pinned: &Arc<PinnedSnapshot>,
-    settings: &SharedSettings,
-    id: u64,
-    user: &str,
-) -> WeirResult<SessionContext> {
-    let ctx = session_context(runtime.clone(), pinned.clone(), Some(db.clone()), user)?;
-    crate::functions::register(&ctx, settings.clone(), db.advisory_locks.clone(), id);
-    Ok(ctx)
-}
-
 impl Session {
     /// DataFusion's context, made again if [`Session::release_context`]
     /// dropped it.
     pub fn ctx(&self) -> &SessionContext {
         self.context.get_or_init(|| {
-            new_context(
-                &self.db,
-                &self.runtime,
-                &self.pinned,
-                &self.settings,
-                self.id,
-                &self.user,
-            )
             // The same construction succeeded when the session started.
-            .expect("a session's context can be made again")
+            self.make_context()
+                .expect("a session's context can be made again")
         })
+    }
+
+    /// A DataFusion context for this session: every session's
+    /// configuration (see [`session_context`]) with the functions that
+    /// read its settings and hold its advisory locks, in its time zone,
+    /// handing out the OIDs it handed out before.
+    fn make_context(&self) -> WeirResult<SessionContext> {
+        let ctx = session_context(
+            self.runtime.clone(),
+            self.pinned.clone(),
+            Some(self.db.clone()),
+            &self.user,
+            &self.oids,
+        )?;
+        crate::functions::register(
+            &ctx,
+            self.settings.clone(),
+            self.db.advisory_locks.clone(),
+            self.id,
+        );
+        let zone = self.settings.lock().arrow_time_zone();
+        ctx.state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .execution
+            .time_zone = Some(zone);
+        Ok(ctx)
     }
 
     /// Drops the DataFusion context of a session that holds nothing it

@@ -1,4 +1,4 @@
 pub mod pg_catalog;
 pub mod sql;
 
-pub use pg_catalog::setup_pg_catalog;
+pub use pg_catalog::{setup_pg_catalog, setup_pg_catalog_with_oids, PgCatalogOids};

@@ -285,7 +285,32 @@ impl<C: CatalogInfo, P: PgCatalogContextProvider> SchemaProvider for PgCatalogSc
     }
 }
 
+// Weir: the OIDs handed out so far, owned by the caller, so that a
+// session whose context is made again keeps every object's OID.
+/// The OIDs a catalog has handed out: its counter and its cache.
+#[derive(Debug, Clone)]
+pub struct PgCatalogOids {
+    counter: Arc<AtomicU32>,
+    cache: Arc<RwLock<HashMap<OidCacheKey, Oid>>>,
+}
+
+impl Default for PgCatalogOids {
+    fn default() -> Self {
+        PgCatalogOids {
+            counter: Arc::new(AtomicU32::new(16384)),
+            cache: Arc::new(RwLock::new(HashMap::new())),
+        }
+    }
+}
+
 impl<C: CatalogInfo, P: PgCatalogContextProvider> PgCatalogSchemaProvider<C, P> {
+    // Weir: the provider with OIDs handed out before (see PgCatalogOids).
+    pub fn with_oids(mut self, oids: PgCatalogOids) -> Self {
+        self.oid_counter = oids.counter;
+        self.oid_cache = oids.cache;
+        self
+    }
+
     pub fn try_new(
         catalog_list: C,
         static_tables: Arc<PgCatalogStaticTables>,
@@ -1501,6 +1526,24 @@ pub fn setup_pg_catalog<P>(
 where
     P: PgCatalogContextProvider,
 {
+    setup_pg_catalog_with_oids(
+        session_context,
+        catalog_name,
+        context_provider,
+        PgCatalogOids::default(),
+    )
+}
+
+// Weir: setup_pg_catalog handing out OIDs from `oids`.
+pub fn setup_pg_catalog_with_oids<P>(
+    session_context: &SessionContext,
+    catalog_name: &str,
+    context_provider: P,
+    oids: PgCatalogOids,
+) -> Result<(), Box<DataFusionError>>
+where
+    P: PgCatalogContextProvider,
+{
     // Weir: the static tables are decoded once per process and shared by
     // every session's catalog (each session used to decode its own copy:
     // about 5 MB per connection).
@@ -1517,7 +1560,8 @@ where
         session_context.state().catalog_list().clone(),
         static_tables.clone(),
         context_provider,
-    )?);
+    )?
+    .with_oids(oids));
     session_context
         .catalog(catalog_name)
         .ok_or_else(|| {

@@ -1298,7 +1298,23 @@ async fn idle_sessions_release_their_context() {
         .prepare("SELECT current_setting('TimeZone'), $1::int + 1")
         .await
         .unwrap();
+    // OIDs stay as the session handed them out.
+    idle.batch_execute("CREATE TABLE k1 (x INT); CREATE TABLE k2 (x INT)")
+        .await
+        .unwrap();
+    let oids = "SELECT relname::text, oid FROM pg_class WHERE relname LIKE 'k%' ORDER BY 1";
+    let before: Vec<(String, u32)> = idle
+        .query(oids, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let holding = server.client().await;
+    holding
+        .batch_execute("CREATE TABLE k0 (x INT)")
+        .await
+        .unwrap();
     holding
         .batch_execute("BEGIN; DECLARE c CURSOR FOR SELECT * FROM generate_series(1, 3)")
         .await
@@ -1316,6 +1332,18 @@ async fn idle_sessions_release_their_context() {
         released(),
         1,
         "the session in a block, with a cursor, keeps its context"
+    );
+    let after: Vec<(String, u32)> = idle
+        .query(oids, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(
+        before.iter().all(|b| after.contains(b)),
+        "{before:?} then {after:?}"
     );
     let row = idle.query_one(&prepared, &[&41i32]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "Europe/Paris");
