@@ -325,6 +325,60 @@ fn conditions(filter: &Expr, schema: &Schema) -> Vec<(usize, Found)> {
     found.unwrap_or_default()
 }
 
+/// Rows a leaf node read at planning, from one relation at one epoch:
+/// what [`LookupExec`] and the lookup joins' `SnapshotScanExec` hold.
+#[derive(Debug, Clone)]
+pub struct HeldRows {
+    batches: Vec<RecordBatch>,
+    properties: Arc<PlanProperties>,
+}
+
+impl HeldRows {
+    /// `batches` of `schema`, as one bounded partition.
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        HeldRows {
+            batches,
+            properties: Arc::new(properties),
+        }
+    }
+
+    /// How many rows.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// The node's properties.
+    pub fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    /// Exact figures, so that DataFusion builds a join's hash table from
+    /// the smaller side.
+    pub fn statistics(&self) -> Result<Arc<Statistics>> {
+        Ok(Arc::new(compute_record_batch_statistics(
+            std::slice::from_ref(&self.batches),
+            self.properties.eq_properties.schema(),
+            None,
+        )))
+    }
+
+    /// The rows, as a stream.
+    pub fn stream(&self) -> Result<SendableRecordBatchStream> {
+        let schema = self.properties.eq_properties.schema().clone();
+        Ok(Box::pin(MemoryStream::try_new(
+            self.batches.clone(),
+            schema,
+            None,
+        )?))
+    }
+}
+
 /// A lookup's rows, shown by `EXPLAIN` as `LookupExec` with the index it
 /// read: the scan of a relation whose filters a [`Lookup`] served.
 #[derive(Debug)]
@@ -333,8 +387,7 @@ pub struct LookupExec {
     shown: String,
     /// The probes it made (0 for a range).
     keys: usize,
-    batches: Vec<RecordBatch>,
-    properties: Arc<PlanProperties>,
+    rows: HeldRows,
 }
 
 impl LookupExec {
@@ -345,12 +398,6 @@ impl LookupExec {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> Self {
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        );
         let keys = match &lookup.selection {
             KeySelection::Equal(probes) => probes.first().map_or(0, |p| p.len()),
             KeySelection::Range { .. } => 0,
@@ -359,13 +406,10 @@ impl LookupExec {
             relation: relation.to_owned(),
             shown: lookup.shown.clone(),
             keys,
-            batches,
-            properties: Arc::new(properties),
+            rows: HeldRows::new(schema, batches),
         }
     }
-}
 
-impl LookupExec {
     /// The probes it made (0 for a range).
     pub fn keys(&self) -> usize {
         self.keys
@@ -373,7 +417,7 @@ impl LookupExec {
 
     /// The rows it found.
     pub fn rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
+        self.rows.rows()
     }
 }
 
@@ -395,7 +439,7 @@ impl ExecutionPlan for LookupExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
+        self.rows.properties()
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -416,14 +460,8 @@ impl ExecutionPlan for LookupExec {
         Ok(self)
     }
 
-    /// Exact figures, so that DataFusion builds a join's hash table from
-    /// the side a lookup made small.
     fn partition_statistics(&self, _partition: Option<usize>) -> Result<Arc<Statistics>> {
-        Ok(Arc::new(compute_record_batch_statistics(
-            std::slice::from_ref(&self.batches),
-            self.properties.eq_properties.schema(),
-            None,
-        )))
+        self.rows.statistics()
     }
 
     fn execute(
@@ -431,11 +469,6 @@ impl ExecutionPlan for LookupExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let schema = self.properties.eq_properties.schema().clone();
-        Ok(Box::pin(MemoryStream::try_new(
-            self.batches.clone(),
-            schema,
-            None,
-        )?))
+        self.rows.stream()
     }
 }

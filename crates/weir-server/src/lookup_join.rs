@@ -34,29 +34,26 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coop::CooperativeExec;
-use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions,
-};
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
-use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-    PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
 };
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 use weir_state::KeySelection;
 
-use crate::lookup::{stored_value_array, Lookup, LookupExec, Order, MAX_PROBES};
+use crate::lookup::{stored_value_array, HeldRows, Lookup, LookupExec, Order, MAX_PROBES};
 use crate::provider::SnapshotTable;
 
 /// The whole scan of a relation that has orders, kept with the relation so
@@ -65,8 +62,7 @@ use crate::provider::SnapshotTable;
 pub struct SnapshotScanExec {
     table: Arc<SnapshotTable>,
     projection: Option<Vec<usize>>,
-    batches: Vec<RecordBatch>,
-    properties: Arc<PlanProperties>,
+    held: HeldRows,
 }
 
 impl SnapshotScanExec {
@@ -80,13 +76,12 @@ impl SnapshotScanExec {
         SnapshotScanExec {
             table,
             projection,
-            batches,
-            properties: Arc::new(single_partition(schema)),
+            held: HeldRows::new(schema, batches),
         }
     }
 
     fn rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
+        self.held.rows()
     }
 
     /// The relation's column behind output column `index`.
@@ -96,16 +91,6 @@ impl SnapshotScanExec {
             None => index,
         }
     }
-}
-
-/// The properties of a bounded, single-partition leaf yielding `schema`.
-fn single_partition(schema: SchemaRef) -> PlanProperties {
-    PlanProperties::new(
-        EquivalenceProperties::new(schema),
-        Partitioning::UnknownPartitioning(1),
-        EmissionType::Incremental,
-        Boundedness::Bounded,
-    )
 }
 
 impl DisplayAs for SnapshotScanExec {
@@ -125,7 +110,7 @@ impl ExecutionPlan for SnapshotScanExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
+        self.held.properties()
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -147,14 +132,7 @@ impl ExecutionPlan for SnapshotScanExec {
     }
 
     fn partition_statistics(&self, _partition: Option<usize>) -> Result<Arc<Statistics>> {
-        let schema = self.properties.eq_properties.schema();
-        Ok(Arc::new(
-            datafusion::physical_plan::common::compute_record_batch_statistics(
-                std::slice::from_ref(&self.batches),
-                schema,
-                None,
-            ),
-        ))
+        self.held.statistics()
     }
 
     fn execute(
@@ -162,12 +140,7 @@ impl ExecutionPlan for SnapshotScanExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let schema = self.properties.eq_properties.schema().clone();
-        Ok(Box::pin(MemoryStream::try_new(
-            self.batches.clone(),
-            schema,
-            None,
-        )?))
+        self.held.stream()
     }
 }
 

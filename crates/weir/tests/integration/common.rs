@@ -35,6 +35,17 @@ impl TestServer {
         Self::start_with(&[]).await
     }
 
+    /// Starts a server that serves its metrics on a free port; returns the
+    /// port too (see [`counter`]).
+    pub async fn start_with_metrics() -> (Self, u16) {
+        let port = free_port();
+        let metrics = format!("127.0.0.1:{port}");
+        (
+            Self::start_with(&["--metrics-listen", &metrics]).await,
+            port,
+        )
+    }
+
     /// Starts a server with a fresh data folder and extra flags.
     pub async fn start_with(args: &[&str]) -> TestServer {
         Self::start_with_env(args, &[]).await

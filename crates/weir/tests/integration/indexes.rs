@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
-use crate::common::{counter, free_port, outcome, sorted_rows, TestServer};
+use crate::common::{counter, outcome, sorted_rows, TestServer};
 
 /// Keys are drawn from a small range so that writes collide and reads hit.
 const KEYS: i32 = 200;
@@ -158,9 +158,7 @@ async fn prepared_rows(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_match_scans_under_random_writes() {
-    let port = free_port();
-    let metrics = format!("127.0.0.1:{port}");
-    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
+    let (server, port) = TestServer::start_with_metrics().await;
     let client = server.client().await;
     client
         .batch_execute(
@@ -332,9 +330,7 @@ fn point_reads(port: u16) -> usize {
 /// planned every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_plans_read_each_executions_snapshot() {
-    let port = free_port();
-    let metrics = format!("127.0.0.1:{port}");
-    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
+    let (server, port) = TestServer::start_with_metrics().await;
     let client = server.client().await;
     client
         .batch_execute(

@@ -7,7 +7,7 @@ use futures::SinkExt;
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
-use crate::common::{column, counter, free_port, http_get, sqlstate, TestServer};
+use crate::common::{column, counter, http_get, sqlstate, TestServer};
 
 #[tokio::test]
 async fn parameters_and_prepared_statements() {
@@ -1287,9 +1287,7 @@ async fn copy_to_stdout_in_text_csv_and_binary() {
 /// prepared statements intact; a session with an open cursor keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sessions_release_their_context() {
-    let port = free_port();
-    let metrics = format!("127.0.0.1:{port}");
-    let server = TestServer::start_with(&["--metrics-listen", &metrics]).await;
+    let (server, port) = TestServer::start_with_metrics().await;
     let idle = server.client().await;
     idle.batch_execute("SET TimeZone = 'Europe/Paris'")
         .await
@@ -1302,14 +1300,7 @@ async fn idle_sessions_release_their_context() {
     idle.batch_execute("CREATE TABLE k1 (x INT); CREATE TABLE k2 (x INT)")
         .await
         .unwrap();
-    let oids = "SELECT relname::text, oid FROM pg_class WHERE relname LIKE 'k%' ORDER BY 1";
-    let before: Vec<(String, u32)> = idle
-        .query(oids, &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let before = relation_oids(&idle).await;
     let holding = server.client().await;
     holding
         .batch_execute("CREATE TABLE k0 (x INT)")
@@ -1333,13 +1324,7 @@ async fn idle_sessions_release_their_context() {
         1,
         "the session in a block, with a cursor, keeps its context"
     );
-    let after: Vec<(String, u32)> = idle
-        .query(oids, &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let after = relation_oids(&idle).await;
     assert_eq!(after.len(), 3, "{after:?}");
     assert!(
         before.iter().all(|b| after.contains(b)),
@@ -1361,4 +1346,11 @@ async fn idle_sessions_release_their_context() {
         .count();
     assert_eq!(rows, 3);
     holding.batch_execute("COMMIT").await.unwrap();
+}
+
+/// The names and OIDs of the relations named `k...`, by name.
+async fn relation_oids(client: &tokio_postgres::Client) -> Vec<(String, u32)> {
+    let sql = "SELECT relname::text, oid FROM pg_class WHERE relname LIKE 'k%' ORDER BY 1";
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
 }
