@@ -16,6 +16,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -54,6 +55,19 @@ pub struct Lookup {
     pub selection: KeySelection,
     /// What `EXPLAIN` shows of it.
     pub shown: String,
+}
+
+impl Lookup {
+    /// The rows of `order` whose leading columns (named `names`) equal
+    /// one of the probe rows `probes` (one array per column).
+    pub fn equal(order: &Order, names: &str, probes: Vec<ArrayRef>) -> Self {
+        let keys = probes.first().map_or(0, |p| p.len());
+        Lookup {
+            columns: order.columns.clone(),
+            shown: format!("index={} columns=[{names}] keys={keys}", order.name),
+            selection: KeySelection::Equal(probes),
+        }
+    }
 }
 
 /// What the filters say about one column.
@@ -151,16 +165,7 @@ pub fn plan(
             .iter()
             .map(|&c| schema.field(c).name().as_str())
             .collect();
-        return Some(Lookup {
-            columns: order.columns.clone(),
-            selection: KeySelection::Equal(arrays),
-            shown: format!(
-                "index={} columns=[{}] keys={}",
-                order.name,
-                names.join(", "),
-                probes.len()
-            ),
-        });
+        return Some(Lookup::equal(order, &names.join(", "), arrays));
     }
     // Else a range on the first column of an order.
     let order = orders.iter().find(|o| {

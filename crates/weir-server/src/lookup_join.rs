@@ -51,7 +51,6 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
-use weir_state::KeySelection;
 
 use crate::lookup::{stored_value_array, HeldRows, Lookup, LookupExec, Order, MAX_PROBES};
 use crate::provider::SnapshotTable;
@@ -305,7 +304,7 @@ type PreparedJoin =
 
 /// A hash join whose inner input is narrowed, when it runs, to the rows
 /// whose keys the outer input holds (see the module documentation).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LookupJoinExec {
     /// The join as DataFusion planned it.
     join: Arc<dyn ExecutionPlan>,
@@ -502,10 +501,10 @@ impl LookupJoinExec {
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&dyn datafusion::arrow::array::Array> =
                 arrays.iter().map(|a| a.as_ref()).collect();
-            columns.push(match refs.is_empty() {
-                true => return Ok(None),
-                false => concat(&refs)?,
-            });
+            if refs.is_empty() {
+                return Ok(None);
+            }
+            columns.push(concat(&refs)?);
         }
         let Some(probes) = distinct_keys(&columns, self.inner.scan.rows().min(MAX_PROBES + 1))?
         else {
@@ -519,16 +518,7 @@ impl LookupJoinExec {
                 None => return Ok(None),
             }
         }
-        Ok(Some(Lookup {
-            columns: self.order.columns.clone(),
-            shown: format!(
-                "index={} columns=[{}] keys={}",
-                self.order.name,
-                self.key_names(),
-                arrays.first().map_or(0, |a| a.len())
-            ),
-            selection: KeySelection::Equal(arrays),
-        }))
+        Ok(Some(Lookup::equal(&self.order, &self.key_names(), arrays)))
     }
 }
 
@@ -614,16 +604,7 @@ impl ExecutionPlan for LookupJoinExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let this = LookupJoinExec {
-            join: self.join.clone(),
-            outer_is_left: self.outer_is_left,
-            outer_keys: self.outer_keys.clone(),
-            inner: self.inner.clone(),
-            order: self.order.clone(),
-            fixed: self.fixed,
-            prepared: self.prepared.clone(),
-            metrics: self.metrics.clone(),
-        };
+        let this = self.clone();
         let schema = self.join.schema();
         let stream = futures::stream::once(async move {
             let prepared = this
