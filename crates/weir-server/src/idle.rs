@@ -5,9 +5,9 @@
 //! statement. So thousands of pooled connections that ran statements once
 //! cost little more than ones that never did.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 
@@ -50,26 +50,29 @@ fn check(slot: &Weak<Mutex<Option<Session>>>, seen: &mut Option<u64>) -> bool {
     if *seen == Some(ran) && session.release_context() {
         session.db.contexts_released.fetch_add(1, Ordering::Relaxed);
         drop(guard);
-        trim_heap();
+        trim_heap_soon();
     }
     *seen = Some(ran);
     true
 }
 
 /// Hands the freed memory back to the system (glibc keeps freed small
-/// allocations in its arenas otherwise), at most once a second.
-fn trim_heap() {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST.swap(now, Ordering::Relaxed) == now {
+/// allocations in its arenas otherwise) a second after a context is
+/// released: the contexts that idle sessions release within that second
+/// are trimmed together, and every release is followed by a trim.
+fn trim_heap_soon() {
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if PENDING.swap(true, Ordering::AcqRel) {
         return;
     }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the kernel; it takes
-    // the allocator's own locks.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        PENDING.store(false, Ordering::Release);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages to the kernel; it
+        // takes the allocator's own locks.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
 }
