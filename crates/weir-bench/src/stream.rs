@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 use tokio_postgres::Client;
 
 use crate::server::{Compute, Server};
@@ -338,6 +338,7 @@ async fn measure(
             .with_context(|| format!("the view reads an unexpected source {source}"))?;
     }
     let http = reqwest_free_metrics(&metrics);
+    let mut polls = 0u64;
     loop {
         let rows_in = http.source_rows_in().await?;
         if rows_in >= source_rows {
@@ -347,6 +348,12 @@ async fn measure(
             started.elapsed() < Duration::from_secs(3600),
             "the view took more than an hour"
         );
+        // A failed view reads no more: stop rather than wait for rows
+        // that never come.
+        polls += 1;
+        if polls.is_multiple_of(20) {
+            ensure_running(&client).await?;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Every row read; a checkpoint now waits until every row went
@@ -382,6 +389,21 @@ async fn measure(
         commit_p99_ms,
         bytes_written,
     })
+}
+
+/// Fails if view or sink `v` stopped being maintained, with its error.
+async fn ensure_running(client: &Client) -> anyhow::Result<()> {
+    let failed = client
+        .query_opt(
+            "SELECT sqlstate, error FROM weir_views WHERE view = 'v' AND failed",
+            &[],
+        )
+        .await?;
+    if let Some(row) = failed {
+        let (sqlstate, error): (String, String) = (row.get(0), row.get(1));
+        bail!("the view failed: {error} (SQLSTATE {sqlstate})");
+    }
+    Ok(())
 }
 
 /// Waits until sink `v` delivered every committed epoch.

@@ -20,11 +20,17 @@
 //! - `weir_sink_deliveries`: each sink, the rows its query put out since
 //!   the server started and, for a sink that delivers committed epochs,
 //!   the last epoch delivered, the epochs and rows waiting in the
-//!   checkpoint for delivery, and the last delivery error.
+//!   checkpoint for delivery, and the last delivery error;
+//! - `weir_views`: each materialized view and sink at the epoch the query
+//!   reads: whether it is a sink, whether its rows are only inserted,
+//!   whether it emits on window close, and, once it stopped being
+//!   maintained, why (its SQLSTATE, message and hint).
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, StringArray, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -42,6 +48,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_view_operators",
     "weir_view_workers",
     "weir_sink_deliveries",
+    "weir_views",
 ];
 
 /// The system table called `name`, if there is one; `snapshot` is the
@@ -59,6 +66,7 @@ pub fn table(
         "weir_view_operators" => Some(view_operators(db)),
         "weir_view_workers" => Some(view_workers(db)),
         "weir_sink_deliveries" => Some(sink_deliveries(db)),
+        "weir_views" => Some(views(snapshot)),
         _ => None,
     }
 }
@@ -225,6 +233,45 @@ fn sink_deliveries(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter(reports.iter().map(|r| {
                 r.delivery.as_ref().and_then(|d| d.last_error.as_deref())
             }))),
+        ],
+    )
+}
+
+fn views(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let views: Vec<&crate::catalog::MaterializedViewDef> =
+        snapshot.catalog.materialized_views.values().collect();
+    let flag = |value: fn(&crate::catalog::MaterializedViewDef) -> bool| -> ArrayRef {
+        Arc::new(BooleanArray::from_iter(
+            views.iter().map(|v| Some(value(v))),
+        ))
+    };
+    let failure = |value: fn(&crate::catalog::ViewFailure) -> Option<&str>| -> ArrayRef {
+        Arc::new(StringArray::from_iter(
+            views.iter().map(|v| v.failed.as_ref().and_then(value)),
+        ))
+    };
+    mem_table(
+        vec![
+            Field::new("view", DataType::Utf8, false),
+            Field::new("sink", DataType::Boolean, false),
+            Field::new("append_only", DataType::Boolean, false),
+            Field::new("emit_on_window_close", DataType::Boolean, false),
+            Field::new("failed", DataType::Boolean, false),
+            Field::new("sqlstate", DataType::Utf8, true),
+            Field::new("error", DataType::Utf8, true),
+            Field::new("hint", DataType::Utf8, true),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                views.iter().map(|v| v.name.as_str()),
+            )),
+            flag(|v| v.sink.is_some()),
+            flag(|v| v.append_only),
+            flag(|v| v.emit_on_window_close),
+            flag(|v| v.failed.is_some()),
+            failure(|f| Some(f.sqlstate.as_str())),
+            failure(|f| Some(f.message.as_str())),
+            failure(|f| f.hint.as_deref()),
         ],
     )
 }

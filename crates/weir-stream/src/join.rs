@@ -87,24 +87,26 @@ impl Join {
         })
     }
 
-    /// Makes an inner or semi join forget the rows no row to come on the
-    /// other side can match (a window or interval join, `expiry`: see
-    /// [`JoinWindows`]). Both sides then keep rows by id, so that a row
-    /// can leave the state. Other joins are unchanged.
+    /// Makes the join forget the rows no row to come on the other side
+    /// can match (a window or interval join, `expiry`: see
+    /// [`JoinWindows`]; an outer, anti or mark join only a window join's).
+    /// Both sides then keep rows by id, so that a row can leave the state.
+    /// Other joins are unchanged.
     pub fn with_expiry(mut self, expiry: Option<JoinExpiry>) -> Result<Self> {
         let Some(expiry) = expiry else {
             return Ok(self);
         };
-        // An outer or anti join's output depends on rows not arriving,
-        // so it cannot forget rows.
-        let forgets = matches!(
+        if self.spec.null_aware {
+            return Ok(self);
+        }
+        let together = !matches!(
             self.spec.join_type,
             JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
         );
-        if !forgets || self.spec.null_aware {
-            return Ok(self);
-        }
         let deletes = [self.left.updating(), self.right.updating()];
+        let Some(windows) = JoinWindows::new(expiry, deletes, together) else {
+            return Ok(self);
+        };
         // Rows that leave need ids; a side that never deletes needs no
         // hashes to find deleted rows by.
         for (store, deletes) in [&mut self.left, &mut self.right].into_iter().zip(deletes) {
@@ -113,7 +115,7 @@ impl Join {
                 *store = KeyedRows::removable(store.schema().clone(), keys, true)?;
             }
         }
-        self.windows = Some(JoinWindows::new(expiry, deletes));
+        self.windows = Some(windows);
         Ok(self)
     }
 
@@ -658,8 +660,13 @@ mod tests {
     /// An inner join whose key is a window: bounded by watermark node 7
     /// on the left and 8 on the right.
     fn joined_by_window() -> Join {
+        window_joined(JoinType::Inner)
+    }
+
+    /// A join of `join_type` whose key is a window, as [`joined_by_window`].
+    fn window_joined(join_type: JoinType) -> Join {
         let bound = int_bound;
-        let join = join(JoinType::Inner);
+        let join = join(join_type);
         let (left, right) = (
             join.spec.left_keys[0].clone(),
             join.spec.right_keys[0].clone(),
@@ -713,11 +720,65 @@ mod tests {
             .all(|d| d.as_ref().is_some_and(|d| d.deletes.is_some())));
     }
 
+    #[test]
+    fn an_outer_window_join_forgets_a_window_on_both_sides_at_once() {
+        let mut join = window_joined(JoinType::Left);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 1), (Some(4), Some(40), 1)]))
+            .unwrap();
+        out.extend(join.process(1, kv(&[(Some(1), Some(11), 1)])).unwrap());
+        // The left bound passed window 1, the right one did not: a right
+        // row of window 1 can still come and must find its left rows (and
+        // the left rows' matches, which decide their padding), so both
+        // sides keep the window.
+        join.advance(&Watermarks::from([(7, 3), (8, 1)])).unwrap();
+        assert_eq!(join.state_rows(), vec![2, 1]);
+        out.extend(join.process(1, kv(&[(Some(1), Some(12), 1)])).unwrap());
+        // Both bounds passed window 1: it leaves both sides at once.
+        join.advance(&Watermarks::from([(7, 3), (8, 3)])).unwrap();
+        assert_eq!(join.state_rows(), vec![1, 0]);
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10,1,11", 1), ("1,10,1,12", 1), ("4,40,NULL,NULL", 1)])
+        );
+        // Window 4 is kept; its left row finds a match and its padding goes.
+        out.extend(join.process(1, kv(&[(Some(4), Some(41), 1)])).unwrap());
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10,1,11", 1), ("1,10,1,12", 1), ("4,40,4,41", 1)])
+        );
+        join.advance(&Watermarks::from([(7, 5), (8, 5)])).unwrap();
+        assert_eq!(join.state_rows(), vec![0, 0]);
+    }
+
+    #[test]
+    fn an_anti_window_join_forgets_windows_and_an_outer_interval_join_does_not() {
+        let mut anti = window_joined(JoinType::LeftAnti);
+        let mut out = anti
+            .process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(20), 1)]))
+            .unwrap();
+        out.extend(anti.process(1, kv(&[(Some(2), Some(21), 1)])).unwrap());
+        anti.advance(&Watermarks::from([(7, 3), (8, 3)])).unwrap();
+        assert_eq!(anti.state_rows(), vec![0, 0]);
+        assert_eq!(net(&out), rows(&[("1,10", 1)]));
+
+        // An interval join's rows leave one side at a time, which an outer
+        // join's padding cannot follow: it keeps them.
+        let outer = interval_joined(JoinType::Left);
+        assert!(outer.windows.is_none());
+        assert!(interval_joined(JoinType::Inner).windows.is_some());
+    }
+
     /// An inner join on `k` of append-only sides whose condition keeps
     /// the left `v` at most 2 below the right one (`l.v >= r.v - 2 AND
     /// l.v <= r.v`), the `v`s bounded by watermark nodes 7 (left) and 8
     /// (right).
     fn interval_join_on_v() -> Join {
+        interval_joined(JoinType::Inner)
+    }
+
+    /// A join of `join_type` with [`interval_join_on_v`]'s condition.
+    fn interval_joined(join_type: JoinType) -> Join {
         use datafusion::logical_expr::Operator as Op;
         use datafusion::physical_expr::expressions::{lit, BinaryExpr, Column};
         let schema = kv_schema();
@@ -736,7 +797,7 @@ mod tests {
                 Op::And,
                 Arc::new(upper),
             ))),
-            ..join(JoinType::Inner).spec
+            ..join(join_type).spec
         };
         let expiry = interval_join(
             &spec,

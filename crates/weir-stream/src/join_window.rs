@@ -1,5 +1,5 @@
-//! The rows of an inner or semi join that no row to come on the other
-//! side can match, as a watermark moves (see [`crate::watermark`]):
+//! The rows of a join that no row to come on the other side can match,
+//! as a watermark moves (see [`crate::watermark`]):
 //!
 //! - a *window join*, whose keys pair two columns a watermark bounds
 //!   (`a.window_start = b.window_start`): once the right side's bound
@@ -16,7 +16,14 @@
 //! The join drops such rows from its state at the cut ([`JoinWindows`]);
 //! the output rows they made stay. A side whose input deletes keeps a row
 //! until its own bound passes it too, so that a deletion that can still
-//! come finds the row it deletes.
+//! come finds the row it deletes. Inner and semi joins forget either
+//! kind. An outer, anti or mark join's output for a row depends on the
+//! rows of its key on the other side (a NULL-padded row stands for none),
+//! and it recomputes a touched key from both sides, so it forgets only a
+//! window join's keys, each a single window, once both sides' bounds
+//! passed it: then the key leaves both sides at the same cut and no row
+//! of it can come again. An interval join's rows leave one side at a
+//! time, so outer interval joins keep theirs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,8 +61,15 @@ pub struct SideExpiry {
     pub own: Option<ColumnBound>,
 }
 
-/// The expiry of each side of a join (left, right), where it has one.
-pub type JoinExpiry = [Option<SideExpiry>; 2];
+/// When a join's rows expire.
+#[derive(Debug, Clone)]
+pub struct JoinExpiry {
+    /// The expiry of each side (left, right), where it has one.
+    pub sides: [Option<SideExpiry>; 2],
+    /// A window join's: each key is one window on both sides, so the
+    /// rows of a key can leave both sides at once.
+    pub window: bool,
+}
 
 /// The window join of key `key`, whose left and right expressions are
 /// `left` and `right`, bounded by `bounds` (left, right).
@@ -65,7 +79,7 @@ pub(crate) fn window_join(
     bounds: [ColumnBound; 2],
 ) -> JoinExpiry {
     let [left_bound, right_bound] = bounds;
-    [
+    let sides = [
         Some(SideExpiry {
             value: left,
             other: right_bound.clone(),
@@ -78,7 +92,11 @@ pub(crate) fn window_join(
             offset: 0,
             own: Some(right_bound),
         }),
-    ]
+    ];
+    JoinExpiry {
+        sides,
+        window: true,
+    }
 }
 
 /// A column plus a constant, in the column's unit.
@@ -177,7 +195,7 @@ pub(crate) fn interval_join(
         };
         Arc::new(Column::new(joined.field(column).name(), index))
     };
-    let mut expiry: JoinExpiry = [None, None];
+    let mut expiry: [Option<SideExpiry>; 2] = [None, None];
     for part in parts {
         let Some(comparison) = part.downcast_ref::<BinaryExpr>() else {
             continue;
@@ -222,7 +240,10 @@ pub(crate) fn interval_join(
             _ => {}
         }
     }
-    (expiry[0].is_some() || expiry[1].is_some()).then_some(expiry)
+    (expiry[0].is_some() || expiry[1].is_some()).then_some(JoinExpiry {
+        sides: expiry,
+        window: false,
+    })
 }
 
 /// One side's keys by the least value of their rows when listed.
@@ -256,7 +277,7 @@ impl SideWindows {
 /// A join's expiry and each side's keys by value.
 #[derive(Debug)]
 pub(crate) struct JoinWindows {
-    expiry: JoinExpiry,
+    expiry: [Option<SideExpiry>; 2],
     sides: [SideWindows; 2],
     /// The bound each side's rows expired below, if any.
     expired: [Option<i64>; 2],
@@ -265,20 +286,31 @@ pub(crate) struct JoinWindows {
 impl JoinWindows {
     /// Sides expire as `expiry` says; `deletes`: whether each side's
     /// input deletes (its rows then also wait for their own bound, and
-    /// without one never expire).
-    pub fn new(mut expiry: JoinExpiry, deletes: [bool; 2]) -> Self {
+    /// without one never expire). With `together`, every row waits for
+    /// its own bound as well as the other side's, so that a window join's
+    /// key leaves both sides at the same cut (an outer join's padding and
+    /// an anti join's rows depend on both sides of a key); `None` unless
+    /// `expiry` is a window join's.
+    pub fn new(expiry: JoinExpiry, deletes: [bool; 2], together: bool) -> Option<Self> {
+        if together && !expiry.window {
+            return None;
+        }
+        let mut expiry = expiry.sides;
         for (side, deletes) in expiry.iter_mut().zip(deletes) {
-            match (side.as_mut(), deletes) {
+            match (side.as_mut(), deletes || together) {
                 (Some(rule), false) => rule.own = None,
                 (Some(rule), true) if rule.own.is_none() => *side = None,
                 _ => {}
             }
         }
-        JoinWindows {
+        if together && expiry.iter().any(Option::is_none) {
+            return None;
+        }
+        Some(JoinWindows {
             expiry,
             sides: [SideWindows::default(), SideWindows::default()],
             expired: [None, None],
-        }
+        })
     }
 
     /// Lists the keys `ids` of `rows` just stored on side `side` (0: left).

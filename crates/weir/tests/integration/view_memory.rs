@@ -78,6 +78,19 @@ async fn a_view_over_its_budget_fails_alone() {
         "{error:?}"
     );
 
+    // The failure is listed, with its SQLSTATE, once committed.
+    assert_eq!(
+        column(
+            &client,
+            "SELECT view || ' ' || failed || ' ' || coalesce(sqlstate, '-') FROM weir_views ORDER BY view"
+        )
+        .await,
+        vec![
+            Some("per_key true 53200".to_owned()),
+            Some("total false -".to_owned())
+        ]
+    );
+
     // The other view and the table go on.
     let expected = inserted.to_string();
     assert_eq!(
