@@ -25,6 +25,12 @@
 //!
 //! Memory: per partition, its key in the index and `4 * n + 4` bytes of
 //! slots; per row held, its encoding plus about 40 bytes.
+//!
+//! A top-N per window (a `PARTITION BY` value a watermark bounds, such as
+//! a `TUMBLE`'s `window_start`) forgets a window's partitions once the
+//! watermark passes it (see [`crate::window_close`]): their rows leave the
+//! state at the next checkpoint, their rows already numbered stay in the
+//! output, and rows of a closed window are late: dropped and counted.
 
 use std::sync::Arc;
 
@@ -41,6 +47,8 @@ use weir_state::{DeltaBatches, KeyId, KeyIndex, Probe, StateError, TableSpec};
 use crate::changes::WEIGHT_COLUMN;
 use crate::operator::{expect_tables, owned_by_keys};
 use crate::plan::GroupTopNSpec;
+use crate::watermark::{at_or_above, ColumnBound, Watermarks};
+use crate::window_close::Windows;
 use crate::{Changes, Operator, Result};
 
 /// The largest `n` kept in flat slots; a larger one is a
@@ -89,6 +97,10 @@ pub struct AppendOnlyTopN {
     /// row id.
     changed: Vec<KeyId>,
     is_changed: Vec<bool>,
+    /// The partition column a watermark bounds, if any: its windows close.
+    windows: Option<Windows>,
+    /// By partition id: listed under its window value in `windows`.
+    windowed: Vec<bool>,
 }
 
 fn external(e: StateError) -> DataFusionError {
@@ -148,7 +160,58 @@ impl AppendOnlyTopN {
             is_touched: Vec::new(),
             changed: Vec::new(),
             is_changed: Vec::new(),
+            windows: None,
+            windowed: Vec::new(),
         })
+    }
+
+    /// Forgets the partitions of `PARTITION BY` value `window.0` once its
+    /// bound `window.1` passes them, and drops their late rows.
+    pub fn with_window(mut self, window: Option<(usize, ColumnBound)>) -> Self {
+        self.windows = window.map(|(column, bound)| Windows::new(column, bound));
+        self
+    }
+
+    /// Drops the rows of `input` whose window closed.
+    fn drop_late(&mut self, input: Changes) -> Result<Changes> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(input);
+        };
+        let values = self.partition[windows.column]
+            .evaluate(&input.rows)?
+            .into_array(input.len())?;
+        windows.drop_late(input, &values, None)
+    }
+
+    /// Lists the partitions of `ids` not yet listed under their window.
+    fn register_windows(&mut self, ids: &[KeyId]) -> Result<()> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(());
+        };
+        self.windowed.resize(self.partitions.slots(), false);
+        let mut fresh = Vec::new();
+        for &p in ids {
+            if !std::mem::replace(&mut self.windowed[p as usize], true) {
+                fresh.push(p);
+            }
+        }
+        if !fresh.is_empty() {
+            let values = self.partitions.decode(&fresh).map_err(external)?;
+            windows.register(&fresh, &values[windows.column])?;
+        }
+        Ok(())
+    }
+
+    /// Forgets partition `p`: its rows' copies go (deleted at the next
+    /// checkpoint), and its id may be handed out again.
+    fn forget_partition(&mut self, p: KeyId) {
+        let base = p as usize * self.fetch;
+        let len = std::mem::replace(&mut self.lens[p as usize], 0) as usize;
+        for slot in base..base + len {
+            self.add_copies(self.tops[slot], -1);
+        }
+        self.windowed[p as usize] = false;
+        self.partitions.remove(p);
     }
 
     /// Partition ids of `rows`' partitions (added where new), and `rows`
@@ -166,6 +229,7 @@ impl AppendOnlyTopN {
             .map_err(external)?;
         let mut ids = Vec::new();
         self.partitions.intern_all(&probe, &mut ids);
+        self.register_windows(&ids)?;
         let slots = self.partitions.slots();
         self.lens.resize(slots, 0);
         self.is_touched.resize(slots, false);
@@ -276,8 +340,44 @@ impl AppendOnlyTopN {
 
 impl Operator for AppendOnlyTopN {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        let input = self.drop_late(input)?;
         self.insert(&input, true)?;
         Ok(Vec::new())
+    }
+
+    /// Forgets the partitions of the windows the watermark passed; their
+    /// rows stay in the output.
+    fn advance(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let column = windows.column;
+        let Some((bound, listed)) = windows.close(watermarks)? else {
+            return Ok(Vec::new());
+        };
+        // A partition forgotten and its id handed out again is listed
+        // under its old window too: its current value decides.
+        let mut listed: Vec<KeyId> = listed
+            .into_iter()
+            .filter(|&p| self.windowed[p as usize])
+            .collect();
+        listed.sort_unstable();
+        listed.dedup();
+        if listed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = self.partitions.decode(&listed).map_err(external)?;
+        let open = at_or_above(&values[column], bound)?;
+        for (p, open) in listed.into_iter().zip(open.values().iter()) {
+            if !open {
+                self.forget_partition(p);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.windows.as_ref().map_or(0, |w| w.late)
     }
 
     fn flush(&mut self) -> Result<Vec<Changes>> {
@@ -415,6 +515,8 @@ impl Operator for AppendOnlyTopN {
             + self.changed.capacity() * 4
             + self.is_touched.capacity()
             + self.is_changed.capacity()
+            + self.windowed.capacity()
+            + self.windows.as_ref().map_or(0, Windows::memory_size)
     }
 
     fn state_rows(&self) -> Vec<usize> {
@@ -433,7 +535,7 @@ mod tests {
 
     use super::*;
     use crate::group_top_n::GroupTopN;
-    use crate::testing::{kv, kv_schema, net};
+    use crate::testing::{int_bound, kv, kv_schema, net};
 
     /// Row (k, v) of the durable table, with its copies.
     type Durable = BTreeMap<(Option<i32>, Option<i32>), i64>;
@@ -566,6 +668,68 @@ mod tests {
         op.process(0, kv(&[(Some(1), Some(1000), 1), (Some(1), Some(1001), 1)]))
             .unwrap();
         assert_eq!(op.state_rows(), vec![2]);
+    }
+
+    #[test]
+    fn a_closed_window_is_forgotten_and_its_late_rows_dropped() {
+        // The greatest `v` per window `k`, whose bound is watermark node 7.
+        let (spec, schema) = spec(1, true);
+        let windowed = || {
+            AppendOnlyTopN::new(&spec, kv_schema(), schema.clone())
+                .unwrap()
+                .with_window(Some((0, int_bound(7))))
+        };
+        let mut op = windowed();
+        let mut durable = Durable::new();
+        let rows: Vec<_> = (1..=3)
+            .flat_map(|w| (0..10).map(move |v| (Some(w), Some(v), 1)))
+            .chain([(None, Some(5), 1)])
+            .collect();
+        assert_eq!(epoch(&mut op, kv(&rows)).len(), 4);
+        checkpoint(&mut op, &mut durable);
+        assert_eq!(durable.len(), 4);
+
+        // Windows 1 and 2 close: their rows leave at the next checkpoint,
+        // and nothing leaves the output.
+        let out = op.advance(&Watermarks::from([(7, 3)])).unwrap();
+        assert!(out.is_empty());
+        checkpoint(&mut op, &mut durable);
+        assert_eq!(
+            durable.keys().copied().collect::<Vec<_>>(),
+            vec![(None, Some(5)), (Some(3), Some(9))]
+        );
+        assert_eq!(op.state_rows(), vec![2]);
+
+        // A row of a closed window is late; an open one's still counts.
+        let out = epoch(
+            &mut op,
+            kv(&[(Some(1), Some(99), 1), (Some(3), Some(50), 1)]),
+        );
+        assert_eq!(
+            out,
+            vec![("3,50,1".to_owned(), 1), ("3,9,1".to_owned(), -1)]
+        );
+        assert_eq!(op.late_rows(), 1);
+
+        // A new window may take a forgotten partition's id; only the
+        // windows below the bound go, the NULL window never.
+        epoch(&mut op, kv(&[(Some(4), Some(1), 1), (Some(5), Some(1), 1)]));
+        checkpoint(&mut op, &mut durable);
+        op.advance(&Watermarks::from([(7, 5)])).unwrap();
+        checkpoint(&mut op, &mut durable);
+        assert_eq!(
+            durable.keys().copied().collect::<Vec<_>>(),
+            vec![(None, Some(5)), (Some(5), Some(1))]
+        );
+        // Restored, it still knows which windows to close.
+        let mut op = windowed();
+        op.restore(&[durable_batch(&op, &durable)]).unwrap();
+        op.advance(&Watermarks::from([(7, 6)])).unwrap();
+        checkpoint(&mut op, &mut durable);
+        assert_eq!(
+            durable.keys().copied().collect::<Vec<_>>(),
+            vec![(None, Some(5))]
+        );
     }
 
     #[test]

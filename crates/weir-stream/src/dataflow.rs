@@ -138,7 +138,10 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
         NodeKind::GroupTopN(top)
             if append_top_n::applies(top, append_only(0), input_schema(0).fields().len()) =>
         {
-            Box::new(AppendOnlyTopN::new(top, input_schema(0), schema)?)
+            Box::new(
+                AppendOnlyTopN::new(top, input_schema(0), schema)?
+                    .with_window(partition_window_of(plan, index)),
+            )
         }
         NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
             top,
@@ -170,6 +173,21 @@ pub(crate) fn window_of(plan: &StreamPlan, index: usize) -> Option<(usize, Colum
         .take(spec.group.len())
         .enumerate()
         .find_map(|(i, b)| b.map(|b| (i, b)))
+}
+
+/// The first `PARTITION BY` value of top-N node `index` that a
+/// watermark bounds: the top-N's window.
+pub(crate) fn partition_window_of(plan: &StreamPlan, index: usize) -> Option<(usize, ColumnBound)> {
+    let NodeKind::GroupTopN(spec) = &plan.nodes[index].kind else {
+        return None;
+    };
+    let input = plan
+        .column_bounds()
+        .swap_remove(plan.nodes[index].inputs[0]);
+    spec.partition
+        .iter()
+        .enumerate()
+        .find_map(|(i, expr)| ColumnBound::through(expr, &input).map(|b| (i, b)))
 }
 
 /// How `OVER` node `index` forgets final sessions: when its functions

@@ -89,7 +89,8 @@ impl Join {
 
     /// Makes the join forget the rows no row to come on the other side
     /// can match (a window or interval join, `expiry`: see
-    /// [`JoinWindows`]; an outer, anti or mark join only a window join's).
+    /// [`JoinWindows`]; an outer, semi, anti or mark join's rows also
+    /// wait for the preserved rows they matched).
     /// Both sides then keep rows by id, so that a row can leave the state.
     /// Other joins are unchanged.
     pub fn with_expiry(mut self, expiry: Option<JoinExpiry>) -> Result<Self> {
@@ -99,12 +100,18 @@ impl Join {
         if self.spec.null_aware {
             return Ok(self);
         }
-        let together = !matches!(
-            self.spec.join_type,
-            JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
-        );
+        let preserved = match self.spec.join_type {
+            JoinType::Inner => [false, false],
+            JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                [true, false]
+            }
+            JoinType::Right | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => {
+                [false, true]
+            }
+            JoinType::Full => [true, true],
+        };
         let deletes = [self.left.updating(), self.right.updating()];
-        let Some(windows) = JoinWindows::new(expiry, deletes, together) else {
+        let Some(windows) = JoinWindows::new(expiry, deletes, preserved) else {
             return Ok(self);
         };
         // Rows that leave need ids; a side that never deletes needs no
@@ -603,8 +610,7 @@ fn external(e: weir_state::StateError) -> DataFusionError {
 mod tests {
     use super::*;
     use crate::join_window::{interval_join, joined_schema, window_join};
-    use crate::testing::{kv, kv_schema, net, rows};
-    use crate::watermark::ColumnBound;
+    use crate::testing::{int_bound, kv, kv_schema, net, rows};
     use datafusion::physical_expr::expressions::col;
     use datafusion::physical_expr::PhysicalExprRef;
 
@@ -642,19 +648,6 @@ mod tests {
         out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
         assert_eq!(join.state_rows(), vec![2, 2]);
-    }
-
-    /// The bound of an `Int32` column: watermark node `node`'s watermark.
-    fn int_bound(node: usize) -> ColumnBound {
-        ColumnBound {
-            node,
-            data_type: DataType::Int32,
-            expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
-                "watermark",
-                0,
-            )),
-            first_element: false,
-        }
     }
 
     /// An inner join whose key is a window: bounded by watermark node 7
@@ -752,7 +745,7 @@ mod tests {
     }
 
     #[test]
-    fn an_anti_window_join_forgets_windows_and_an_outer_interval_join_does_not() {
+    fn an_anti_window_join_forgets_windows() {
         let mut anti = window_joined(JoinType::LeftAnti);
         let mut out = anti
             .process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(20), 1)]))
@@ -761,12 +754,54 @@ mod tests {
         anti.advance(&Watermarks::from([(7, 3), (8, 3)])).unwrap();
         assert_eq!(anti.state_rows(), vec![0, 0]);
         assert_eq!(net(&out), rows(&[("1,10", 1)]));
+    }
 
-        // An interval join's rows leave one side at a time, which an outer
-        // join's padding cannot follow: it keeps them.
-        let outer = interval_joined(JoinType::Left);
-        assert!(outer.windows.is_none());
-        assert!(interval_joined(JoinType::Inner).windows.is_some());
+    #[test]
+    fn a_semi_window_join_keeps_a_match_while_its_left_row_can_match_again() {
+        let mut semi = window_joined(JoinType::LeftSemi);
+        let mut out = semi.process(0, kv(&[(Some(1), Some(10), 1)])).unwrap();
+        out.extend(semi.process(1, kv(&[(Some(1), Some(11), 1)])).unwrap());
+        // No left row of window 1 can come, but a right one can: the
+        // right row stays, or the next one would emit the left row again.
+        semi.advance(&Watermarks::from([(7, 3), (8, 1)])).unwrap();
+        assert_eq!(semi.state_rows(), vec![1, 1]);
+        out.extend(semi.process(1, kv(&[(Some(1), Some(12), 1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10", 1)]));
+        semi.advance(&Watermarks::from([(7, 3), (8, 3)])).unwrap();
+        assert_eq!(semi.state_rows(), vec![0, 0]);
+    }
+
+    #[test]
+    fn an_outer_interval_join_keeps_a_match_until_its_left_row_is_done() {
+        // Left v in [right v - 2, right v]: a left row can match right
+        // rows until the right bound passes v + 2; a right row stays until
+        // then for each left row it matched.
+        let mut join = interval_joined(JoinType::Left);
+        let mut out = join
+            .process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(5), 1)]))
+            .unwrap();
+        out.extend(join.process(1, kv(&[(Some(1), Some(11), 1)])).unwrap());
+        join.advance(&Watermarks::from([(7, 20), (8, 11)])).unwrap();
+        // The unmatched left row (5) can match nothing more and goes; the
+        // right row stays, as its left row (10) can still be matched.
+        assert_eq!(join.state_rows(), vec![1, 1]);
+        out.extend(join.process(1, kv(&[(Some(1), Some(12), 1)])).unwrap());
+        assert_eq!(
+            net(&out),
+            rows(&[("1,10,1,11", 1), ("1,10,1,12", 1), ("2,5,NULL,NULL", 1)])
+        );
+        join.advance(&Watermarks::from([(7, 20), (8, 13)])).unwrap();
+        assert_eq!(join.state_rows(), vec![0, 2]);
+        join.advance(&Watermarks::from([(7, 20), (8, 15)])).unwrap();
+        assert_eq!(join.state_rows(), vec![0, 0]);
+        // A full join's rows each wait for the other side's too.
+        let mut full = interval_joined(JoinType::Full);
+        full.process(0, kv(&[(Some(1), Some(10), 1)])).unwrap();
+        full.process(1, kv(&[(Some(1), Some(11), 1)])).unwrap();
+        full.advance(&Watermarks::from([(7, 20), (8, 11)])).unwrap();
+        assert_eq!(full.state_rows(), vec![1, 1]);
+        full.advance(&Watermarks::from([(7, 20), (8, 13)])).unwrap();
+        assert_eq!(full.state_rows(), vec![0, 1]);
     }
 
     /// An inner join on `k` of append-only sides whose condition keeps

@@ -7,23 +7,30 @@
 //!   that window are no longer needed, and the other way round;
 //! - an *interval join*, whose condition bounds a left time by a right
 //!   one (`b.ts BETWEEN a.ts - INTERVAL '10' SECOND AND a.ts`, or any
-//!   `l >= r + c` and `l <= r + c`): a left row
+//!   `l >= r + c` and `l <= r + c'`): a left row
 //!   with `l >= r + c` needs right rows with `r <= l - c`, none of which
 //!   can come once the right bound passes `l - c`; a right row with
-//!   `l <= r + c` needs left rows with `l <= r + c`, none of which can
-//!   come once the left bound passes `r + c`.
+//!   `l <= r + c'` needs left rows with `l <= r + c'`, none of which can
+//!   come once the left bound passes `r + c'`.
 //!
 //! The join drops such rows from its state at the cut ([`JoinWindows`]);
 //! the output rows they made stay. A side whose input deletes keeps a row
 //! until its own bound passes it too, so that a deletion that can still
-//! come finds the row it deletes. Inner and semi joins forget either
-//! kind. An outer, anti or mark join's output for a row depends on the
-//! rows of its key on the other side (a NULL-padded row stands for none),
-//! and it recomputes a touched key from both sides, so it forgets only a
-//! window join's keys, each a single window, once both sides' bounds
-//! passed it: then the key leaves both sides at the same cut and no row
-//! of it can come again. An interval join's rows leave one side at a
-//! time, so outer interval joins keep theirs.
+//! come finds the row it deletes.
+//!
+//! An inner join forgets either side's rows independently. The output of
+//! an outer, semi, anti or mark join for a row of its *preserved* side
+//! (the left of a `LEFT JOIN`, both of a `FULL JOIN`) depends on whether
+//! the row has a match, and the join recomputes a touched key from the
+//! rows both sides hold: a matched row whose partner left could read as
+//! unmatched when a new partner arrives, and its padding (or its semi
+//! row) would be retracted or emitted once too often. So a row matched
+//! with a preserved row stays until that preserved row can get no new
+//! match: with both sides' conditions over one pair of columns (always
+//! so for a window join), a row of value `x` also waits until its own
+//! bound passes `x + c - c'` (for a window join, its window), by when
+//! every preserved row it could have matched is past its other side's
+//! bound. Without that pair, such a side keeps its rows.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,9 +63,11 @@ pub struct SideExpiry {
     /// Added to the other side's bound.
     pub offset: i64,
     /// The bound of `value` on this side, if it has one, which a side
-    /// whose input deletes waits for too (such a side without one keeps
-    /// its rows).
+    /// whose input deletes, or whose rows match preserved rows, waits for
+    /// too (such a side without one keeps its rows).
     pub own: Option<ColumnBound>,
+    /// Added to the own bound (see the module documentation).
+    pub own_offset: i64,
 }
 
 /// When a join's rows expire.
@@ -66,9 +75,11 @@ pub struct SideExpiry {
 pub struct JoinExpiry {
     /// The expiry of each side (left, right), where it has one.
     pub sides: [Option<SideExpiry>; 2],
-    /// A window join's: each key is one window on both sides, so the
-    /// rows of a key can leave both sides at once.
-    pub window: bool,
+    /// Whether both sides' conditions read the same pair of columns (a
+    /// window join's key; an interval join's `l >= r + c` and `l <= r +
+    /// c'`), so that a side can wait until the rows it matched can match
+    /// nothing new.
+    pub paired: bool,
 }
 
 /// The window join of key `key`, whose left and right expressions are
@@ -85,17 +96,19 @@ pub(crate) fn window_join(
             other: right_bound.clone(),
             offset: 0,
             own: Some(left_bound.clone()),
+            own_offset: 0,
         }),
         Some(SideExpiry {
             value: right,
             other: left_bound,
             offset: 0,
             own: Some(right_bound),
+            own_offset: 0,
         }),
     ];
     JoinExpiry {
         sides,
-        window: true,
+        paired: true,
     }
 }
 
@@ -196,6 +209,8 @@ pub(crate) fn interval_join(
         Arc::new(Column::new(joined.field(column).name(), index))
     };
     let mut expiry: [Option<SideExpiry>; 2] = [None, None];
+    // The (left, right) columns each side's condition reads.
+    let mut columns: [Option<(usize, usize)>; 2] = [None, None];
     for part in parts {
         let Some(comparison) = part.downcast_ref::<BinaryExpr>() else {
             continue;
@@ -223,7 +238,9 @@ pub(crate) fn interval_join(
                         other,
                         offset: c,
                         own: bound(l.column),
+                        own_offset: 0,
                     });
+                    columns[0] = Some((l.column, r.column));
                 }
             }
             // Right rows need left rows up to `r + c`.
@@ -234,7 +251,9 @@ pub(crate) fn interval_join(
                         other,
                         offset: c.checked_neg()?,
                         own: bound(r.column),
+                        own_offset: 0,
                     });
+                    columns[1] = Some((l.column, r.column));
                 }
             }
             _ => {}
@@ -242,7 +261,7 @@ pub(crate) fn interval_join(
     }
     (expiry[0].is_some() || expiry[1].is_some()).then_some(JoinExpiry {
         sides: expiry,
-        window: false,
+        paired: columns[0].is_some() && columns[0] == columns[1],
     })
 }
 
@@ -286,28 +305,39 @@ pub(crate) struct JoinWindows {
 impl JoinWindows {
     /// Sides expire as `expiry` says; `deletes`: whether each side's
     /// input deletes (its rows then also wait for their own bound, and
-    /// without one never expire). With `together`, every row waits for
-    /// its own bound as well as the other side's, so that a window join's
-    /// key leaves both sides at the same cut (an outer join's padding and
-    /// an anti join's rows depend on both sides of a key); `None` unless
-    /// `expiry` is a window join's.
-    pub fn new(expiry: JoinExpiry, deletes: [bool; 2], together: bool) -> Option<Self> {
-        if together && !expiry.window {
-            return None;
-        }
-        let mut expiry = expiry.sides;
-        for (side, deletes) in expiry.iter_mut().zip(deletes) {
-            match (side.as_mut(), deletes || together) {
-                (Some(rule), false) => rule.own = None,
-                (Some(rule), true) if rule.own.is_none() => *side = None,
-                _ => {}
+    /// without one never expire); `preserved`: whether each side's output
+    /// depends on its rows' matches (an outer, semi, anti or mark join's;
+    /// the rows of the other side then wait until the preserved rows they
+    /// matched can match nothing new: see the module documentation).
+    /// `None` if no side can expire.
+    pub fn new(expiry: JoinExpiry, deletes: [bool; 2], preserved: [bool; 2]) -> Option<Self> {
+        let JoinExpiry { mut sides, paired } = expiry;
+        // `c - c'`: how far behind its own bound a row whose partners are
+        // preserved waits.
+        let partners_done = match &sides {
+            [Some(left), Some(right)] if paired => left.offset.checked_add(right.offset),
+            _ => None,
+        };
+        for side in 0..2 {
+            let Some(rule) = sides[side].as_mut() else {
+                continue;
+            };
+            let mut own_offset = deletes[side].then_some(0);
+            if preserved[1 - side] {
+                let Some(done) = partners_done else {
+                    sides[side] = None;
+                    continue;
+                };
+                own_offset = Some(own_offset.map_or(done, |o: i64| o.min(done)));
+            }
+            match own_offset {
+                None => rule.own = None,
+                Some(_) if rule.own.is_none() => sides[side] = None,
+                Some(offset) => rule.own_offset = offset,
             }
         }
-        if together && expiry.iter().any(Option::is_none) {
-            return None;
-        }
-        Some(JoinWindows {
-            expiry,
+        sides.iter().any(Option::is_some).then(|| JoinWindows {
+            expiry: sides,
             sides: [SideWindows::default(), SideWindows::default()],
             expired: [None, None],
         })
@@ -335,7 +365,9 @@ impl JoinWindows {
         let needed = other.saturating_add(expiry.offset);
         match &expiry.own {
             None => Ok(Some(needed)),
-            Some(own) => Ok(own.value(watermarks)?.map(|own| needed.min(own))),
+            Some(own) => Ok(own
+                .value(watermarks)?
+                .map(|own| needed.min(own.saturating_add(expiry.own_offset)))),
         }
     }
 

@@ -47,6 +47,7 @@ pub mod session;
 mod temporal_filter;
 mod top_n;
 pub mod watermark;
+mod window_close;
 mod window_function;
 
 #[cfg(test)]

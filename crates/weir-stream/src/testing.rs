@@ -90,3 +90,16 @@ pub fn net(outputs: &[Changes]) -> Vec<(String, i64)> {
 pub fn rows(expected: &[(&str, i64)]) -> Vec<(String, i64)> {
     expected.iter().map(|(t, w)| (t.to_string(), *w)).collect()
 }
+
+/// The bound of an `Int32` column: watermark node `node`'s watermark.
+pub fn int_bound(node: usize) -> crate::watermark::ColumnBound {
+    crate::watermark::ColumnBound {
+        node,
+        data_type: DataType::Int32,
+        expr: Arc::new(datafusion::physical_expr::expressions::Column::new(
+            "watermark",
+            0,
+        )),
+        first_element: false,
+    }
+}

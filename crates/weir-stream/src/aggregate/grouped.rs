@@ -30,11 +30,11 @@ use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, KeyId, KeyIndex, TableSpec};
 
 use super::accumulator::{accumulator_for, GroupAccumulator};
-use super::window::Windows;
 use crate::changes::{null_as_false, UNIT_COLUMN};
 use crate::operator::expect_tables;
 use crate::plan::AggregateSpec;
 use crate::watermark::{at_or_above, ColumnBound, Watermarks};
+use crate::window_close::Windows;
 use crate::{Changes, Operator, Result};
 
 /// The group was touched in the current epoch.

@@ -14,7 +14,6 @@ mod grouped;
 mod partial;
 mod recompute;
 mod values;
-mod window;
 
 pub use grouped::GroupedAggregate;
 pub use partial::PartialAggregate;

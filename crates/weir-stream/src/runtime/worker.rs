@@ -467,7 +467,13 @@ impl Worker {
                 true => peers,
                 false => 1,
             };
-            let clock = EventClock::new(&view.plan, instances, idle);
+            let mut clock = EventClock::new(&view.plan, instances, idle);
+            // The rows its backfill and catch-up read count as instance
+            // 0's: the workers start from the state they left, not from
+            // their rows.
+            for (node, time) in view.dataflow.take_event_times() {
+                clock.report(0, node, time);
+            }
             self.clocks.insert(view.name.clone(), clock);
             if let Err(e) = self.start_partitioned(&mut view, peers) {
                 self.stop_failed(&view.name, FailureReason::Error(e));

@@ -1,7 +1,8 @@
-//! The window of a grouped aggregate: a group column bounded by a
-//! watermark (see [`crate::watermark`]). Groups below the bound are
-//! final: their rows are late from then on, and the aggregate frees
-//! them (and, with `EMIT ON WINDOW CLOSE`, emits them then).
+//! The window of a grouped aggregate or of a top-N per window: a group
+//! (or partition) column bounded by a watermark (see
+//! [`crate::watermark`]). Groups below the bound are final: their rows
+//! are late from then on, and the operator frees them (an aggregate with
+//! `EMIT ON WINDOW CLOSE` emits them then).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,7 @@ use crate::{Changes, Result};
 
 /// The window column's state.
 #[derive(Debug)]
-pub(super) struct Windows {
+pub(crate) struct Windows {
     /// The group column that holds the window.
     pub column: usize,
     bound: ColumnBound,
