@@ -228,6 +228,11 @@ pub struct MaterializedViewDef {
     /// and its output table stays empty.
     #[serde(default)]
     pub sink: Option<SinkDef>,
+    /// The watermark views reading it get: a column that passes on its
+    /// input's watermarked column as is, in an output that only inserts
+    /// (see `StreamPlan::output_watermark`).
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
 }
 
 /// Where a sink's output goes.

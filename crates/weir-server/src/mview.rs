@@ -65,6 +65,23 @@ pub struct PlannedView {
     pub key: Option<Vec<usize>>,
 }
 
+/// The watermark a view running `plan` passes on to the views that read
+/// it, if any.
+fn output_watermark(
+    plan: &StreamPlan,
+    columns: &[ColumnDef],
+) -> Option<crate::catalog::WatermarkDef> {
+    let (column, delay) = plan.output_watermark()?;
+    Some(crate::catalog::WatermarkDef {
+        column,
+        delay,
+        expr: format!(
+            "{} (its input's watermark, {delay} units behind)",
+            columns.get(column)?.name
+        ),
+    })
+}
+
 /// Plans `query` as a materialized view against the session's pinned
 /// snapshot. Anything the streaming engine cannot maintain is refused
 /// with 0A000.
@@ -124,7 +141,10 @@ pub(crate) async fn plan_view_in(
     plan_stream.add_watermarks(|relation| {
         let watermark = match catalog.sources.get(relation) {
             Some(source) => source.watermark.as_ref(),
-            None => catalog.tables.get(relation)?.watermark.as_ref(),
+            None => match catalog.tables.get(relation) {
+                Some(table) => table.watermark.as_ref(),
+                None => catalog.materialized_views.get(relation)?.watermark.as_ref(),
+            },
         };
         watermark.map(|w| (w.column, w.delay))
     });
@@ -404,6 +424,7 @@ pub async fn create(
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
     let sources = source_inputs(&working.catalog, &planned, |_| None)?;
+    let watermark = output_watermark(&planned.plan, &planned.columns);
     let def = MaterializedViewDef {
         name: name.clone(),
         query: create.query.to_string(),
@@ -416,6 +437,7 @@ pub async fn create(
         key: planned.key.clone(),
         emit_on_window_close,
         sink: sink.clone(),
+        watermark,
     };
     let query = def.query.clone();
     working.catalog.materialized_views.insert(name.clone(), def);
@@ -792,6 +814,7 @@ async fn rebuild(
         }
         entry.append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
         entry.key = planned.key.clone();
+        entry.watermark = output_watermark(&planned.plan, &entry.columns);
         working.catalog_changed();
         snapshot.catalog = Arc::new(working.catalog.clone());
         snapshot.tables.insert(id, output.snapshot());

@@ -47,7 +47,7 @@ use weir_state::{DeltaBatches, KeyId, KeyIndex, Probe, StateError, TableSpec};
 use crate::changes::WEIGHT_COLUMN;
 use crate::operator::{expect_tables, owned_by_keys};
 use crate::plan::GroupTopNSpec;
-use crate::watermark::{at_or_above, ColumnBound, Watermarks};
+use crate::watermark::{ColumnBound, Watermarks};
 use crate::window_close::Windows;
 use crate::{Changes, Operator, Result};
 
@@ -351,27 +351,14 @@ impl Operator for AppendOnlyTopN {
         let Some(windows) = self.windows.as_mut() else {
             return Ok(Vec::new());
         };
-        let column = windows.column;
-        let Some((bound, listed)) = windows.close(watermarks)? else {
-            return Ok(Vec::new());
-        };
-        // A partition forgotten and its id handed out again is listed
-        // under its old window too: its current value decides.
-        let mut listed: Vec<KeyId> = listed
-            .into_iter()
-            .filter(|&p| self.windowed[p as usize])
-            .collect();
-        listed.sort_unstable();
-        listed.dedup();
-        if listed.is_empty() {
-            return Ok(Vec::new());
-        }
-        let values = self.partitions.decode(&listed).map_err(external)?;
-        let open = at_or_above(&values[column], bound)?;
-        for (p, open) in listed.into_iter().zip(open.values().iter()) {
-            if !open {
-                self.forget_partition(p);
-            }
+        let (windowed, partitions) = (&self.windowed, &self.partitions);
+        let closing = windows.closing(
+            watermarks,
+            |p| windowed[p as usize],
+            |ids| partitions.decode(ids).map_err(external),
+        )?;
+        for p in closing {
+            self.forget_partition(p);
         }
         Ok(Vec::new())
     }

@@ -554,6 +554,31 @@ impl StreamPlan {
         all
     }
 
+    /// The watermark a view of this plan passes on to views that read
+    /// it: its event-time column and delay, where its output only inserts
+    /// and one of its columns is a watermarked column of its input as is
+    /// (the first such). A view reading it then puts a watermark node
+    /// above it, as above an append-only table with `WATERMARK FOR`.
+    pub fn output_watermark(&self) -> Option<(usize, i64)> {
+        let last = self.nodes.last()?;
+        if !last.append_only {
+            return None;
+        }
+        let bounds = self.column_bounds().pop()?;
+        bounds.into_iter().enumerate().find_map(|(column, bound)| {
+            let bound = bound?;
+            let as_is = !bound.first_element
+                && bound
+                    .expr
+                    .downcast_ref::<Column>()
+                    .is_some_and(|c| c.index() == 0);
+            match &self.nodes[bound.node].kind {
+                NodeKind::Watermark { delay, .. } if as_is => Some((column, *delay)),
+                _ => None,
+            }
+        })
+    }
+
     /// Puts a watermark node above every source node of a relation with
     /// a watermark (`watermark_of`: its event-time column and delay, in
     /// the column's unit), making sure the plan reads that column.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use datafusion::arrow::array::ArrayRef;
 use weir_state::KeyId;
 
-use crate::watermark::{drop_late, event_times, ColumnBound, Watermarks};
+use crate::watermark::{at_or_above, drop_late, event_times, ColumnBound, Watermarks};
 use crate::{Changes, Result};
 
 /// The window column's state.
@@ -69,9 +69,37 @@ impl Windows {
         Ok(())
     }
 
+    /// Moves the bound to where `watermarks` put it; returns the groups
+    /// it closed: those listed below it that are still `listed` (an id
+    /// freed and handed out again is listed under its old value too) and
+    /// whose window value, in their key columns (`decode`), is below it.
+    pub fn closing(
+        &mut self,
+        watermarks: &Watermarks,
+        listed: impl Fn(KeyId) -> bool,
+        decode: impl FnOnce(&[KeyId]) -> Result<Vec<ArrayRef>>,
+    ) -> Result<Vec<KeyId>> {
+        let Some((bound, groups)) = self.close(watermarks)? else {
+            return Ok(Vec::new());
+        };
+        let mut groups: Vec<KeyId> = groups.into_iter().filter(|&g| listed(g)).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        if groups.is_empty() {
+            return Ok(groups);
+        }
+        let values = decode(&groups)?;
+        let open = at_or_above(&values[self.column], bound)?;
+        Ok(groups
+            .into_iter()
+            .zip(open.values().iter())
+            .filter_map(|(g, open)| (!open).then_some(g))
+            .collect())
+    }
+
     /// Moves the bound to where `watermarks` put it; returns the new bound
     /// and the groups listed below it, if it moved.
-    pub fn close(&mut self, watermarks: &Watermarks) -> Result<Option<(i64, Vec<KeyId>)>> {
+    fn close(&mut self, watermarks: &Watermarks) -> Result<Option<(i64, Vec<KeyId>)>> {
         let Some(bound) = self.bound.value(watermarks)? else {
             return Ok(None);
         };

@@ -33,7 +33,7 @@ use super::accumulator::{accumulator_for, GroupAccumulator};
 use crate::changes::{null_as_false, UNIT_COLUMN};
 use crate::operator::expect_tables;
 use crate::plan::AggregateSpec;
-use crate::watermark::{at_or_above, ColumnBound, Watermarks};
+use crate::watermark::{ColumnBound, Watermarks};
 use crate::window_close::Windows;
 use crate::{Changes, Operator, Result};
 
@@ -418,26 +418,15 @@ impl Operator for GroupedAggregate {
         let Some(windows) = self.windows.as_mut() else {
             return Ok(Vec::new());
         };
-        let column = windows.column;
-        let Some((bound, listed)) = windows.close(watermarks)? else {
-            return Ok(Vec::new());
-        };
-        let mut listed: Vec<KeyId> = listed
-            .into_iter()
-            .filter(|&g| self.flags[g as usize] & WINDOWED != 0)
-            .collect();
-        listed.sort_unstable();
-        listed.dedup();
-        if listed.is_empty() {
+        let (flags, keys) = (&self.flags, &self.keys);
+        let closing = windows.closing(
+            watermarks,
+            |g| flags[g as usize] & WINDOWED != 0,
+            |ids| keys.decode(ids).map_err(external),
+        )?;
+        if closing.is_empty() {
             return Ok(Vec::new());
         }
-        let values = self.keys.decode(&listed).map_err(external)?;
-        let open = at_or_above(&values[column], bound)?;
-        let closing: Vec<KeyId> = listed
-            .into_iter()
-            .zip(open.values().iter())
-            .filter_map(|(g, open)| (!open).then_some(g))
-            .collect();
         let mut out = Vec::new();
         if self.emits_on_close() {
             let present: Vec<KeyId> = closing
