@@ -197,7 +197,7 @@ impl AppendOnlyTopN {
         }
         if !fresh.is_empty() {
             let values = self.partitions.decode(&fresh).map_err(external)?;
-            windows.register(&fresh, &values[windows.column])?;
+            windows.register(fresh.iter().copied(), &values[windows.column])?;
         }
         Ok(())
     }
@@ -354,7 +354,7 @@ impl Operator for AppendOnlyTopN {
         let (windowed, partitions) = (&self.windowed, &self.partitions);
         let closing = windows.closing(
             watermarks,
-            |p| windowed[p as usize],
+            |&p| windowed[p as usize],
             |ids| partitions.decode(ids).map_err(external),
         )?;
         for p in closing {

@@ -143,12 +143,10 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
                     .with_window(partition_window_of(plan, index)),
             )
         }
-        NodeKind::GroupTopN(top) => Box::new(GroupTopN::new(
-            top,
-            input_schema(0),
-            schema,
-            append_only(0),
-        )?),
+        NodeKind::GroupTopN(top) => Box::new(
+            GroupTopN::new(top, input_schema(0), schema, append_only(0))?
+                .with_window(partition_window_of(plan, index)),
+        ),
     };
     let declared = plan.state_tables(index).len();
     if operator.state_specs().len() != declared {

@@ -10,20 +10,30 @@
 //! whose row changed are emitted, all partitions in one batch: an epoch
 //! costs `O(n)` per partition it touched, plus its changes, and never
 //! looks at another partition.
+//!
+//! A top-N per window (a `PARTITION BY` value a watermark bounds) lists
+//! its partitions by window (see [`crate::window_close`]) and drops a
+//! window's rows once the watermark passes it; its numbered rows stay in
+//! the output, and changes to a closed window are late: dropped and
+//! counted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt64Array};
-use datafusion::arrow::compute::{cast, SortOptions};
+use datafusion::arrow::array::{
+    ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::compute::{cast, take, SortOptions};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExprRef;
 use weir_state::{DeltaBatches, TableSpec};
 
 use crate::operator::{expect_tables, owned_by_keys};
 use crate::ordered_rows::OrderedRows;
 use crate::plan::GroupTopNSpec;
+use crate::watermark::{ColumnBound, Watermarks};
+use crate::window_close::Windows;
 use crate::{Changes, Operator, Result};
 
 /// The first rows of each partition of a changing input, numbered.
@@ -42,6 +52,11 @@ pub struct GroupTopN {
     /// The first rows of each partition touched this epoch (encoded, a
     /// row held twice listed twice), as they were before its first change.
     before: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
+    /// The `PARTITION BY` value a watermark bounds, if any: its windows
+    /// close.
+    windows: Option<Windows<Box<[u8]>>>,
+    /// The partitions listed under their window in `windows`, encoded.
+    windowed: HashSet<Box<[u8]>>,
 }
 
 impl GroupTopN {
@@ -74,7 +89,50 @@ impl GroupTopN {
             append_only,
             schema,
             before: HashMap::new(),
+            windows: None,
+            windowed: HashSet::new(),
         })
+    }
+
+    /// Drops the rows of the partitions of `PARTITION BY` value
+    /// `window.0` once its bound `window.1` passes them, and their late
+    /// changes.
+    pub fn with_window(mut self, window: Option<(usize, ColumnBound)>) -> Self {
+        self.windows = window.map(|(column, bound)| Windows::new(column, bound));
+        self
+    }
+
+    /// The `PARTITION BY` values of `rows`, and their encodings.
+    fn partition_values(&self, rows: &RecordBatch) -> Result<(Vec<ArrayRef>, Rows)> {
+        let columns = self
+            .partition
+            .iter()
+            .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let encoded = self.prefixes.convert_columns(&columns)?;
+        Ok((columns, encoded))
+    }
+
+    /// Lists the partitions of `encoded` (values `columns`) not yet listed
+    /// under their window.
+    fn register_windows(&mut self, columns: &[ArrayRef], encoded: &Rows) -> Result<()> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(());
+        };
+        let mut fresh = Vec::new();
+        let mut rows = Vec::new();
+        for (row, prefix) in encoded.iter().enumerate() {
+            if !self.windowed.contains(prefix.data()) {
+                self.windowed.insert(prefix.data().into());
+                fresh.push(Box::<[u8]>::from(prefix.data()));
+                rows.push(row as u32);
+            }
+        }
+        if !fresh.is_empty() {
+            let values = take(&columns[windows.column], &UInt32Array::from(rows), None)?;
+            windows.register(fresh, &values)?;
+        }
+        Ok(())
     }
 
     /// Notes the first rows of each partition of `rows` not touched yet
@@ -87,12 +145,8 @@ impl GroupTopN {
             }
             return Ok(());
         }
-        let columns = self
-            .partition
-            .iter()
-            .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let encoded = self.prefixes.convert_columns(&columns)?;
+        let (columns, encoded) = self.partition_values(rows)?;
+        self.register_windows(&columns, &encoded)?;
         // Per row, but a row of a partition already noted costs one
         // lookup, without a copy of its encoding.
         for prefix in encoded.iter() {
@@ -143,9 +197,44 @@ impl GroupTopN {
 
 impl Operator for GroupTopN {
     fn process(&mut self, _port: usize, input: Changes) -> Result<Vec<Changes>> {
+        let input = match self.windows.as_mut() {
+            Some(windows) => {
+                let values = self.partition[windows.column]
+                    .evaluate(&input.rows)?
+                    .into_array(input.len())?;
+                windows.drop_late(input, &values, None)?
+            }
+            None => input,
+        };
         self.note_partitions(&input.rows)?;
         self.input.update(&input)?;
         Ok(Vec::new())
+    }
+
+    /// Drops the rows of the windows the watermark passed; their numbered
+    /// rows stay in the output.
+    fn advance(&mut self, watermarks: &Watermarks) -> Result<Vec<Changes>> {
+        let Some(windows) = self.windows.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let (windowed, prefixes) = (&self.windowed, &self.prefixes);
+        let closing = windows.closing(
+            watermarks,
+            |prefix| windowed.contains(prefix),
+            |closing| {
+                let parser = prefixes.parser();
+                Ok(prefixes.convert_rows(closing.iter().map(|p| parser.parse(p)))?)
+            },
+        )?;
+        for prefix in closing {
+            self.input.keep_first(&prefix, 0);
+            self.windowed.remove(&prefix);
+        }
+        Ok(Vec::new())
+    }
+
+    fn late_rows(&self) -> u64 {
+        self.windows.as_ref().map_or(0, |w| w.late)
     }
 
     fn flush(&mut self) -> Result<Vec<Changes>> {
@@ -190,6 +279,10 @@ impl Operator for GroupTopN {
 
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
         expect_tables(tables, 1)?;
+        if self.windows.is_some() && tables[0].num_rows() > 0 {
+            let (columns, encoded) = self.partition_values(&tables[0])?;
+            self.register_windows(&columns, &encoded)?;
+        }
         self.input.restore(&tables[0])
     }
 
@@ -214,6 +307,9 @@ impl Operator for GroupTopN {
                 .iter()
                 .map(|(prefix, rows)| prefix.len() + rows.iter().map(|r| r.len()).sum::<usize>())
                 .sum::<usize>()
+            // Each listed partition's encoding, in the set and in the list.
+            + self.windowed.iter().map(|p| 2 * p.len() + 40).sum::<usize>()
+            + self.windows.as_ref().map_or(0, Windows::memory_size)
     }
 
     fn state_rows(&self) -> Vec<usize> {
@@ -223,13 +319,14 @@ impl Operator for GroupTopN {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::{Int32Array, Int64Array};
     use datafusion::arrow::compute::SortOptions;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::col;
     use datafusion::physical_expr::PhysicalSortExpr;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, net};
+    use crate::testing::{int_bound, kv, kv_schema, net};
 
     /// The first two `v` (descending) of each `k`, numbered.
     fn top_two(append_only: bool) -> GroupTopN {
@@ -318,5 +415,56 @@ mod tests {
             ])
         );
         assert_eq!(op.state_rows(), vec![6]);
+    }
+
+    #[test]
+    fn a_closed_window_drops_its_rows_and_its_late_changes() {
+        // The window is `k`, bounded by watermark node 7; the input updates.
+        let windowed = || top_two(false).with_window(Some((0, int_bound(7))));
+        let mut op = windowed();
+        let rows = [
+            (Some(1), Some(10), 1),
+            (Some(1), Some(30), 1),
+            (Some(1), Some(20), 1),
+            (Some(2), Some(5), 1),
+            (None, Some(7), 1),
+        ];
+        assert_eq!(epoch(&mut op, kv(&rows)).len(), 4);
+        op.checkpoint().unwrap();
+        assert_eq!(op.state_rows(), vec![5]);
+
+        // Window 1 closes: its three rows go (deleted at the checkpoint),
+        // nothing leaves the output, and a change to it is late.
+        assert!(op.advance(&Watermarks::from([(7, 2)])).unwrap().is_empty());
+        assert_eq!(op.state_rows(), vec![2]);
+        let delta = op.checkpoint().unwrap().remove(0).expect("a delta");
+        assert_eq!(delta.deletes.map_or(0, |d| d.num_rows()), 3);
+        assert!(epoch(&mut op, kv(&[(Some(1), Some(30), -1)])).is_empty());
+        assert_eq!(op.late_rows(), 1);
+        // An open window still changes.
+        assert_eq!(
+            epoch(&mut op, kv(&[(Some(2), Some(6), 1)])),
+            vec![
+                ("2,5,1".to_owned(), -1),
+                ("2,5,2".to_owned(), 1),
+                ("2,6,1".to_owned(), 1)
+            ]
+        );
+
+        // Restored, it lists its partitions again; the NULL window stays.
+        let mut restored = windowed();
+        let schema = restored.state_specs()[0].schema.clone();
+        let stored = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int32Array::from(vec![Some(2), Some(3), None])),
+                Arc::new(Int32Array::from(vec![5, 1, 7])),
+                Arc::new(Int64Array::from(vec![1, 1, 1])),
+            ],
+        )
+        .unwrap();
+        restored.restore(&[stored]).unwrap();
+        restored.advance(&Watermarks::from([(7, 3)])).unwrap();
+        assert_eq!(restored.state_rows(), vec![2]);
     }
 }

@@ -12,9 +12,10 @@ use weir_state::KeyId;
 use crate::watermark::{at_or_above, drop_late, event_times, ColumnBound, Watermarks};
 use crate::{Changes, Result};
 
-/// The window column's state.
+/// The window column's state; `K` names a group (an interned key's id,
+/// or a partition's encoded values).
 #[derive(Debug)]
-pub(crate) struct Windows {
+pub(crate) struct Windows<K = KeyId> {
     /// The group column that holds the window.
     pub column: usize,
     bound: ColumnBound,
@@ -23,12 +24,12 @@ pub(crate) struct Windows {
     /// Groups by window value, since they were registered. A group freed
     /// and its id reused stays listed under its old value too: ids are
     /// checked against their current value when the window closes.
-    open: BTreeMap<i64, Vec<KeyId>>,
+    open: BTreeMap<i64, Vec<K>>,
     /// Rows dropped as late since the operator started.
     pub late: u64,
 }
 
-impl Windows {
+impl<K: Ord> Windows<K> {
     /// The window of group column `column`, bounded by `bound`.
     pub fn new(column: usize, bound: ColumnBound) -> Self {
         Windows {
@@ -58,9 +59,13 @@ impl Windows {
     }
 
     /// Lists new groups under their window values.
-    pub fn register(&mut self, groups: &[KeyId], values: &ArrayRef) -> Result<()> {
+    pub fn register(
+        &mut self,
+        groups: impl IntoIterator<Item = K>,
+        values: &ArrayRef,
+    ) -> Result<()> {
         let times = event_times(values)?;
-        for (&group, time) in groups.iter().zip(times.iter()) {
+        for (group, time) in groups.into_iter().zip(times.iter()) {
             // A NULL window never closes.
             if let Some(time) = time {
                 self.open.entry(time).or_default().push(group);
@@ -76,13 +81,13 @@ impl Windows {
     pub fn closing(
         &mut self,
         watermarks: &Watermarks,
-        listed: impl Fn(KeyId) -> bool,
-        decode: impl FnOnce(&[KeyId]) -> Result<Vec<ArrayRef>>,
-    ) -> Result<Vec<KeyId>> {
+        listed: impl Fn(&K) -> bool,
+        decode: impl FnOnce(&[K]) -> Result<Vec<ArrayRef>>,
+    ) -> Result<Vec<K>> {
         let Some((bound, groups)) = self.close(watermarks)? else {
             return Ok(Vec::new());
         };
-        let mut groups: Vec<KeyId> = groups.into_iter().filter(|&g| listed(g)).collect();
+        let mut groups: Vec<K> = groups.into_iter().filter(|g| listed(g)).collect();
         groups.sort_unstable();
         groups.dedup();
         if groups.is_empty() {
@@ -99,7 +104,7 @@ impl Windows {
 
     /// Moves the bound to where `watermarks` put it; returns the new bound
     /// and the groups listed below it, if it moved.
-    fn close(&mut self, watermarks: &Watermarks) -> Result<Option<(i64, Vec<KeyId>)>> {
+    fn close(&mut self, watermarks: &Watermarks) -> Result<Option<(i64, Vec<K>)>> {
         let Some(bound) = self.bound.value(watermarks)? else {
             return Ok(None);
         };
@@ -112,8 +117,11 @@ impl Windows {
         Ok(Some((bound, closing.into_values().flatten().collect())))
     }
 
-    /// Bytes its lists take.
+    /// Bytes its lists take (not what a `K` owns on the heap).
     pub fn memory_size(&self) -> usize {
-        self.open.values().map(|g| g.capacity() * 4 + 48).sum()
+        self.open
+            .values()
+            .map(|g| g.capacity() * std::mem::size_of::<K>() + 48)
+            .sum()
     }
 }

@@ -170,7 +170,7 @@ impl GroupedAggregate {
         }
         if !fresh.is_empty() {
             let values = self.keys.decode(&fresh).map_err(external)?;
-            windows.register(&fresh, &values[windows.column])?;
+            windows.register(fresh.iter().copied(), &values[windows.column])?;
         }
         Ok(())
     }
@@ -421,7 +421,7 @@ impl Operator for GroupedAggregate {
         let (flags, keys) = (&self.flags, &self.keys);
         let closing = windows.closing(
             watermarks,
-            |g| flags[g as usize] & WINDOWED != 0,
+            |&g| flags[g as usize] & WINDOWED != 0,
             |ids| keys.decode(ids).map_err(external),
         )?;
         if closing.is_empty() {
