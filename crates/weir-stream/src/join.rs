@@ -848,6 +848,114 @@ mod tests {
             .unwrap()
     }
 
+    /// A join of `join_type` over append-only sides: window-joined on `k`
+    /// (`interval` false) or interval-joined on `v` as
+    /// [`interval_join_on_v`]; the one that expires rows and one that
+    /// keeps them all.
+    fn expiring_and_keeping(join_type: JoinType, interval: bool) -> (Join, Join) {
+        let base = join(join_type);
+        let filter = interval
+            .then(|| interval_joined(join_type).spec.filter)
+            .flatten();
+        let spec = JoinSpec {
+            filter,
+            ..base.spec.clone()
+        };
+        let make = || {
+            let schema = kv_schema();
+            Join::new(
+                spec.clone(),
+                schema.clone(),
+                schema,
+                base.output_schema.clone(),
+                [true, true],
+            )
+            .unwrap()
+        };
+        let schema = kv_schema();
+        let expiry = match interval {
+            true => interval_join(
+                &spec,
+                &joined_schema(&schema, &schema),
+                &[None, Some(int_bound(7))],
+                &[None, Some(int_bound(8))],
+            ),
+            false => Some(window_join(
+                spec.left_keys[0].clone(),
+                spec.right_keys[0].clone(),
+                [int_bound(7), int_bound(8)],
+            )),
+        };
+        (make().with_expiry(expiry).unwrap(), make())
+    }
+
+    #[test]
+    fn joins_that_forget_rows_answer_as_joins_that_keep_them() {
+        let mut seed = 11u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut rows_out = 0;
+        let mut forgotten = 0;
+        for join_type in [
+            JoinType::Inner,
+            JoinType::Left,
+            JoinType::Right,
+            JoinType::Full,
+            JoinType::LeftSemi,
+            JoinType::LeftAnti,
+        ] {
+            for interval in [false, true] {
+                let (mut expiring, mut keeping) = expiring_and_keeping(join_type, interval);
+                assert!(expiring.windows.is_some(), "{join_type} expires rows");
+                let (mut from_expiring, mut from_keeping) = (Vec::new(), Vec::new());
+                // Each side's watermark; its rows come at or after it.
+                let mut watermarks = [0i32, 0i32];
+                for _ in 0..60 {
+                    for _ in 0..next(4) {
+                        let side = next(2) as usize;
+                        let rows: Vec<_> = (0..1 + next(3))
+                            .map(|_| {
+                                let (k, v) = match interval {
+                                    true => (next(3) as i32, watermarks[side] + next(6) as i32),
+                                    false => (watermarks[side] + next(3) as i32, next(4) as i32),
+                                };
+                                (Some(k), Some(v), 1)
+                            })
+                            .collect();
+                        from_expiring.extend(expiring.process(side, kv(&rows)).unwrap());
+                        from_keeping.extend(keeping.process(side, kv(&rows)).unwrap());
+                    }
+                    for watermark in &mut watermarks {
+                        *watermark += next(3) as i32;
+                    }
+                    let [left, right] = watermarks;
+                    expiring
+                        .advance(&Watermarks::from([
+                            (7, i64::from(left)),
+                            (8, i64::from(right)),
+                        ]))
+                        .unwrap();
+                    assert_eq!(
+                        net(&from_expiring),
+                        net(&from_keeping),
+                        "{join_type}, interval: {interval}"
+                    );
+                }
+                rows_out += net(&from_keeping).len();
+                let kept: usize = keeping.state_rows().iter().sum();
+                let held: usize = expiring.state_rows().iter().sum();
+                assert!(held < kept, "{join_type}: {held} rows held of {kept}");
+                forgotten += kept - held;
+            }
+        }
+        assert!(rows_out > 500, "{rows_out} rows out");
+        assert!(forgotten > 500, "{forgotten} rows forgotten");
+    }
+
     #[test]
     fn an_interval_join_drops_rows_no_row_to_come_can_match() {
         let mut join = interval_join_on_v();
