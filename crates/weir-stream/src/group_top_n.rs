@@ -113,21 +113,28 @@ impl GroupTopN {
         Ok((columns, encoded))
     }
 
-    /// Lists the partitions of `encoded` (values `columns`) not yet listed
-    /// under their window.
-    fn register_windows(&mut self, columns: &[ArrayRef], encoded: &Rows) -> Result<()> {
+    /// Lists the partitions of rows `rows` of `encoded` (values
+    /// `columns`) not yet listed under their window.
+    fn register_windows(
+        &mut self,
+        columns: &[ArrayRef],
+        encoded: &Rows,
+        rows: Vec<u32>,
+    ) -> Result<()> {
         let Some(windows) = self.windows.as_mut() else {
             return Ok(());
         };
         let mut fresh = Vec::new();
-        let mut rows = Vec::new();
-        for (row, prefix) in encoded.iter().enumerate() {
-            if !self.windowed.contains(prefix.data()) {
-                self.windowed.insert(prefix.data().into());
-                fresh.push(Box::<[u8]>::from(prefix.data()));
-                rows.push(row as u32);
+        let mut rows = rows;
+        rows.retain(|&row| {
+            let prefix = encoded.row(row as usize).data();
+            let new = !self.windowed.contains(prefix);
+            if new {
+                self.windowed.insert(prefix.into());
+                fresh.push(Box::<[u8]>::from(prefix));
             }
-        }
+            new
+        });
         if !fresh.is_empty() {
             let values = take(&columns[windows.column], &UInt32Array::from(rows), None)?;
             windows.register(fresh, &values)?;
@@ -146,17 +153,19 @@ impl GroupTopN {
             return Ok(());
         }
         let (columns, encoded) = self.partition_values(rows)?;
-        self.register_windows(&columns, &encoded)?;
         // Per row, but a row of a partition already noted costs one
         // lookup, without a copy of its encoding.
-        for prefix in encoded.iter() {
+        let mut first_rows = Vec::new();
+        for (row, prefix) in encoded.iter().enumerate() {
             let prefix = prefix.data();
             if !self.before.contains_key(prefix) {
                 let top = self.top(prefix);
                 self.before.insert(prefix.into(), top);
+                first_rows.push(row as u32);
             }
         }
-        Ok(())
+        // A partition noted earlier this epoch is listed already.
+        self.register_windows(&columns, &encoded, first_rows)
     }
 
     /// The first rows of partition `prefix`, encoded, in order, each copy
@@ -281,7 +290,8 @@ impl Operator for GroupTopN {
         expect_tables(tables, 1)?;
         if self.windows.is_some() && tables[0].num_rows() > 0 {
             let (columns, encoded) = self.partition_values(&tables[0])?;
-            self.register_windows(&columns, &encoded)?;
+            let rows = (0..tables[0].num_rows() as u32).collect();
+            self.register_windows(&columns, &encoded, rows)?;
         }
         self.input.restore(&tables[0])
     }
