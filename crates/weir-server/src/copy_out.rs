@@ -24,6 +24,7 @@ use pgwire::types::format::FormatOptions;
 
 use crate::copy::{parse_format, CopyFormat};
 use crate::error::{WeirError, WeirResult};
+use crate::rows::RowStream;
 use crate::session::{Output, Session};
 
 /// Whether a statement is `COPY ... TO`.
@@ -33,22 +34,7 @@ pub fn is_copy_out(statement: &Statement) -> bool {
 
 /// Runs `COPY ... TO STDOUT`: the rows as CopyData messages.
 pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output> {
-    let Statement::Copy {
-        source,
-        target,
-        options,
-        legacy_options,
-        ..
-    } = statement
-    else {
-        return Err(WeirError::internal("not a COPY statement"));
-    };
-    if !matches!(target, CopyTarget::Stdout) {
-        return Err(WeirError::unsupported(
-            "COPY TO a file or program; use COPY ... TO STDOUT (psql's \\copy)",
-        ));
-    }
-    let format = parse_format(options, legacy_options)?;
+    let (source, format) = target_format(statement)?;
     let query = match source {
         CopySource::Query(query) => Statement::Query(query.clone()),
         CopySource::Table {
@@ -73,6 +59,48 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     };
     // Column names as a SELECT sends them (the CSV header shows them).
     let (schema, rows) = session.query(&query, &None).await?;
+    encode(session, &format, schema, rows)
+}
+
+/// `COPY (SUBSCRIBE ...) TO STDOUT`: `statement` is the `COPY` with the
+/// subscription's place taken by a query, whose format applies to `rows`.
+pub fn run_rows(
+    session: &Session,
+    statement: &Statement,
+    schema: SchemaRef,
+    rows: RowStream,
+) -> WeirResult<Output> {
+    let (_, format) = target_format(statement)?;
+    encode(session, &format, schema, rows)
+}
+
+/// What a `COPY ... TO STDOUT` reads and the format it writes.
+fn target_format(statement: &Statement) -> WeirResult<(&CopySource, CopyFormat)> {
+    let Statement::Copy {
+        source,
+        target,
+        options,
+        legacy_options,
+        ..
+    } = statement
+    else {
+        return Err(WeirError::internal("not a COPY statement"));
+    };
+    if !matches!(target, CopyTarget::Stdout) {
+        return Err(WeirError::unsupported(
+            "COPY TO a file or program; use COPY ... TO STDOUT (psql's \\copy)",
+        ));
+    }
+    Ok((source, parse_format(options, legacy_options)?))
+}
+
+/// `rows` as the CopyData messages of `format`.
+fn encode(
+    session: &Session,
+    format: &CopyFormat,
+    schema: SchemaRef,
+    rows: RowStream,
+) -> WeirResult<Output> {
     let wire_format = if format.binary {
         Format::UnifiedBinary
     } else {
@@ -96,7 +124,7 @@ pub async fn run(session: &Session, statement: &Statement) -> WeirResult<Output>
     };
     let columns = fields.len();
     let mut rows_out = RowEncoder {
-        encoder: encoder(&format, fields.clone()),
+        encoder: encoder(format, fields.clone()),
         fields,
         schema,
         binary: format.binary,

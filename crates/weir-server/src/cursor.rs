@@ -15,6 +15,7 @@
 //! ends; one with `WITH HOLD` outlives the block if it commits.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use datafusion::arrow::array::UInt64Array;
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
@@ -24,7 +25,7 @@ use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value, ValueWithSpan,
 };
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use sync_wrapper::SyncWrapper;
 
 use crate::catalog::normalize_ident;
@@ -67,6 +68,9 @@ pub struct Cursor {
     in_block: bool,
     /// `DECLARE BINARY`: rows in binary format.
     binary: bool,
+    /// Over a subscription: rows keep coming, so a `FETCH` waits for one
+    /// row at most and returns what has arrived.
+    live: bool,
 }
 
 /// A session's cursors by name.
@@ -100,7 +104,7 @@ pub async fn execute(session: &mut Session, statement: &Statement) -> WeirResult
                 .cursors
                 .get_mut(&name)
                 .ok_or_else(|| missing(&name))?;
-            cursor.fetch(direction).await
+            cursor.fetch(direction, None).await
         }
         Statement::Close { cursor } => {
             match cursor {
@@ -136,28 +140,117 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
     let Some(query) = &declare.for_query else {
         return Err(WeirError::unsupported("DECLARE of a variable"));
     };
-    let hold = declare.hold == Some(true);
-    if !hold && session.transaction.is_none() {
+    check_declare(session, declare)?;
+    let name = normalize_ident(&declare.names[0]);
+    let statement = Statement::Query(query.clone());
+    let (schema, rows) = session.query(&statement, &None).await?;
+    let scroll = match declare.scroll {
+        Some(true) => Scroll::Always,
+        Some(false) => Scroll::Never,
+        None => Scroll::WhileKept,
+    };
+    let cursor = Cursor::new(session, declare, schema, rows, scroll, false);
+    session.cursors.insert(name, cursor);
+    Ok(())
+}
+
+/// `FETCH ... WITH (TIMEOUT = 'interval')`, as Materialize reads it: a
+/// `FETCH` of a subscription that returns once no row came for `timeout`
+/// (`'0s'`: the rows there now), rather than once one row came; of other
+/// cursors, a plain `FETCH`.
+pub async fn fetch_within(
+    session: &mut Session,
+    fetch: &Statement,
+    timeout: &str,
+) -> WeirResult<Output> {
+    let invalid = || {
+        WeirError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid TIMEOUT \"{timeout}\": expected a non-negative interval such as '1s'"),
+        )
+    };
+    let interval = crate::text_input::parse_interval(timeout).ok_or_else(invalid)?;
+    if interval.months != 0 || interval.days < 0 || interval.nanoseconds < 0 {
+        return Err(invalid());
+    }
+    let wait = Duration::from_secs(interval.days as u64 * 86_400)
+        + Duration::from_nanos(interval.nanoseconds as u64);
+    let Statement::Fetch {
+        name, direction, ..
+    } = fetch
+    else {
+        return Err(WeirError::internal(
+            "FETCH ... WITH parsed as another statement",
+        ));
+    };
+    let name = normalize_ident(name);
+    let cursor = session
+        .cursors
+        .get_mut(&name)
+        .ok_or_else(|| missing(&name))?;
+    cursor.fetch(direction, Some(wait)).await
+}
+
+/// `DECLARE name CURSOR [WITH HOLD] FOR SUBSCRIBE ...`: a forward-only
+/// cursor over the subscription's rows (`subscribe.rs`).
+pub async fn declare_subscription(
+    session: &mut Session,
+    statement: &Statement,
+    subscribe: &weir_sql::Subscribe,
+) -> WeirResult<Output> {
+    let declare = crate::subscribe::declare_of(statement)?;
+    if declare.scroll == Some(true) {
+        return Err(WeirError::unsupported(
+            "SCROLL cursors over a subscription: its rows are read forward only",
+        ));
+    }
+    check_declare(session, declare)?;
+    let plan = crate::subscribe::plan(session, subscribe).await?;
+    let schema = plan.schema.clone();
+    let rows = plan.start(session.db.clone()).await?;
+    let cursor = Cursor::new(session, declare, schema, rows, Scroll::Never, true);
+    let name = normalize_ident(&declare.names[0]);
+    session.cursors.insert(name, cursor);
+    Ok(Output::command("DECLARE CURSOR"))
+}
+
+/// Refuses a `DECLARE` outside a block without `WITH HOLD`, or of a name
+/// in use.
+fn check_declare(session: &Session, declare: &Declare) -> WeirResult<()> {
+    if declare.hold != Some(true) && session.transaction.is_none() {
         return Err(WeirError::new(
             SqlState::NO_ACTIVE_SQL_TRANSACTION,
             "DECLARE CURSOR can only be used in transaction blocks",
         ));
     }
-    for ident in &declare.names {
-        let name = normalize_ident(ident);
-        if session.cursors.contains_key(&name) {
-            return Err(WeirError::new(
-                SqlState("42P03"),
-                format!("cursor \"{name}\" already exists"),
-            ));
-        }
-        let statement = Statement::Query(query.clone());
-        let (schema, rows) = session.query(&statement, &None).await?;
+    match declare.names.as_slice() {
+        [ident] if session.cursors.contains_key(&normalize_ident(ident)) => Err(WeirError::new(
+            SqlState("42P03"),
+            format!("cursor \"{}\" already exists", normalize_ident(ident)),
+        )),
+        [_] => Ok(()),
+        _ => Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "DECLARE names one cursor",
+        )),
+    }
+}
+
+impl Cursor {
+    /// A cursor at the start of `rows`.
+    fn new(
+        session: &Session,
+        declare: &Declare,
+        schema: SchemaRef,
+        rows: RowStream,
+        scroll: Scroll,
+        live: bool,
+    ) -> Cursor {
         let budget = match session.ctx().runtime_env().memory_pool.memory_limit() {
             MemoryLimit::Finite(bytes) => bytes,
             _ => usize::MAX,
         };
-        let cursor = Cursor {
+        Cursor {
             schema,
             unread: Some(SyncWrapper::new(rows)),
             kept: VecDeque::new(),
@@ -165,29 +258,39 @@ async fn declare_one(session: &mut Session, declare: &Declare) -> WeirResult<()>
             forgotten: 0,
             kept_bytes: 0,
             budget,
-            scroll: match declare.scroll {
-                Some(true) => Scroll::Always,
-                Some(false) => Scroll::Never,
-                None => Scroll::WhileKept,
-            },
+            scroll,
             position: 0,
-            hold,
+            hold: declare.hold == Some(true),
             in_block: session.transaction.is_some(),
             binary: declare.binary == Some(true),
-        };
-        session.cursors.insert(name, cursor);
+            live,
+        }
     }
-    Ok(())
-}
 
-impl Cursor {
     /// Reads from the query until `wanted` rows have been read or it ends.
-    async fn read_to(&mut self, wanted: usize) -> WeirResult<()> {
+    /// A live cursor waits only while no row past its position has
+    /// arrived, then takes the rows that are there.
+    /// With a `timeout`, a live cursor reads until no row came for that
+    /// long.
+    async fn read_to(&mut self, wanted: usize, timeout: Option<Duration>) -> WeirResult<()> {
         while self.read < wanted {
             let Some(unread) = self.unread.as_mut() else {
                 return Ok(());
             };
-            let Some(batch) = unread.get_mut().next().await else {
+            let next = if let Some(wait) = timeout.filter(|_| self.live) {
+                match tokio::time::timeout(wait, unread.get_mut().next()).await {
+                    Ok(next) => next,
+                    Err(_) => return Ok(()),
+                }
+            } else if self.live && self.read > self.position {
+                match unread.get_mut().next().now_or_never() {
+                    Some(next) => next,
+                    None => return Ok(()),
+                }
+            } else {
+                unread.get_mut().next().await
+            };
+            let Some(batch) = next else {
                 self.unread = None;
                 return Ok(());
             };
@@ -234,7 +337,11 @@ impl Cursor {
         }
     }
 
-    async fn fetch(&mut self, direction: &FetchDirection) -> WeirResult<Output> {
+    async fn fetch(
+        &mut self,
+        direction: &FetchDirection,
+        timeout: Option<Duration>,
+    ) -> WeirResult<Output> {
         let movement = Move::of(direction)?;
         let p = self.position as i64;
         // The rows the move needs read: all of them for moves relative to
@@ -246,7 +353,7 @@ impl Cursor {
             Move::Absolute(i) if i < 0 => i64::MAX,
             Move::Absolute(i) => i,
         };
-        self.read_to(needed as usize).await?;
+        self.read_to(needed as usize, timeout).await?;
         let n = self.read as i64;
         // The rows to return, as 1-based positions in order, and where the
         // cursor stands afterwards.
@@ -257,6 +364,9 @@ impl Cursor {
             Move::Relative(0) => ((1..=n).contains(&p).then_some(p).into_iter().collect(), p),
             Move::Relative(k) => absolute_from(p + k, n),
         };
+        // A live cursor's last row is not its end: the next row to come
+        // is n + 1, so it stays on row n.
+        let position = if self.live { position.min(n) } else { position };
         if position < p && self.scroll == Scroll::Never
             || rows.iter().any(|&r| r as usize <= self.forgotten)
         {

@@ -861,8 +861,16 @@ async fn describe(
     statement: &WeirStatement,
     declared: &[Option<DataType>],
 ) -> WeirResult<Described> {
-    let WeirStatement::Sql(sql) = statement else {
-        return Ok(Described::default());
+    if let WeirStatement::Subscribe(subscribe) = statement {
+        let plan = crate::subscribe::plan(session, subscribe).await?;
+        return Ok(Described {
+            schema: Some(plan.schema),
+            ..Described::default()
+        });
+    }
+    let sql = match statement {
+        WeirStatement::Sql(sql) | WeirStatement::FetchWithin(sql, _) => sql,
+        _ => return Ok(Described::default()),
     };
     session.pin_for_read();
     let mut wire_types = Vec::new();

@@ -68,6 +68,7 @@ mod settings;
 mod sink;
 mod source;
 mod statement;
+mod subscribe;
 mod system;
 mod text_input;
 mod time_zone;

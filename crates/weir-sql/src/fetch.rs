@@ -10,6 +10,40 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use crate::parse::ParseError;
 
+/// `words` (after `FETCH`) without a trailing `WITH (TIMEOUT = 'x')`
+/// (Materialize's spelling: how long a `FETCH` of a subscription may
+/// wait), and the timeout's text.
+pub fn split_timeout<'a, 'b>(
+    words: &'a [&'b Token],
+) -> Result<(&'a [&'b Token], Option<String>), ParseError> {
+    let Some(with) = words
+        .iter()
+        .position(|t| matches!(t, Token::Word(w) if w.quote_style.is_none() && is(w, "with")))
+    else {
+        return Ok((words, None));
+    };
+    let timeout = match &words[with + 1..] {
+        [Token::LParen, Token::Word(name), Token::Eq, value, Token::RParen]
+            if is(name, "timeout") =>
+        {
+            match value {
+                Token::SingleQuotedString(text) | Token::Number(text, _) => text.clone(),
+                other => {
+                    return Err(ParseError::Syntax(format!(
+                        "TIMEOUT takes an interval, not {other}"
+                    )))
+                }
+            }
+        }
+        _ => {
+            return Err(ParseError::Syntax(
+                "FETCH takes WITH (TIMEOUT = 'interval') only".into(),
+            ))
+        }
+    };
+    Ok((&words[..with], Some(timeout)))
+}
+
 /// The `FETCH` statement spelled by `words`, the words after `FETCH` or
 /// `MOVE` (whitespace left out).
 pub fn parse(words: &[&Token]) -> Result<Statement, ParseError> {

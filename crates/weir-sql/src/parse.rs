@@ -9,6 +9,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::event_time::WatermarkClause;
+use crate::subscribe::{Form, Subscribe};
 
 /// A statement that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +68,17 @@ pub enum WeirStatement {
     ShowSinks,
     /// `MOVE direction FROM cursor`: a `FETCH` that returns no rows.
     Move(Box<Statement>),
+    /// `FETCH ... WITH (TIMEOUT = 'interval')`: the `FETCH`, and how long
+    /// it may wait for a subscription's rows (the interval's text).
+    FetchWithin(Box<Statement>, String),
+    /// `SUBSCRIBE ...`: a changefeed of a relation.
+    Subscribe(Subscribe),
+    /// `DECLARE name CURSOR ... FOR SUBSCRIBE ...`: the `DECLARE` with
+    /// `SELECT 1` as its query, and the subscription.
+    DeclareSubscribe(Box<Statement>, Subscribe),
+    /// `COPY (SUBSCRIBE ...) TO STDOUT ...`: the `COPY` of `(SELECT 1)`,
+    /// and the subscription.
+    CopySubscribe(Box<Statement>, Subscribe),
     /// Any statement sqlparser understands.
     Sql(Box<Statement>),
 }
@@ -135,6 +147,20 @@ fn parse_segment(
         .map(|t| &t.token)
         .filter(|t| !matches!(t, Token::Whitespace(_)))
         .collect();
+    if let Some(form) = crate::subscribe::find(&words) {
+        out.push(match form {
+            Form::Plain => WeirStatement::Subscribe(crate::subscribe::parse_subscribe(tokens)?),
+            Form::Declare => {
+                let (declare, subscribe) = crate::subscribe::parse_carrier(tokens, form)?;
+                WeirStatement::DeclareSubscribe(Box::new(declare), subscribe)
+            }
+            Form::Copy => {
+                let (copy, subscribe) = crate::subscribe::parse_carrier(tokens, form)?;
+                WeirStatement::CopySubscribe(Box::new(copy), subscribe)
+            }
+        });
+        return Ok(());
+    }
     match words.as_slice() {
         [] => Ok(()),
         [Token::Word(w)] if w.value.eq_ignore_ascii_case("flush") => {
@@ -178,11 +204,17 @@ fn parse_segment(
                 && (verb.value.eq_ignore_ascii_case("fetch")
                     || verb.value.eq_ignore_ascii_case("move")) =>
         {
-            let fetch = crate::fetch::parse(&words[1..])?;
-            out.push(if verb.value.eq_ignore_ascii_case("move") {
-                WeirStatement::Move(Box::new(fetch))
-            } else {
-                WeirStatement::Sql(Box::new(fetch))
+            let (words, timeout) = crate::fetch::split_timeout(&words[1..])?;
+            let fetch = crate::fetch::parse(words)?;
+            out.push(match timeout {
+                Some(_) if verb.value.eq_ignore_ascii_case("move") => {
+                    return Err(ParseError::Syntax("MOVE takes no WITH options".into()))
+                }
+                Some(timeout) => WeirStatement::FetchWithin(Box::new(fetch), timeout),
+                None if verb.value.eq_ignore_ascii_case("move") => {
+                    WeirStatement::Move(Box::new(fetch))
+                }
+                None => WeirStatement::Sql(Box::new(fetch)),
             });
             Ok(())
         }
@@ -503,6 +535,11 @@ mod tests {
             WeirStatement::CreateViewEmitOnWindowClose(s) => format!("{s} EMIT ON WINDOW CLOSE"),
             WeirStatement::DropSource(s) => s.to_string(),
             WeirStatement::Move(s) => format!("MOVE {s}"),
+            WeirStatement::Subscribe(s) => format!("{s:?}"),
+            WeirStatement::FetchWithin(f, t) => format!("{f} WITH (TIMEOUT = {t})"),
+            WeirStatement::DeclareSubscribe(d, s) | WeirStatement::CopySubscribe(d, s) => {
+                format!("{d} {s:?}")
+            }
         }
     }
 

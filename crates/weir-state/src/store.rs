@@ -115,6 +115,51 @@ impl SliceReader {
     pub async fn read(&self, slice: &FileSlice) -> StateResult<RecordBatch> {
         codec::decode_stored(&read_range(self.store.as_ref(), &self.root, slice).await?)
     }
+
+    /// The manifest of committed epoch `epoch`, or `None` once garbage
+    /// collection removed it (or it was never committed).
+    pub async fn manifest(&self, epoch: u64) -> StateResult<Option<Manifest>> {
+        match read_manifest(self.store.as_ref(), &manifest_path(&self.root, epoch)).await {
+            Ok(manifest) => Ok(Some(manifest)),
+            Err(StateError::ObjectStore(object_store::Error::NotFound { .. })) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The batch at `slice`, if any, read as `schema`.
+    pub async fn decode_slice(
+        &self,
+        slice: Option<&FileSlice>,
+        schema: &SchemaRef,
+    ) -> StateResult<Option<RecordBatch>> {
+        match slice {
+            Some(slice) => Ok(Some(codec::decode(
+                &read_range(self.store.as_ref(), &self.root, slice).await?,
+                schema,
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Rebuilds one table from the files a manifest names.
+    pub async fn load_table(&self, spec: TableSpec, files: &TableFiles) -> StateResult<StateTable> {
+        let mut table = StateTable::new(spec.clone())?;
+        if let Some(rows) = self.decode_slice(files.base.as_ref(), &spec.schema).await? {
+            table.apply_delta(Some(&rows), None)?;
+        }
+        let key_schema = spec.key_schema();
+        for delta in &files.deltas {
+            let upserts = self
+                .decode_slice(delta.upserts.as_ref(), &spec.schema)
+                .await?;
+            let deletes = self
+                .decode_slice(delta.deletes.as_ref(), &key_schema)
+                .await?;
+            table.apply_delta(upserts.as_ref(), deletes.as_ref())?;
+        }
+        table.set_next_row_id(files.next_row_id);
+        Ok(table)
+    }
 }
 
 /// What one commit wrote.
@@ -332,24 +377,7 @@ impl StateStore {
     }
 
     async fn read_manifest(&self, path: &Path) -> StateResult<Manifest> {
-        let bytes = self.store.get(path).await?.bytes().await?;
-        let manifest: Manifest =
-            serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
-                path: path.to_string(),
-                reason: e.to_string(),
-            })?;
-        if manifest.version != Manifest::VERSION || manifest.state_format > Manifest::STATE_FORMAT {
-            // Not corrupt: written by a newer Weir. Falling back to an
-            // older manifest would go back in time, so recovery stops.
-            return Err(StateError::Incompatible(format!(
-                "{path} is manifest version {} with state format {}; this server reads version {} and state formats up to {}",
-                manifest.version,
-                manifest.state_format,
-                Manifest::VERSION,
-                Manifest::STATE_FORMAT
-            )));
-        }
-        Ok(manifest)
+        read_manifest(self.store.as_ref(), path).await
     }
 
     /// Deletes data and base objects that no retained manifest names.
@@ -405,20 +433,13 @@ impl StateStore {
         Ok(())
     }
 
-    async fn read_slice(&self, slice: &FileSlice) -> StateResult<Bytes> {
-        read_range(self.store.as_ref(), &self.root, slice).await
-    }
-
     /// The batch stored at `slice`, if there is one.
     async fn decode_slice(
         &self,
         slice: Option<&FileSlice>,
         schema: &SchemaRef,
     ) -> StateResult<Option<RecordBatch>> {
-        match slice {
-            Some(slice) => Ok(Some(codec::decode(&self.read_slice(slice).await?, schema)?)),
-            None => Ok(None),
-        }
+        self.slice_reader().decode_slice(slice, schema).await
     }
 
     /// Every row of one table as the files a manifest names leave it: a
@@ -449,22 +470,7 @@ impl StateStore {
 
     /// Rebuilds one table from the files a manifest names.
     pub async fn load_table(&self, spec: TableSpec, files: &TableFiles) -> StateResult<StateTable> {
-        let mut table = StateTable::new(spec.clone())?;
-        if let Some(rows) = self.decode_slice(files.base.as_ref(), &spec.schema).await? {
-            table.apply_delta(Some(&rows), None)?;
-        }
-        let key_schema = spec.key_schema();
-        for delta in &files.deltas {
-            let upserts = self
-                .decode_slice(delta.upserts.as_ref(), &spec.schema)
-                .await?;
-            let deletes = self
-                .decode_slice(delta.deletes.as_ref(), &key_schema)
-                .await?;
-            table.apply_delta(upserts.as_ref(), deletes.as_ref())?;
-        }
-        table.set_next_row_id(files.next_row_id);
-        Ok(table)
+        self.slice_reader().load_table(spec, files).await
     }
 
     /// Commits one epoch: writes the data object with every table's delta,
@@ -633,6 +639,28 @@ fn absolute(root: &Path, relative: &str) -> Path {
 }
 
 /// The bytes of `slice`, an object range under `root`.
+/// The manifest at `path`, checked to be one this server reads.
+async fn read_manifest(store: &dyn ObjectStore, path: &Path) -> StateResult<Manifest> {
+    let bytes = store.get(path).await?.bytes().await?;
+
+    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })?;
+    if manifest.version != Manifest::VERSION || manifest.state_format > Manifest::STATE_FORMAT {
+        // Not corrupt: written by a newer Weir. Falling back to an
+        // older manifest would go back in time, so recovery stops.
+        return Err(StateError::Incompatible(format!(
+            "{path} is manifest version {} with state format {}; this server reads version {} and state formats up to {}",
+            manifest.version,
+            manifest.state_format,
+            Manifest::VERSION,
+            Manifest::STATE_FORMAT
+        )));
+    }
+    Ok(manifest)
+}
+
 async fn read_range(store: &dyn ObjectStore, root: &Path, slice: &FileSlice) -> StateResult<Bytes> {
     let path = absolute(root, &slice.path);
     Ok(store

@@ -102,7 +102,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics_listen: Option<String>,
     /// How many recent committed epochs (manifests and the files they
-    /// name) the state store keeps; older ones are garbage-collected.
+    /// name) the state store keeps; older ones are garbage-collected. A
+    /// `SUBSCRIBE ... AS OF epoch` can resume from any epoch kept.
     #[arg(long, default_value_t = 3)]
     pub retained_manifests: usize,
     /// PEM certificate chain for TLS (with --tls-key); clients may then

@@ -19,6 +19,7 @@ mod s3;
 mod sinks;
 mod slt;
 mod sources;
+mod subscribe;
 mod transactions;
 mod upgrade;
 mod view_memory;

@@ -1,6 +1,5 @@
 use async_trait::async_trait;
 use futures::sink::{Sink, SinkExt};
-use futures::stream::StreamExt;
 use std::fmt::Debug;
 
 use crate::error::{ErrorInfo, PgWireError, PgWireResult};
@@ -79,7 +78,8 @@ where
 
     let mut rows = 0;
 
-    while let Some(copy_data) = data_stream.next().await {
+    // Weir: rows fed so far leave when the next one is not ready.
+    while let Some(copy_data) = super::next_flushing(&mut data_stream, client, rows > 0).await? {
         match copy_data {
             Ok(data) => {
                 if !data.data.is_empty() {
@@ -133,7 +133,8 @@ where
 
     let mut rows = 0;
 
-    while let Some(copy_data) = data_stream.next().await {
+    // Weir: rows fed so far leave when the next one is not ready.
+    while let Some(copy_data) = super::next_flushing(&mut data_stream, client, rows > 0).await? {
         match copy_data {
             Ok(data) => {
                 if !data.data.is_empty() {

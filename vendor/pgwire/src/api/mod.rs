@@ -19,6 +19,10 @@ use crate::messages::response::TransactionStatus;
 use crate::messages::startup::SecretKey;
 
 /// Authentication handlers for the startup phase.
+// Weir: see `next_flushing`.
+mod flushing;
+pub(crate) use flushing::next_flushing;
+
 pub mod auth;
 /// Cancel request handling.
 pub mod cancel;

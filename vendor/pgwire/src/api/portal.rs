@@ -194,6 +194,21 @@ impl<S: Clone> Portal<S> {
         *state = PortalExecutionState::Suspended(response);
     }
 
+    /// Weir: a suspended portal's remaining rows, to be sent as they come
+    /// rather than collected first (an Execute without a row limit); the
+    /// portal is finished. `None` if it already was.
+    pub async fn take_rest(&self) -> PgWireResult<Option<QueryResponse>> {
+        let mut state = self.state.lock().await;
+        match std::mem::replace(state.deref_mut(), PortalExecutionState::Finished) {
+            PortalExecutionState::Suspended(response) => Ok(Some(response)),
+            PortalExecutionState::Finished => Ok(None),
+            PortalExecutionState::Initial => {
+                *state = PortalExecutionState::Initial;
+                Err(PgWireError::PortalNotStarted)
+            }
+        }
+    }
+
     /// Fetch up to `max_rows` from a portal's suspended state.
     ///
     /// Returns a [`FetchResult`] containing the rows, the row schema, and

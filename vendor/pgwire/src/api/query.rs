@@ -382,6 +382,29 @@ pub trait ExtendedQueryHandler: Send + Sync {
             true
         };
 
+        // Weir: without a row limit the rows go to the client as they
+        // come (a SUBSCRIBE's never end), flushed while the next waits.
+        let rest = if needs_fetch && max_rows == 0 {
+            portal.take_rest().await?
+        } else {
+            None
+        };
+        let needs_fetch = needs_fetch && rest.is_none();
+        if let Some(mut response) = rest {
+            let command_tag = response.command_tag().to_owned();
+            let mut row_count = 0;
+            while let Some(row) =
+                super::next_flushing(response.data_rows(), client, row_count > 0).await?
+            {
+                client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                row_count += 1;
+            }
+            let tag = Tag::new(&command_tag).with_rows(row_count);
+            client
+                .feed(PgWireBackendMessage::CommandComplete(tag.into()))
+                .await?;
+        }
+
         // Fetch rows from the portal and send to client
         if needs_fetch {
             let fetch_result = portal.fetch(max_rows).await?;
@@ -638,7 +661,8 @@ where
     }
 
     let mut rows = 0;
-    while let Some(row) = data_rows.next().await {
+    // Weir: rows fed so far leave when the next one is not ready.
+    while let Some(row) = super::next_flushing(&mut data_rows, client, rows > 0).await? {
         let row = row?;
         rows += 1;
         client.feed(PgWireBackendMessage::DataRow(row)).await?;
