@@ -21,7 +21,6 @@ use datafusion::arrow::array::UInt64Array;
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value, ValueWithSpan,
 };
@@ -198,16 +197,24 @@ pub async fn declare_subscription(
     statement: &Statement,
     subscribe: &weir_sql::Subscribe,
 ) -> WeirResult<Output> {
-    let declare = crate::subscribe::declare_of(statement)?;
+    let Statement::Declare { stmts } = statement else {
+        return Err(WeirError::internal(
+            "DECLARE ... FOR SUBSCRIBE parsed as another statement",
+        ));
+    };
+    let [declare] = stmts.as_slice() else {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "DECLARE names one cursor",
+        ));
+    };
     if declare.scroll == Some(true) {
         return Err(WeirError::unsupported(
             "SCROLL cursors over a subscription: its rows are read forward only",
         ));
     }
     check_declare(session, declare)?;
-    let plan = crate::subscribe::plan(session, subscribe).await?;
-    let schema = plan.schema.clone();
-    let rows = plan.start(session.db.clone()).await?;
+    let (schema, rows) = crate::subscribe::open(session, subscribe).await?;
     let cursor = Cursor::new(session, declare, schema, rows, Scroll::Never, true);
     let name = normalize_ident(&declare.names[0]);
     session.cursors.insert(name, cursor);
@@ -246,10 +253,7 @@ impl Cursor {
         scroll: Scroll,
         live: bool,
     ) -> Cursor {
-        let budget = match session.ctx().runtime_env().memory_pool.memory_limit() {
-            MemoryLimit::Finite(bytes) => bytes,
-            _ => usize::MAX,
-        };
+        let budget = session.query_memory_limit();
         Cursor {
             schema,
             unread: Some(SyncWrapper::new(rows)),

@@ -522,16 +522,22 @@ impl Session {
         Ok(crate::rows::with_wire_types(displayed, rows))
     }
 
+    /// Bytes a statement's results may hold in memory: the query memory
+    /// pool's limit (`--query-memory-mb`).
+    pub fn query_memory_limit(&self) -> usize {
+        match self.ctx().runtime_env().memory_pool.memory_limit() {
+            MemoryLimit::Finite(bytes) => bytes,
+            _ => usize::MAX,
+        }
+    }
+
     /// Runs a plan to completion, for a statement that uses the whole
     /// result at once (DML, `CREATE TABLE AS`). The result may take at most
     /// as much memory as the query memory pool holds (54000 beyond that).
     pub async fn collect(&self, plan: LogicalPlan) -> WeirResult<(SchemaRef, Vec<RecordBatch>)> {
         let frame = self.ctx().execute_logical_plan(plan).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
-        let limit = match self.ctx().runtime_env().memory_pool.memory_limit() {
-            MemoryLimit::Finite(bytes) => bytes,
-            _ => usize::MAX,
-        };
+        let limit = self.query_memory_limit();
         let mut stream = frame.execute_stream().await?;
         let mut batches = Vec::new();
         let mut bytes = 0usize;

@@ -90,18 +90,14 @@ pub async fn execute(
             return crate::cursor::fetch_within(session, fetch, timeout).await
         }
         WeirStatement::Subscribe(subscribe) => {
-            let plan = crate::subscribe::plan(session, subscribe).await?;
-            let schema = plan.schema.clone();
-            let rows = plan.start(session.db.clone()).await?;
+            let (schema, rows) = crate::subscribe::open(session, subscribe).await?;
             return Ok(Output::Rows { schema, rows });
         }
         WeirStatement::DeclareSubscribe(declare, subscribe) => {
             return crate::cursor::declare_subscription(session, declare, subscribe).await
         }
         WeirStatement::CopySubscribe(copy, subscribe) => {
-            let plan = crate::subscribe::plan(session, subscribe).await?;
-            let schema = plan.schema.clone();
-            let rows = plan.start(session.db.clone()).await?;
+            let (schema, rows) = crate::subscribe::open(session, subscribe).await?;
             return crate::copy_out::run_rows(session, copy, schema, rows);
         }
         WeirStatement::Sql(statement) => statement.as_ref(),

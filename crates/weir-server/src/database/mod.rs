@@ -183,6 +183,8 @@ pub struct Database {
     /// The working state's open epoch, readable without its lock.
     open_epoch: AtomicU64,
     store_config: StoreConfig,
+    /// Reads the store's objects without its lock.
+    slice_reader: weir_state::SliceReader,
     /// The stream runtime: commands go to it in order with the epochs'
     /// barriers; the coordinator starts it.
     runtime: Runtime,
@@ -399,9 +401,10 @@ impl Database {
         self.committed_epoch.subscribe()
     }
 
-    /// A reader of stored batches that does not hold up commits.
-    pub async fn slice_reader(&self) -> weir_state::SliceReader {
-        self.store.lock().await.slice_reader()
+    /// A reader of stored objects that neither holds up commits nor waits
+    /// for them.
+    pub fn slice_reader(&self) -> &weir_state::SliceReader {
+        &self.slice_reader
     }
 }
 

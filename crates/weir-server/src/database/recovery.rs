@@ -81,6 +81,7 @@ impl Database {
             "recovered state"
         );
         let store_config = store.config().clone();
+        let slice_reader = store.slice_reader();
         let runtime = Runtime::new(RuntimeConfig {
             watermark_idle_timeout: config.watermark_idle_timeout,
             view_memory_bytes: config.view_memory_bytes,
@@ -90,6 +91,7 @@ impl Database {
         });
         Ok(Arc::new(Database {
             store_config,
+            slice_reader,
             working: Mutex::new(working),
             committed: RwLock::new(Arc::new(committed)),
             committed_epoch: watch::Sender::new(epoch),

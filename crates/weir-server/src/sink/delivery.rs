@@ -209,7 +209,7 @@ async fn deliver_sink(db: Arc<Database>, def: MaterializedViewDef) {
             return;
         }
     };
-    let reader = db.slice_reader().await;
+    let reader = db.slice_reader().clone();
     let mut committed = db.subscribe_committed();
     let mut backoff = Duration::from_millis(100);
     loop {

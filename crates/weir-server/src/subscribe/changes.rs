@@ -18,7 +18,7 @@ use datafusion::arrow::compute::kernels::numeric::sub;
 use datafusion::arrow::compute::{concat, concat_batches, filter, filter_record_batch};
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_state::{RowPosition, StateTable};
+use weir_state::{RowPosition, StateTable, TableSpec};
 
 use crate::error::{WeirError, WeirResult};
 
@@ -37,19 +37,26 @@ pub struct Replica {
     /// The stored rows carry a count as their last column (a view output
     /// without a unique key, stored once per distinct row).
     counted: bool,
+    /// The relation's columns as subscribers see them (without the count).
+    rows_schema: SchemaRef,
 }
 
 impl Replica {
     /// A replica holding `table`.
-    pub fn new(table: StateTable, counted: bool) -> Self {
-        Replica { table, counted }
+    pub fn new(table: StateTable, counted: bool) -> WeirResult<Self> {
+        let width = table.spec().visible_len() - usize::from(counted);
+        let columns: Vec<usize> = (0..width).collect();
+        let rows_schema = Arc::new(table.spec().schema.project(&columns)?);
+        Ok(Replica {
+            table,
+            counted,
+            rows_schema,
+        })
     }
 
-    /// The relation's columns as subscribers see them.
-    fn rows_schema(&self) -> WeirResult<SchemaRef> {
-        let width = self.table.spec().visible_len() - usize::from(self.counted);
-        let columns: Vec<usize> = (0..width).collect();
-        Ok(Arc::new(self.table.spec().schema.project(&columns)?))
+    /// How the relation is stored.
+    pub fn spec(&self) -> &TableSpec {
+        self.table.spec()
     }
 
     /// Every row now, each with its count.
@@ -93,7 +100,7 @@ impl Replica {
         }
         let weights: Vec<&dyn Array> = parts.iter().map(|p| &p.weights as &dyn Array).collect();
         Ok(Some(SignedRows {
-            rows: concat_batches(&self.rows_schema()?, parts.iter().map(|p| &p.rows))?,
+            rows: concat_batches(&self.rows_schema, parts.iter().map(|p| &p.rows))?,
             weights: concat(&weights)?.as_primitive::<Int64Type>().clone(),
         }))
     }
@@ -130,9 +137,11 @@ impl Replica {
     /// `visible` (visible stored columns) as subscribers see them, each
     /// row weighted `sign` times its count (or once, uncounted).
     fn signed(&self, visible: &RecordBatch, sign: i64) -> WeirResult<SignedRows> {
-        let schema = self.rows_schema()?;
-        let width = schema.fields().len();
-        let rows = RecordBatch::try_new(schema, visible.columns()[..width].to_vec())?;
+        let width = self.rows_schema.fields().len();
+        let rows = RecordBatch::try_new(
+            self.rows_schema.clone(),
+            visible.columns()[..width].to_vec(),
+        )?;
         let weights = if self.counted {
             let stored = visible
                 .column(width)
@@ -161,7 +170,6 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::{Int32Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use weir_state::TableSpec;
 
     fn keyed() -> Replica {
         let schema = Arc::new(Schema::new(vec![
@@ -172,6 +180,7 @@ mod tests {
             StateTable::new(TableSpec::with_primary_key(schema, vec![0])).unwrap(),
             false,
         )
+        .unwrap()
     }
 
     fn rows(keys: &[i32], values: &[Option<&str>]) -> RecordBatch {
@@ -254,7 +263,7 @@ mod tests {
             Field::new("__weir_count", DataType::Int64, false),
         ]));
         let spec = TableSpec::with_primary_key(schema.clone(), vec![0]);
-        let mut replica = Replica::new(StateTable::new(spec).unwrap(), true);
+        let mut replica = Replica::new(StateTable::new(spec).unwrap(), true).unwrap();
         let batch = |values: Vec<Option<i32>>, counts: Vec<i64>| {
             RecordBatch::try_new(
                 schema.clone(),

@@ -31,8 +31,7 @@ use datafusion::arrow::array::{new_null_array, ArrayRef, BooleanArray, Int64Arra
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::execution::memory_pool::MemoryLimit;
-use datafusion::sql::sqlparser::ast::{Ident, Statement};
+use datafusion::sql::sqlparser::ast::Ident;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use weir_sql::{Subscribe, WeirStatement};
@@ -106,10 +105,7 @@ pub async fn plan(session: &mut Session, subscribe: &Subscribe) -> WeirResult<Pl
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true)),
     );
-    let budget = match session.ctx().runtime_env().memory_pool.memory_limit() {
-        MemoryLimit::Finite(bytes) => bytes,
-        _ => usize::MAX,
-    };
+    let budget = session.query_memory_limit();
     Ok(Plan {
         schema: Arc::new(Schema::new(fields)),
         columns,
@@ -122,10 +118,21 @@ pub async fn plan(session: &mut Session, subscribe: &Subscribe) -> WeirResult<Pl
     })
 }
 
+/// Starts `subscribe`: the schema of its rows, and the rows as epochs
+/// commit.
+pub async fn open(
+    session: &mut Session,
+    subscribe: &Subscribe,
+) -> WeirResult<(SchemaRef, RowStream)> {
+    let plan = plan(session, subscribe).await?;
+    let schema = plan.schema.clone();
+    Ok((schema, plan.start(session.db.clone()).await?))
+}
+
 impl Plan {
     /// Starts following the relation: its rows, produced as epochs commit.
-    pub async fn start(self, db: Arc<Database>) -> WeirResult<RowStream> {
-        let reader = db.slice_reader().await;
+    async fn start(self, db: Arc<Database>) -> WeirResult<RowStream> {
+        let reader = db.slice_reader().clone();
         let committed = db.committed();
         let (start, table) = match self.subscribe.as_of {
             None => {
@@ -170,8 +177,7 @@ impl Plan {
             reader,
             name: self.name,
             id: self.id,
-            spec: self.spec,
-            replica: Replica::new(table, self.counted),
+            replica: Replica::new(table, self.counted)?,
             out,
         };
         let snapshot = self.subscribe.snapshot;
@@ -216,7 +222,6 @@ struct Follow {
     reader: SliceReader,
     name: String,
     id: TableId,
-    spec: TableSpec,
     replica: Replica,
     out: Out,
 }
@@ -257,11 +262,14 @@ impl Follow {
                 format!("relation \"{}\" was dropped at epoch {epoch}", self.name),
             ));
         };
-        let key_schema = self.spec.key_schema();
+        let (schema, key_schema) = (
+            self.replica.spec().schema.clone(),
+            self.replica.spec().key_schema(),
+        );
         for delta in files.deltas.iter().filter(|d| d.epoch == epoch) {
             let upserts = self
                 .reader
-                .decode_slice(delta.upserts.as_ref(), &self.spec.schema)
+                .decode_slice(delta.upserts.as_ref(), &schema)
                 .await?;
             let deletes = self
                 .reader
@@ -346,15 +354,5 @@ impl Out {
     /// Ends the rows with `error`.
     fn fail(&self, error: WeirError) {
         let _ = self.sender.send(Err(error));
-    }
-}
-
-/// The `DECLARE` a `DECLARE ... FOR SUBSCRIBE` carries.
-pub fn declare_of(statement: &Statement) -> WeirResult<&datafusion::sql::sqlparser::ast::Declare> {
-    match statement {
-        Statement::Declare { stmts } if stmts.len() == 1 => Ok(&stmts[0]),
-        _ => Err(WeirError::internal(
-            "DECLARE ... FOR SUBSCRIBE parsed as another statement",
-        )),
     }
 }

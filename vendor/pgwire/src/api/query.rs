@@ -382,15 +382,23 @@ pub trait ExtendedQueryHandler: Send + Sync {
             true
         };
 
-        // Weir: without a row limit the rows go to the client as they
-        // come (a SUBSCRIBE's never end), flushed while the next waits.
-        let rest = if needs_fetch && max_rows == 0 {
-            portal.take_rest().await?
-        } else {
-            None
-        };
-        let needs_fetch = needs_fetch && rest.is_none();
-        if let Some(mut response) = rest {
+        // Fetch rows from the portal and send to client
+        if needs_fetch {
+            // Weir: without a row limit the rows go to the client as they
+            // come (a SUBSCRIBE's never end), flushed while the next waits,
+            // instead of being collected first.
+            let rest = if max_rows == 0 {
+                portal.take_rest().await?
+            } else {
+                None
+            };
+            let (mut response, suspended) = match rest {
+                Some(rest) => (rest, false),
+                None => {
+                    let fetched = portal.fetch(max_rows).await?;
+                    (fetched.response, fetched.suspended)
+                }
+            };
             let command_tag = response.command_tag().to_owned();
             let mut row_count = 0;
             while let Some(row) =
@@ -399,24 +407,8 @@ pub trait ExtendedQueryHandler: Send + Sync {
                 client.feed(PgWireBackendMessage::DataRow(row?)).await?;
                 row_count += 1;
             }
-            let tag = Tag::new(&command_tag).with_rows(row_count);
-            client
-                .feed(PgWireBackendMessage::CommandComplete(tag.into()))
-                .await?;
-        }
-
-        // Fetch rows from the portal and send to client
-        if needs_fetch {
-            let fetch_result = portal.fetch(max_rows).await?;
-            let mut response = fetch_result.response;
-            let command_tag = response.command_tag().to_owned();
-            let mut row_count = 0;
-            while let Some(row) = response.data_rows().next().await {
-                client.feed(PgWireBackendMessage::DataRow(row?)).await?;
-                row_count += 1;
-            }
             // Weir: buffered until Sync or Flush (see on_parse).
-            if fetch_result.suspended {
+            if suspended {
                 client
                     .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended))
                     .await?;
