@@ -227,7 +227,7 @@ pub struct MaterializedViewDef {
     /// Set for a sink (`CREATE SINK`): its output goes to its connector,
     /// and its output table stays empty.
     #[serde(default)]
-    pub sink: Option<SinkDef>,
+    pub sink: Option<ConnectorDef>,
     /// The watermark views reading it get: a column that passes on its
     /// input's watermarked column as is, in an output that only inserts
     /// (see `StreamPlan::output_watermark`).
@@ -235,10 +235,11 @@ pub struct MaterializedViewDef {
     pub watermark: Option<WatermarkDef>,
 }
 
-/// Where a sink's output goes.
+/// A connector and its options: where a sink's output goes, or where a
+/// table's rows come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SinkDef {
-    /// The connector (`blackhole`).
+pub struct ConnectorDef {
+    /// The connector (`blackhole`, `postgres-cdc`).
     pub connector: String,
     /// The options of `WITH (...)`, but the connector.
     pub options: Vec<(String, String)>,
@@ -302,6 +303,10 @@ pub struct TableDef {
     /// `WATERMARK FOR`, if declared (append-only tables only).
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// The connector that feeds the table (`postgres-cdc`), for a table
+    /// whose rows come from upstream rather than from DML.
+    #[serde(default)]
+    pub connector: Option<ConnectorDef>,
 }
 
 /// A column's definition.

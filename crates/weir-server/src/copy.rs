@@ -259,7 +259,7 @@ impl CopyIn {
 /// optional `\.` end marker. Hands each record's fields to `record`; a
 /// line without backslashes (most are) is split in place, without copying
 /// its fields.
-fn for_each_text_record(
+pub(crate) fn for_each_text_record(
     text: &str,
     format: &CopyFormat,
     mut record: impl FnMut(&[Option<Cow<str>>]) -> WeirResult<()>,

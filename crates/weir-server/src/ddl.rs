@@ -45,6 +45,44 @@ pub async fn create_table(
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
     let memory = plan_columns(session, create).await?;
+    let def = table_def(session, create, &memory, append_only, watermark)?;
+    // Run an `AS SELECT` before touching the catalog, so that a failed or
+    // cancelled query leaves nothing behind.
+    let rows = match create.query {
+        Some(_) => {
+            let input = Arc::unwrap_or_clone(memory.input);
+            let (_, batches) = session.collect(input).await?;
+            Some(dml::conform(&def, &batches)?)
+        }
+        None => None,
+    };
+    let id = working.create_table(def.clone())?;
+    let mut tag = Output::command("CREATE TABLE");
+    if let Some(rows) = rows {
+        let count = rows.num_rows();
+        let table = working.table_mut(id)?;
+        dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+        tag = Output::Command {
+            tag: "SELECT",
+            rows: Some(count),
+        };
+    }
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(tag)
+}
+
+/// The definition of the table `create` declares, from its planned
+/// columns and constraints (`memory`).
+pub fn table_def(
+    session: &Session,
+    create: &CreateTable,
+    memory: &datafusion::logical_expr::CreateMemoryTable,
+    append_only: bool,
+    watermark: Option<&weir_sql::WatermarkClause>,
+) -> WeirResult<TableDef> {
+    let name = relation_name(&create.name)?;
     let mut primary_key = Vec::new();
     for constraint in memory.constraints.iter() {
         match constraint {
@@ -88,39 +126,15 @@ pub async fn create_table(
     let watermark = watermark
         .map(|clause| crate::event_time::watermark_def(session, &columns, clause))
         .transpose()?;
-    let def = TableDef {
+    Ok(TableDef {
         id: 0,
-        name: name.clone(),
+        name,
         columns,
         primary_key,
         append_only,
         watermark,
-    };
-    // Run an `AS SELECT` before touching the catalog, so that a failed or
-    // cancelled query leaves nothing behind.
-    let rows = match create.query {
-        Some(_) => {
-            let input = Arc::unwrap_or_clone(memory.input);
-            let (_, batches) = session.collect(input).await?;
-            Some(dml::conform(&def, &batches)?)
-        }
-        None => None,
-    };
-    let id = working.create_table(def.clone())?;
-    let mut tag = Output::command("CREATE TABLE");
-    if let Some(rows) = rows {
-        let count = rows.num_rows();
-        let table = working.table_mut(id)?;
-        dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-        tag = Output::Command {
-            tag: "SELECT",
-            rows: Some(count),
-        };
-    }
-    let epoch = working.epoch;
-    drop(working);
-    db.wait_committed(epoch).await?;
-    Ok(tag)
+        connector: None,
+    })
 }
 
 /// The `pg_type` OID and typmod of a declared type whose Arrow type does
@@ -228,7 +242,7 @@ fn check_columns<'a>(
     Ok(())
 }
 
-fn check_table_options(create: &CreateTable) -> WeirResult<()> {
+pub(crate) fn check_table_options(create: &CreateTable) -> WeirResult<()> {
     if create.temporary {
         return Err(WeirError::unsupported("temporary tables are not supported"));
     }

@@ -23,6 +23,7 @@ mod casts;
 pub mod catalog;
 mod catalog_functions;
 mod catalog_rows;
+pub mod cdc;
 mod checked;
 pub mod cluster;
 mod colnames;

@@ -33,7 +33,7 @@ use weir_state::TableId;
 use weir_stream::{Changes, Dataflow, StreamPlan};
 
 use crate::catalog::{
-    relation_name, ColumnDef, MaterializedViewDef, ObjectKind, SinkDef, ViewFailure,
+    relation_name, ColumnDef, ConnectorDef, MaterializedViewDef, ObjectKind, ViewFailure,
 };
 use crate::database::{Database, DbSnapshot};
 use crate::error::{SqlState, WeirError, WeirResult};
@@ -279,7 +279,7 @@ pub async fn create(
     session: &mut Session,
     create: &CreateView,
     emit_on_window_close: bool,
-    sink: Option<SinkDef>,
+    sink: Option<ConnectorDef>,
 ) -> WeirResult<Output> {
     let name = relation_name(&create.name)?;
     if create.or_replace {

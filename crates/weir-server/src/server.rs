@@ -58,6 +58,11 @@ async fn accept_connections(
     crate::mview::restore(&db, runtime.clone())
         .await
         .map_err(std::io::Error::other)?;
+    tokio::spawn(crate::cdc::run_ingests(
+        db.clone(),
+        runtime.clone(),
+        shutdown.clone(),
+    ));
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),

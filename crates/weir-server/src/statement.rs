@@ -52,12 +52,22 @@ pub async fn execute(
             create,
             append_only,
             watermark,
+            options,
         } => {
             let Statement::CreateTable(create) = create.as_ref() else {
                 return Err(WeirError::internal(
                     "CREATE TABLE parsed as another statement",
                 ));
             };
+            if !options.is_empty() {
+                if *append_only || watermark.is_some() {
+                    return Err(WeirError::unsupported(
+                        "a table a connector feeds takes its upstream's updates and deletes: \
+                         it cannot be APPEND ONLY or have a WATERMARK FOR",
+                    ));
+                }
+                return crate::cdc::create_table(session, create, options).await;
+            }
             return ddl::create_table(session, create, *append_only, watermark.as_ref()).await;
         }
         WeirStatement::CreateViewEmitOnWindowClose(create) => {

@@ -21,6 +21,12 @@
 //!   the server started and, for a sink that delivers committed epochs,
 //!   the last epoch delivered, the epochs and rows waiting in the
 //!   checkpoint for delivery, and the last delivery error;
+//! - `weir_cdc_tables`: each table a `postgres-cdc` connector feeds: its
+//!   ingest's phase (`snapshot`, `streaming`, `retrying`), slot, snapshot
+//!   rows, changes and transactions applied since the server started,
+//!   the upstream LSN its rows have reached and the one its slot is
+//!   confirmed to (the last committed epoch's), failures and the last
+//!   error;
 //! - `weir_views`: each materialized view and sink at the epoch the query
 //!   reads: whether it is a sink, whether its rows are only inserted,
 //!   whether it emits on window close, and, once it stopped being
@@ -48,6 +54,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_view_operators",
     "weir_view_workers",
     "weir_sink_deliveries",
+    "weir_cdc_tables",
     "weir_views",
 ];
 
@@ -66,6 +73,7 @@ pub fn table(
         "weir_view_operators" => Some(view_operators(db)),
         "weir_view_workers" => Some(view_workers(db)),
         "weir_sink_deliveries" => Some(sink_deliveries(db)),
+        "weir_cdc_tables" => Some(cdc_tables(db, snapshot)),
         "weir_views" => Some(views(snapshot)),
         _ => None,
     }
@@ -233,6 +241,64 @@ fn sink_deliveries(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter(reports.iter().map(|r| {
                 r.delivery.as_ref().and_then(|d| d.last_error.as_deref())
             }))),
+        ],
+    )
+}
+
+fn cdc_tables(db: &Database, snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let statuses = db.cdc.all();
+    let mut tables: Vec<(&str, crate::cdc::CdcState)> = snapshot
+        .catalog
+        .tables
+        .values()
+        .filter_map(|def| Some((def.name.as_str(), statuses.get(&def.id)?.clone())))
+        .collect();
+    tables.sort_by(|a, b| a.0.cmp(b.0));
+    let figure = |value: fn(&crate::cdc::CdcState) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from_iter_values(
+            tables.iter().map(|(_, s)| value(s)),
+        ))
+    };
+    let lsn = |value: fn(&crate::cdc::CdcState) -> u64| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(tables.iter().map(
+            |(_, s)| {
+                let lsn = value(s);
+                format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+            },
+        )))
+    };
+    mem_table(
+        vec![
+            Field::new("table", DataType::Utf8, false),
+            Field::new("phase", DataType::Utf8, false),
+            Field::new("slot", DataType::Utf8, false),
+            Field::new("snapshot_rows", DataType::UInt64, false),
+            Field::new("changes", DataType::UInt64, false),
+            Field::new("transactions", DataType::UInt64, false),
+            Field::new("applied_lsn", DataType::Utf8, false),
+            Field::new("confirmed_lsn", DataType::Utf8, false),
+            Field::new("failures", DataType::UInt64, false),
+            Field::new("last_error", DataType::Utf8, true),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|(n, _)| *n),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|(_, s)| s.phase),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|(_, s)| s.slot.as_str()),
+            )),
+            figure(|s| s.snapshot_rows),
+            figure(|s| s.changes),
+            figure(|s| s.transactions),
+            lsn(|s| s.applied_position),
+            lsn(|s| s.confirmed_position),
+            figure(|s| s.failures),
+            Arc::new(StringArray::from_iter(
+                tables.iter().map(|(_, s)| s.last_error.as_deref()),
+            )),
         ],
     )
 }

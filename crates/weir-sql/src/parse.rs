@@ -42,7 +42,8 @@ pub enum WeirStatement {
         Vec<(String, String)>,
         Option<WatermarkClause>,
     ),
-    /// `CREATE TABLE` with `APPEND ONLY` or a `WATERMARK FOR` clause.
+    /// `CREATE TABLE` with `APPEND ONLY`, a `WATERMARK FOR` clause, or
+    /// `WITH (connector = ...)`.
     CreateTable {
         /// The statement without them.
         create: Box<Statement>,
@@ -50,6 +51,9 @@ pub enum WeirStatement {
         append_only: bool,
         /// `WATERMARK FOR col AS expr`.
         watermark: Option<WatermarkClause>,
+        /// `WITH (connector = '...', ...)` (keys lowercased, may be
+        /// dotted) for a table a connector feeds; empty for others.
+        options: Vec<(String, String)>,
     },
     /// `CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`, without it.
     CreateViewEmitOnWindowClose(Box<Statement>),
@@ -227,6 +231,15 @@ fn parse_segment(
             out.push(parse_source_statement(tokens)?);
             Ok(())
         }
+        [Token::Word(verb), Token::Word(noun), ..]
+            if verb.value.eq_ignore_ascii_case("create")
+                && noun.quote_style.is_none()
+                && noun.value.eq_ignore_ascii_case("table")
+                && connector_options_at(tokens).is_some() =>
+        {
+            out.push(parse_connector_table(tokens)?);
+            Ok(())
+        }
         [Token::Word(verb), ..]
             if verb.value.eq_ignore_ascii_case("create")
                 && words.iter().any(|t| {
@@ -245,6 +258,7 @@ fn parse_segment(
                         create: Box::new(statement),
                         append_only: clauses.append_only,
                         watermark: clauses.watermark,
+                        options: Vec::new(),
                     }
                 }
                 Statement::CreateView(view)
@@ -386,6 +400,46 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
             "syntax error at or near \"WATERMARK\"".into(),
         )),
     }
+}
+
+/// Where a top-level `WITH (` whose options name a `connector` starts,
+/// if the statement has one (`CREATE TABLE ... WITH (connector = ...)`).
+fn connector_options_at(tokens: &[&TokenWithSpan]) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, token) in tokens.iter().enumerate() {
+        match &token.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w) if depth == 0 && w.value.eq_ignore_ascii_case("with") => {
+                let names_connector = tokens[i + 1..].iter().any(
+                    |t| matches!(&t.token, Token::Word(w) if w.value.eq_ignore_ascii_case("connector")),
+                );
+                return names_connector.then_some(i);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `CREATE TABLE name (columns, PRIMARY KEY (...)) WITH (connector = ...)`:
+/// the table without its options, and the options, read here since
+/// sqlparser takes only single-word option keys.
+fn parse_connector_table(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, ParseError> {
+    let with = connector_options_at(tokens).expect("checked by the caller");
+    let text: String = tokens[..with].iter().map(|t| t.token.to_string()).collect();
+    let statement = parse_one(&text)?;
+    if !matches!(&statement, Statement::CreateTable(create) if create.query.is_none()) {
+        return Err(ParseError::Syntax(
+            "a table a connector feeds is declared with its columns, not AS SELECT".into(),
+        ));
+    }
+    Ok(WeirStatement::CreateTable {
+        create: Box::new(statement),
+        append_only: false,
+        watermark: None,
+        options: parse_options(&tokens[with + 1..])?,
+    })
 }
 
 /// One SQL expression, for rewrites that write theirs as text.
@@ -531,7 +585,8 @@ mod tests {
                 create,
                 append_only,
                 watermark,
-            } => format!("{create} append_only={append_only} {watermark:?}"),
+                options,
+            } => format!("{create} append_only={append_only} {watermark:?} {options:?}"),
             WeirStatement::CreateViewEmitOnWindowClose(s) => format!("{s} EMIT ON WINDOW CLOSE"),
             WeirStatement::DropSource(s) => s.to_string(),
             WeirStatement::Move(s) => format!("MOVE {s}"),
@@ -697,6 +752,36 @@ mod tests {
     fn syntax_errors_are_reported() {
         let err = parse("SELEC 1").unwrap_err();
         assert!(err.to_string().contains("SELEC"), "{err}");
+    }
+
+    #[test]
+    fn a_table_a_connector_feeds_keeps_its_dotted_options() {
+        let parsed = parse(
+            "CREATE TABLE t (id INT PRIMARY KEY, v TEXT) WITH (connector = 'postgres-cdc', \
+             Table.Name = 'orders', port = 5432)",
+        )
+        .unwrap();
+        let WeirStatement::CreateTable {
+            create, options, ..
+        } = &parsed[0]
+        else {
+            panic!("{parsed:?}")
+        };
+        assert!(create
+            .to_string()
+            .starts_with("CREATE TABLE t (id INT PRIMARY KEY"));
+        assert_eq!(
+            options,
+            &[
+                ("connector".into(), "postgres-cdc".into()),
+                ("table.name".into(), "orders".into()),
+                ("port".into(), "5432".into()),
+            ]
+        );
+        // Storage parameters without a connector stay sqlparser's.
+        let plain = parse("CREATE TABLE u (a INT) WITH (fillfactor = 70)").unwrap();
+        assert!(matches!(&plain[0], WeirStatement::Sql(_)), "{plain:?}");
+        assert!(parse("CREATE TABLE w WITH (connector = 'x') AS SELECT 1").is_err());
     }
 
     #[test]

@@ -509,6 +509,21 @@ impl StateTable {
         Ok(Ok(()))
     }
 
+    /// Deletes every row, as [`StateTable::write`] deletes rows (a source
+    /// that starts its table over).
+    pub fn clear(&mut self) -> StateResult<()> {
+        let live: Vec<RowPosition> = self
+            .flags
+            .iter()
+            .zip(&self.positions)
+            .filter(|(flags, _)| **flags & LIVE != 0)
+            .map(|(_, &position)| position)
+            .collect();
+        self.written |= !live.is_empty();
+        self.delete_positions(&live, true)?;
+        self.merge_chunks()
+    }
+
     /// Deletes the rows at `positions` (their keys leave the index);
     /// `track`: keep what a delta and the views reading the table need.
     fn delete_positions(&mut self, positions: &[RowPosition], track: bool) -> StateResult<()> {
@@ -1117,6 +1132,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn clear_deletes_committed_and_new_rows_into_the_delta() {
+        let spec = keyed();
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[1, 2], "a")))
+            .unwrap()
+            .unwrap();
+        table.take_delta().unwrap();
+        table
+            .write(&[], Some(&rows(&spec, &[3], "b")))
+            .unwrap()
+            .unwrap();
+        table.clear().unwrap();
+        assert_eq!(table.len(), 0);
+        assert!(keys_of(&table.snapshot()).is_empty());
+        let delta = table.take_delta().unwrap().expect("a delta");
+        let deleted = delta.deletes.expect("deleted keys");
+        assert_eq!(deleted.num_rows(), 2, "the committed keys 1 and 2 leave");
+        // The table takes its keys again.
+        table
+            .write(&[], Some(&rows(&spec, &[1, 3], "c")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(keys_of(&table.snapshot()), vec![1, 3]);
     }
 
     /// Values of column 1 (`v`) of the rows `selection` selects by key,

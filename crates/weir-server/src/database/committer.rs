@@ -89,14 +89,20 @@ impl Database {
         views
     }
 
-    async fn commit(&self, part: TablePart, views: ViewPart) -> WeirResult<()> {
+    async fn commit(&self, part: TablePart, mut views: ViewPart) -> WeirResult<()> {
         let TablePart {
             epoch,
             mut catalog,
             mut tables,
             mut snapshots,
+            table_positions,
             through_views: _,
         } = part;
+        for (id, position) in table_positions {
+            views
+                .positions
+                .insert(table_position_key(id), vec![position]);
+        }
         for failed in views.failures {
             let failure = ViewFailure::from_reason(failed.reason);
             self.view_failed(&failed.view, failure);

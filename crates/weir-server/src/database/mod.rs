@@ -116,8 +116,26 @@ pub struct DbSnapshot {
     /// Distinct rows of each operator state table, by id.
     pub operator_rows: HashMap<TableId, usize>,
     /// Every (view, source)'s split positions (see
-    /// `runtime::position_key`).
+    /// `runtime::position_key`), and the position of each table a
+    /// connector feeds (see [`table_position_key`]).
     pub offsets: BTreeMap<String, Vec<u64>>,
+}
+
+impl DbSnapshot {
+    /// Where table `id`, which a connector feeds, stood in its upstream
+    /// at this epoch (0: its snapshot was not complete).
+    pub fn table_position(&self, id: TableId) -> u64 {
+        self.offsets
+            .get(&table_position_key(id))
+            .and_then(|p| p.first().copied())
+            .unwrap_or(0)
+    }
+}
+
+/// The key of a connector-fed table's upstream position in the manifest's
+/// positions.
+pub fn table_position_key(id: TableId) -> String {
+    format!("table/{id}")
 }
 
 /// One committed epoch, for the `weir_checkpoints` system table.
@@ -200,6 +218,8 @@ pub struct Database {
     recovered_state_format: u32,
     /// Where each sink that delivers committed epochs stands.
     pub sink_deliveries: crate::sink::SinkDeliveries,
+    /// Where each table a connector feeds stands in its ingest.
+    pub cdc: crate::cdc::CdcStatuses,
 }
 
 impl Database {
@@ -471,6 +491,7 @@ mod tests {
                 json: None,
             }],
             primary_key: vec![0],
+            connector: None,
         };
         let (id, epoch) = {
             let mut working = db.working().await;

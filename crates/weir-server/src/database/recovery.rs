@@ -56,12 +56,18 @@ impl Database {
                 (catalog, manifest.epoch, tables, outputs)
             }
         };
+        let table_positions = last_manifest
+            .as_ref()
+            .map(|m| table_positions(&catalog, &m.sources))
+            .unwrap_or_default();
         let working = WorkingState {
             catalog,
             tables,
             epoch: epoch + 1,
             pending: HashMap::new(),
+            table_positions,
             catalog_changed: false,
+            positions_moved: false,
             forced: false,
         };
         let mut committed = working.snapshot();
@@ -70,6 +76,11 @@ impl Database {
             .as_ref()
             .map(|m| split_positions(&committed.catalog, &m.sources))
             .unwrap_or_default();
+        for (&id, &position) in &working.table_positions {
+            committed
+                .offsets
+                .insert(table_position_key(id), vec![position]);
+        }
         committed
             .tables
             .extend(outputs.iter().map(|(&id, t)| (id, t.snapshot())));
@@ -113,6 +124,7 @@ impl Database {
             restored_outputs: std::sync::Mutex::new(outputs),
             recovered_state_format,
             sink_deliveries: Default::default(),
+            cdc: Default::default(),
         }))
     }
 
@@ -168,4 +180,20 @@ fn split_positions(
         }
     }
     splits
+}
+
+/// Where each table a connector feeds stood at a manifest.
+fn table_positions(
+    catalog: &Catalog,
+    positions: &BTreeMap<String, ReaderPosition>,
+) -> BTreeMap<TableId, u64> {
+    catalog
+        .tables
+        .values()
+        .filter(|def| def.connector.is_some())
+        .filter_map(|def| match positions.get(&table_position_key(def.id)) {
+            Some(ReaderPosition::Splits(position)) => Some((def.id, *position.first()?)),
+            _ => None,
+        })
+        .collect()
 }

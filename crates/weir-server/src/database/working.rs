@@ -23,7 +23,13 @@ pub struct WorkingState {
     /// Views being created, by token: the relations they read (so that
     /// those tables record their changes).
     pub pending: HashMap<u64, BTreeSet<String>>,
+    /// Where each table a connector feeds stands in its upstream (a
+    /// PostgreSQL LSN; 0 until its snapshot is complete), as of the
+    /// changes in `tables`: checkpointed with them in one manifest.
+    pub table_positions: BTreeMap<TableId, u64>,
     pub(super) catalog_changed: bool,
+    /// A table position moved since the last cut.
+    pub(super) positions_moved: bool,
     /// A CHECKPOINT asked for a commit even without changes.
     pub(super) forced: bool,
 }
@@ -37,7 +43,9 @@ impl WorkingState {
             tables: HashMap::new(),
             epoch: 0,
             pending: HashMap::new(),
+            table_positions: BTreeMap::new(),
             catalog_changed: false,
+            positions_moved: false,
             forced: false,
         }
     }
@@ -77,10 +85,19 @@ impl WorkingState {
         Ok(id)
     }
 
+    /// Records that `table`'s rows include its upstream's changes up to
+    /// `position`.
+    pub fn set_table_position(&mut self, table: TableId, position: u64) {
+        if self.table_positions.insert(table, position) != Some(position) {
+            self.positions_moved = true;
+        }
+    }
+
     /// Removes a table and its rows.
     pub fn drop_table(&mut self, name: &str) {
         if let Some(def) = self.catalog.tables.remove(name) {
             self.tables.remove(&def.id);
+            self.table_positions.remove(&def.id);
             self.catalog_changed = true;
         }
     }
@@ -91,7 +108,10 @@ impl WorkingState {
     }
 
     pub(super) fn is_dirty(&self) -> bool {
-        self.forced || self.catalog_changed || self.tables.values().any(StateTable::is_dirty)
+        self.forced
+            || self.catalog_changed
+            || self.positions_moved
+            || self.tables.values().any(StateTable::is_dirty)
     }
 
     /// Closes the open epoch: takes every table's delta and the tables'
@@ -114,12 +134,14 @@ impl WorkingState {
         }
         self.epoch += 1;
         self.catalog_changed = false;
+        self.positions_moved = false;
         self.forced = false;
         Ok(TablePart {
             epoch,
             catalog: self.catalog.clone(),
             tables: changes,
             snapshots,
+            table_positions: self.table_positions.clone(),
             through_views: true,
         })
     }
@@ -132,6 +154,9 @@ pub(super) struct TablePart {
     pub(super) catalog: Catalog,
     pub(super) tables: BTreeMap<TableId, TableChange>,
     pub(super) snapshots: HashMap<TableId, TableSnapshot>,
+    /// Where the tables connectors feed stand (see
+    /// [`WorkingState::table_positions`]).
+    pub(super) table_positions: BTreeMap<TableId, u64>,
     /// Whether the epoch went through the stream worker, which then hands
     /// over the views' part; if not, no view changed in it.
     pub(super) through_views: bool,

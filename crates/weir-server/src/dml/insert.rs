@@ -322,6 +322,17 @@ pub async fn insert_batch(
     Ok(written.count)
 }
 
+/// The rows of table `def` that `batch` (every column, as text) stands
+/// for: cast as COPY casts its text, with `def`'s constraints checked.
+pub(crate) async fn text_rows(
+    session: &Session,
+    def: &TableDef,
+    batch: RecordBatch,
+) -> WeirResult<RecordBatch> {
+    let columns: Vec<usize> = (0..def.columns.len()).collect();
+    batch_rows(session, def, batch, &columns).await
+}
+
 /// Inserts a batch into `working`'s table `table`.
 async fn write_batch(
     session: &Session,
@@ -331,6 +342,7 @@ async fn write_batch(
     batch: RecordBatch,
 ) -> WeirResult<Written> {
     let def = working.catalog.table(table)?.clone();
+    super::check_not_fed(&def)?;
     let rows = batch_rows(session, &def, batch, columns).await?;
     let table = working.table_mut(def.id)?;
     check_write(&def, &rows, table.write(&[], Some(&rows))?)?;

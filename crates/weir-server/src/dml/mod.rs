@@ -34,6 +34,7 @@ use crate::types::{assignable, pg_type_name};
 
 pub use constraints::{check_write, conform};
 pub use insert::insert_batch;
+pub(crate) use insert::text_rows;
 use insert::{insert_columns, insert_rows, insert_target};
 use target::{delete_query, plan_target_query, update_query};
 use target::{delete_rows, update_rows, update_target};
@@ -92,6 +93,7 @@ fn target_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef> 
 /// and may close windows for good).
 fn writable_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef> {
     let def = target_def(catalog, statement)?;
+    check_not_fed(&def)?;
     let changes_rows = match statement {
         Statement::Update(_) | Statement::Delete(_) => true,
         Statement::Insert(insert) => matches!(
@@ -111,6 +113,23 @@ fn writable_def(catalog: &Catalog, statement: &Statement) -> WeirResult<TableDef
         ));
     }
     Ok(def)
+}
+
+/// Refuses DML on a table a connector feeds: its rows are its
+/// upstream's, and a local change would be lost or overwritten by the
+/// next upstream change of the row.
+pub(crate) fn check_not_fed(def: &TableDef) -> WeirResult<()> {
+    match &def.connector {
+        Some(connector) => Err(WeirError::new(
+            SqlState("42809"),
+            format!(
+                "cannot change table \"{}\": its rows come from its {} connector",
+                def.name, connector.connector
+            ),
+        )
+        .with_hint("Change the upstream table; its changes reach this table.")),
+        None => Ok(()),
+    }
 }
 
 /// What a statement wrote.

@@ -9,18 +9,18 @@
 
 mod delivery;
 mod file;
-mod postgres;
+pub(crate) mod postgres;
 
 pub use delivery::{run_deliveries, SinkDeliveries};
 
-use crate::catalog::{Catalog, ColumnDef, MaterializedViewDef, SinkDef};
+use crate::catalog::{Catalog, ColumnDef, ConnectorDef, MaterializedViewDef};
 use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
 use weir_stream::runtime::{Blackhole, EpochLog, Sink};
 
 /// The sink `WITH (...)` describes, checked.
-pub fn definition(options: &[(String, String)]) -> WeirResult<SinkDef> {
+pub fn definition(options: &[(String, String)]) -> WeirResult<ConnectorDef> {
     let connector = options
         .iter()
         .find(|(key, _)| key == "connector")
@@ -38,21 +38,21 @@ pub fn definition(options: &[(String, String)]) -> WeirResult<SinkDef> {
                     return Err(unrecognized(key, value));
                 }
             }
-            Ok(SinkDef {
+            Ok(ConnectorDef {
                 connector: "blackhole".into(),
                 options: rest,
             })
         }
         Some("postgres") => {
             postgres::PostgresSink::parse(&rest)?;
-            Ok(SinkDef {
+            Ok(ConnectorDef {
                 connector: "postgres".into(),
                 options: rest,
             })
         }
         Some("filesystem") => {
             file::FileSink::parse(&rest)?;
-            Ok(SinkDef {
+            Ok(ConnectorDef {
                 connector: "filesystem".into(),
                 options: rest,
             })
@@ -78,7 +78,7 @@ fn unrecognized(key: &str, value: &str) -> WeirError {
 /// Checks a new sink against the query it delivers (`columns`, and
 /// whether its output only inserts) and, for an external system, that the
 /// system takes it: the PostgreSQL sink connects and checks its table.
-pub async fn check(def: &SinkDef, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
+pub async fn check(def: &ConnectorDef, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
     match def.connector.as_str() {
         "postgres" => {
             let sink = postgres::PostgresSink::parse(&def.options)?;
@@ -92,7 +92,7 @@ pub async fn check(def: &SinkDef, columns: &[ColumnDef], append_only: bool) -> W
 
 /// Whether a sink delivers each committed epoch to another system (its
 /// epochs' changes are checkpointed until it has).
-pub fn delivers_after_commit(def: &SinkDef) -> bool {
+pub fn delivers_after_commit(def: &ConnectorDef) -> bool {
     matches!(def.connector.as_str(), "postgres" | "filesystem")
 }
 
@@ -106,7 +106,7 @@ pub fn delivering_sinks(catalog: &Catalog) -> impl Iterator<Item = &Materialized
 
 /// What a sink's output goes to in the stream runtime (the only
 /// connectors [`definition`] lets into the catalog).
-pub fn open(def: &SinkDef) -> Box<dyn Sink> {
+pub fn open(def: &ConnectorDef) -> Box<dyn Sink> {
     if delivers_after_commit(def) {
         Box::new(EpochLog::default())
     } else {

@@ -362,7 +362,7 @@ fn invalid(message: String) -> WeirError {
 }
 
 /// A PostgreSQL identifier, quoted.
-fn quote(name: &str) -> String {
+pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
