@@ -102,6 +102,7 @@ pub fn start(catalog: &crate::catalog::Catalog, statement: &Statement) -> WeirRe
         return Err(WeirError::unsupported("COPY FROM into a query"));
     };
     let table = catalog.table(&relation_name(table_name)?)?.clone();
+    crate::dml::check_not_fed(&table)?;
     let columns = if columns.is_empty() {
         (0..table.columns.len()).collect()
     } else {

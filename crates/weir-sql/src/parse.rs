@@ -4,6 +4,7 @@ use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::{Expr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -426,18 +427,34 @@ fn connector_options_at(tokens: &[&TokenWithSpan]) -> Option<usize> {
 /// the table without its options, and the options, read here since
 /// sqlparser takes only single-word option keys.
 fn parse_connector_table(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, ParseError> {
-    let with = connector_options_at(tokens).expect("checked by the caller");
+    // `APPEND ONLY` and `WATERMARK FOR` are passed on, for the server to
+    // say why a table a connector feeds takes neither.
+    let clauses = crate::event_time::strip(tokens)?;
+    if clauses.emit_on_window_close {
+        return Err(ParseError::Syntax(
+            "EMIT ON WINDOW CLOSE belongs to CREATE MATERIALIZED VIEW".into(),
+        ));
+    }
+    let retokenized = Tokenizer::new(&PostgreSqlDialect {}, &clauses.text)
+        .tokenize_with_location()
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    let tokens: Vec<&TokenWithSpan> = retokenized.iter().collect();
+    let with = connector_options_at(&tokens)
+        .ok_or_else(|| ParseError::Syntax("expected WITH (connector = ...)".into()))?;
+    let as_query = tokens[with..]
+        .iter()
+        .any(|t| matches!(&t.token, Token::Word(w) if w.keyword == Keyword::AS));
     let text: String = tokens[..with].iter().map(|t| t.token.to_string()).collect();
     let statement = parse_one(&text)?;
-    if !matches!(&statement, Statement::CreateTable(create) if create.query.is_none()) {
+    if as_query || !matches!(&statement, Statement::CreateTable(create) if create.query.is_none()) {
         return Err(ParseError::Syntax(
             "a table a connector feeds is declared with its columns, not AS SELECT".into(),
         ));
     }
     Ok(WeirStatement::CreateTable {
         create: Box::new(statement),
-        append_only: false,
-        watermark: None,
+        append_only: clauses.append_only,
+        watermark: clauses.watermark,
         options: parse_options(&tokens[with + 1..])?,
     })
 }

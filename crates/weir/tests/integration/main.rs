@@ -4,6 +4,7 @@
 
 mod backfill;
 mod bad_input;
+mod cdc;
 mod cluster;
 mod common;
 mod crash;

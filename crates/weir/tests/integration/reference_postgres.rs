@@ -28,7 +28,23 @@ pub fn server() -> (Option<Postgres>, String) {
 pub async fn fresh_database(name: &str) -> (Option<Postgres>, String) {
     let (server, url) = server();
     let admin = connect(&url).await;
+    // A logical replication slot of an earlier run holds the database.
+    let terminated = admin
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE database = $1 AND active_pid IS NOT NULL",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    if terminated > 0 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     for statement in [
+        format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE database = '{name}' AND NOT active"
+        ),
         format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
         format!("CREATE DATABASE {name}"),
     ] {
@@ -125,6 +141,8 @@ pub fn start_postgres() -> (Postgres, String) {
         .arg("-D")
         .arg(&data)
         .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+        // The postgres-cdc tests decode its WAL.
+        .args(["-c", "wal_level=logical"])
         .arg("-k")
         .arg(dir.path())
         .stdout(Stdio::null())
