@@ -8,10 +8,13 @@
 //! target/release/weir-bench checkpoints --seconds 20
 //! target/release/weir-bench stream --query agg --rows 12000000
 //! target/release/weir-bench nexmark --query q5 --events 10000000
+//! target/release/weir-bench cdc --snapshot-rows 1000000 --changes 1000000
 //! ```
 
+mod cdc;
 mod nexmark;
 mod nexmark_suite;
+mod postgres;
 mod reads;
 mod server;
 mod sources;
@@ -168,6 +171,21 @@ enum Bench {
         #[arg(long)]
         no_postgres: bool,
     },
+    /// PostgreSQL CDC: a `postgres-cdc` table (and a group-by view over it)
+    /// fed by a throwaway PostgreSQL: the snapshot, then a stream of
+    /// updates and inserts; reports rows per second and per CPU-second of
+    /// the server, and peak memory.
+    Cdc {
+        /// Rows in the upstream table before the snapshot.
+        #[arg(long, default_value_t = 1_000_000)]
+        snapshot_rows: u64,
+        /// Row changes written upstream after it.
+        #[arg(long, default_value_t = 1_000_000)]
+        changes: u64,
+        /// Rows each upstream transaction changes.
+        #[arg(long, default_value_t = 1000)]
+        transaction_rows: u64,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -286,6 +304,18 @@ async fn main() -> anyhow::Result<()> {
                 seconds,
                 keys,
                 intervals,
+            })
+            .await
+        }
+        Bench::Cdc {
+            snapshot_rows,
+            changes,
+            transaction_rows,
+        } => {
+            cdc::run(cdc::CdcLoad {
+                snapshot_rows,
+                changes,
+                transaction_rows,
             })
             .await
         }

@@ -7,14 +7,14 @@
 //! with and without the reads (the view's freshness); and the memory that
 //! idle connections take.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
+use crate::postgres::Postgres;
 use crate::server::Server;
 
 /// What `weir-bench reads` runs.
@@ -200,7 +200,7 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
 
     // PostgreSQL, same data and scripts.
     if !load.no_postgres {
-        let postgres = Postgres::start(work.path())?;
+        let postgres = Postgres::start(work.path(), &[])?;
         let pg = postgres.client().await?;
         for statement in setup_sql(load.rows, false) {
             pg.batch_execute(&statement).await?;
@@ -394,111 +394,4 @@ async fn commit_latency(client: &Client, seconds: u64) -> anyhow::Result<(f64, f
     anyhow::ensure!(!durations.is_empty(), "no epoch committed in {seconds} s");
     let at = |p: f64| durations[((durations.len() - 1) as f64 * p).round() as usize] as f64;
     Ok((at(0.5), at(0.99), durations.len()))
-}
-
-/// A PostgreSQL server on a free loopback port, from the newest installed
-/// PostgreSQL; stopped on drop.
-struct Postgres {
-    child: Child,
-    port: u16,
-}
-
-impl Postgres {
-    fn start(dir: &Path) -> anyhow::Result<Postgres> {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .context("PostgreSQL is not installed (Debian: postgresql)")?
-            .flatten()
-            .map(|e| e.path().join("bin"))
-            .filter(|p| p.join("initdb").exists())
-            .max()
-            .context("no PostgreSQL under /usr/lib/postgresql")?;
-        let user = postgres_user();
-        let root = dir.join("postgres");
-        std::fs::create_dir_all(&root)?;
-        if let Some((uid, gid)) = user {
-            std::os::unix::fs::chown(&root, Some(uid), Some(gid))?;
-        }
-        let data = root.join("data");
-        let mut initdb = Command::new(bin.join("initdb"));
-        initdb
-            .args([
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "-D",
-            ])
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut postgres = Command::new(bin.join("postgres"));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        postgres
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "max_connections=400", "-k"])
-            .arg(&root)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some((uid, gid)) = user {
-            initdb.uid(uid).gid(gid);
-            postgres.uid(uid).gid(gid);
-        }
-        anyhow::ensure!(initdb.status()?.success(), "initdb failed");
-        let child = postgres.spawn()?;
-        let server = Postgres { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "PostgreSQL did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(server)
-    }
-
-    async fn client(&self) -> anyhow::Result<Client> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let url = format!(
-                "host=127.0.0.1 port={} user=postgres dbname=postgres",
-                self.port
-            );
-            match tokio_postgres::connect(&url, NoTls).await {
-                Ok((client, connection)) => {
-                    tokio::spawn(connection);
-                    return Ok(client);
-                }
-                Err(e) if Instant::now() > deadline => return Err(e.into()),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGINT);
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// The `postgres` user's uid and gid when running as root (PostgreSQL
-/// refuses to run as root).
-fn postgres_user() -> Option<(u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(':').collect();
-        (fields.first() == Some(&"postgres"))
-            .then(|| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
-            .flatten()
-    })
 }

@@ -34,6 +34,9 @@ pub struct Catalog {
     /// Indexes (`CREATE INDEX`) by name.
     #[serde(default)]
     pub indexes: BTreeMap<String, IndexDef>,
+    /// Secrets (`CREATE SECRET`) by name, sealed.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, crate::secrets::SecretDef>,
 }
 
 /// An index on a table or materialized view: an order of its rows by some

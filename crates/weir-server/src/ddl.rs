@@ -534,7 +534,11 @@ pub async fn drop_relations(
         db.send_control(weir_stream::runtime::Command::Drop(name.clone()));
         db.forget_failure(&name);
     }
+    let mut fed = Vec::new();
     for name in dropped_tables {
+        if let Some(def) = working.catalog.tables.get(&name) {
+            fed.extend(crate::cdc::upstream_of(&db, &working.catalog, def));
+        }
         working.drop_table(&name);
     }
     crate::indexes::forget_orphans(&mut working.catalog);
@@ -543,5 +547,15 @@ pub async fn drop_relations(
     let epoch = working.epoch;
     drop(working);
     db.wait_committed(epoch).await?;
+    // A dropped table's replication slot goes too, as DROP SUBSCRIPTION
+    // drops PostgreSQL's: the upstream would keep WAL for it otherwise.
+    for upstream in fed {
+        if let Err(e) = upstream.drop_upstream().await {
+            session.notice(format!(
+                "could not drop replication slot \"{}\" upstream ({e}); drop it there",
+                upstream.slot
+            ));
+        }
+    }
     Ok(Output::command(tag))
 }

@@ -63,6 +63,7 @@ pub mod provider;
 mod regtype;
 mod result_types;
 mod rows;
+mod secrets;
 pub mod server;
 pub mod session;
 mod settings;

@@ -132,6 +132,53 @@ pub fn render(db: &Database) -> String {
         "Rows each materialized view's source readers delivered since the server started.",
         |c| c.source_rows,
     );
+    let ingests: Vec<(String, crate::cdc::CdcState)> = {
+        let statuses = db.cdc.all();
+        snapshot
+            .catalog
+            .tables
+            .values()
+            .filter_map(|def| Some((label(&def.name), statuses.get(&def.id)?.clone())))
+            .collect()
+    };
+    let per_ingest = |out: &mut String,
+                      metric: &str,
+                      kind: &str,
+                      help: &str,
+                      value: fn(&crate::cdc::CdcState) -> u64| {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+        for (name, state) in &ingests {
+            let _ = writeln!(out, "{metric}{{table=\"{name}\"}} {}", value(state));
+        }
+    };
+    per_ingest(
+        &mut out,
+        "weir_cdc_changes_total",
+        "counter",
+        "Upstream row changes each postgres-cdc table applied since the server started.",
+        |s| s.changes,
+    );
+    per_ingest(
+        &mut out,
+        "weir_cdc_failures_total",
+        "counter",
+        "Failed ingest attempts of each postgres-cdc table since the server started.",
+        |s| s.failures,
+    );
+    per_ingest(
+        &mut out,
+        "weir_cdc_applied_lsn",
+        "gauge",
+        "The upstream LSN each postgres-cdc table's rows have reached.",
+        |s| s.applied_position,
+    );
+    per_ingest(
+        &mut out,
+        "weir_cdc_confirmed_lsn",
+        "gauge",
+        "The LSN each postgres-cdc table's replication slot is confirmed to.",
+        |s| s.confirmed_position,
+    );
     let metric = "weir_view_late_rows_total";
     let _ = writeln!(
         out,

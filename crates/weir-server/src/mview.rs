@@ -340,7 +340,7 @@ pub async fn create(
     };
     if let Some(sink) = &sink {
         let append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
-        crate::sink::check(sink, &planned.columns, append_only).await?;
+        crate::sink::check(&db, &snapshot.catalog, sink, &planned.columns, append_only).await?;
     }
     // The views it reads, as of the same point in their stream.
     let views = views_reply

@@ -38,6 +38,15 @@ pub async fn create(
             "CREATE SOURCE takes column names and types and WITH options only (no keys, constraints or defaults)",
         ));
     }
+    if let Some((key, _)) = options
+        .iter()
+        .find(|(key, _)| weir_sql::referenced_key(key).is_some())
+    {
+        return Err(WeirError::unsupported(format!(
+            "a generated source takes no secrets (option \"{}\")",
+            weir_sql::referenced_key(key).unwrap_or(key)
+        )));
+    }
     let mut options: BTreeMap<String, String> = options.iter().cloned().collect();
     let known = || Connector::ALL.map(Connector::name).join(", ");
     let name_given = options.remove("connector").ok_or_else(|| {

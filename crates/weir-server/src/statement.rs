@@ -84,12 +84,17 @@ pub async fn execute(
                     "CREATE SINK parsed as another statement",
                 ));
             };
-            let sink = crate::sink::definition(options)?;
+            let catalog = session.db.committed().catalog.clone();
+            let sink = crate::sink::definition(&catalog, options)?;
             return crate::mview::create(session, create, false, Some(sink)).await;
         }
         WeirStatement::DropSink(drop) => {
             return drop_rewritten(session, drop, ObjectKind::Sink).await
         }
+        WeirStatement::CreateSecret(create) => {
+            return crate::secrets::create_secret(session, create).await
+        }
+        WeirStatement::DropSecret(drop) => return crate::secrets::drop_secret(session, drop).await,
         WeirStatement::ShowSinks => return crate::sink::show(session),
         WeirStatement::DropSource(drop) => {
             return drop_rewritten(session, drop, ObjectKind::Source).await
@@ -230,6 +235,8 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
         WeirStatement::DropSource(_) => return Some("DROP SOURCE".into()),
         WeirStatement::CreateSink(..) => return Some("CREATE SINK".into()),
         WeirStatement::DropSink(_) => return Some("DROP SINK".into()),
+        WeirStatement::CreateSecret(_) => return Some("CREATE SECRET".into()),
+        WeirStatement::DropSecret(_) => return Some("DROP SECRET".into()),
         WeirStatement::Sql(statement) => statement.as_ref(),
         _ => return None,
     };

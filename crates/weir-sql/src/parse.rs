@@ -69,6 +69,10 @@ pub enum WeirStatement {
     /// `DROP SINK [IF EXISTS] names [CASCADE]`, as a `DROP MATERIALIZED
     /// VIEW`.
     DropSink(Box<Statement>),
+    /// `CREATE SECRET name AS 'value'`.
+    CreateSecret(crate::secret::CreateSecret),
+    /// `DROP SECRET names`.
+    DropSecret(crate::secret::DropSecret),
     /// `SHOW SINKS`.
     ShowSinks,
     /// `MOVE direction FROM cursor`: a `FETCH` that returns no rows.
@@ -188,6 +192,19 @@ fn parse_segment(
                 && sinks.value.eq_ignore_ascii_case("sinks") =>
         {
             out.push(WeirStatement::ShowSinks);
+            Ok(())
+        }
+        [Token::Word(verb), Token::Word(noun), ..]
+            if noun.quote_style.is_none()
+                && noun.value.eq_ignore_ascii_case("secret")
+                && (verb.value.eq_ignore_ascii_case("create")
+                    || verb.value.eq_ignore_ascii_case("drop")) =>
+        {
+            out.push(if verb.value.eq_ignore_ascii_case("create") {
+                WeirStatement::CreateSecret(crate::secret::parse_create_secret(tokens)?)
+            } else {
+                WeirStatement::DropSecret(crate::secret::parse_drop_secret(tokens)?)
+            });
             Ok(())
         }
         [Token::Word(verb), Token::Word(noun), ..]
@@ -505,6 +522,22 @@ pub(crate) fn parse_options(
         let value = match words.next() {
             Some(Token::SingleQuotedString(v)) => v.clone(),
             Some(Token::Number(v, _)) => v.clone(),
+            // `key = SECRET name`: a reference to a `CREATE SECRET`.
+            Some(Token::Word(w))
+                if w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("secret")
+                    && matches!(words.peek(), Some(Token::Word(_))) =>
+            {
+                let Some(Token::Word(name)) = words.next() else {
+                    unreachable!("peeked a word")
+                };
+                key = crate::secret::secret_key(&key);
+                if name.quote_style.is_some() {
+                    name.value.clone()
+                } else {
+                    name.value.to_lowercase()
+                }
+            }
             Some(Token::Word(w)) => w.value.clone(),
             other => return Err(syntax(&format!("unexpected {}", describe(other)))),
         };
@@ -597,6 +630,8 @@ mod tests {
             WeirStatement::ShowSinks => "SHOW SINKS".into(),
             WeirStatement::CreateSink(s, o) => format!("{s} {o:?}"),
             WeirStatement::DropSink(s) => s.to_string(),
+            WeirStatement::CreateSecret(s) => format!("{s:?}"),
+            WeirStatement::DropSecret(s) => format!("{s:?}"),
             WeirStatement::CreateSource(s, o, w) => format!("{s} {o:?} {w:?}"),
             WeirStatement::CreateTable {
                 create,

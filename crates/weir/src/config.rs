@@ -106,6 +106,12 @@ pub struct ServeArgs {
     /// `SUBSCRIBE ... AS OF epoch` can resume from any epoch kept.
     #[arg(long, default_value_t = 3)]
     pub retained_manifests: usize,
+    /// The key `CREATE SECRET` seals secrets with (32 bytes, made at the
+    /// first `CREATE SECRET` if missing); default: `secret.key` in
+    /// --data-dir. The state store holds only sealed secrets: keep this
+    /// file with the server, also when the state is on S3.
+    #[arg(long)]
+    pub secret_key_file: Option<std::path::PathBuf>,
     /// PEM certificate chain for TLS (with --tls-key); clients may then
     /// use sslmode=require.
     #[arg(long, requires = "tls_key")]
@@ -197,6 +203,11 @@ impl Config {
                     addresses: args.cluster.clone(),
                 }),
             },
+            secret_key_file: Some(
+                args.secret_key_file
+                    .clone()
+                    .unwrap_or_else(|| std::path::Path::new(&args.data_dir).join("secret.key")),
+            ),
             ..DatabaseConfig::default()
         };
         if args.process >= args.cluster.len().max(1) {

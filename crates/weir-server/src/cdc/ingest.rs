@@ -198,7 +198,11 @@ async fn stream(
         .await
         .map_err(replication_error)?;
     client.wait_started().await.map_err(replication_error)?;
-    status.update(|s| s.last_error = None);
+    status.update(|s| {
+        s.applied_position = position;
+        s.confirmed_position = confirmed;
+        s.last_error = None;
+    });
     let mut committed = db.subscribe_committed();
     let mut relation: Option<Mapping> = None;
     // Changes of the transactions committed since the last apply, and of

@@ -16,8 +16,8 @@
 //! | `ingest.rs` | one table's snapshot and stream, and confirming its slot |
 //!
 //! This file starts and stops one ingest task per such table of the
-//! committed catalog, keeps each one's status (`weir_cdc_tables`), and
-//! drops a dropped table's slot (and the publication Weir made for it).
+//! committed catalog and keeps each one's status (`weir_cdc_tables`);
+//! `DROP TABLE` drops the slot (`PostgresCdc::drop_upstream`).
 
 mod apply;
 mod ingest;
@@ -34,10 +34,10 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::sql::sqlparser::ast::CreateTable;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::warn;
 use weir_state::TableId;
 
-use crate::catalog::{relation_name, ConnectorDef, TableDef};
+use crate::catalog::{relation_name, Catalog, ConnectorDef, TableDef};
 use crate::database::Database;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -139,8 +139,11 @@ pub async fn create_table(
         )));
     }
     let name = relation_name(&create.name)?;
-    let cdc = PostgresCdc::parse(&name, &options)?;
     let db = session.db.clone();
+    let cdc = PostgresCdc::parse(
+        &name,
+        &crate::secrets::resolve(&db, &db.committed().catalog, &options)?,
+    )?;
     let def = {
         let working = db.working().await;
         if let Some(skipped) = crate::ddl::claim_name(
@@ -183,10 +186,24 @@ pub async fn create_table(
     Ok(Output::command("CREATE TABLE"))
 }
 
-/// The `postgres-cdc` settings of a table a connector feeds.
-fn connector_of(def: &TableDef) -> Option<WeirResult<PostgresCdc>> {
+/// The `postgres-cdc` settings of a table of `catalog` a connector feeds,
+/// with the secrets its options name.
+fn connector_of(
+    db: &Database,
+    catalog: &Catalog,
+    def: &TableDef,
+) -> Option<WeirResult<PostgresCdc>> {
     let connector = def.connector.as_ref()?;
-    Some(PostgresCdc::parse(&def.name, &connector.options))
+    Some(
+        crate::secrets::resolve(db, catalog, &connector.options)
+            .and_then(|options| PostgresCdc::parse(&def.name, &options)),
+    )
+}
+
+/// The upstream of table `def` of `catalog`, if a connector feeds it (and
+/// its options read).
+pub fn upstream_of(db: &Database, catalog: &Catalog, def: &TableDef) -> Option<PostgresCdc> {
+    connector_of(db, catalog, def)?.ok()
 }
 
 /// Runs until `shutdown` turns true: an ingest task for every table of
@@ -198,7 +215,7 @@ pub async fn run_ingests(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut committed = db.subscribe_committed();
-    let mut tasks: HashMap<TableId, (PostgresCdc, JoinHandle<()>)> = HashMap::new();
+    let mut tasks: HashMap<TableId, JoinHandle<()>> = HashMap::new();
     loop {
         let catalog = db.committed().catalog.clone();
         let fed: HashMap<TableId, &TableDef> = catalog
@@ -207,23 +224,29 @@ pub async fn run_ingests(
             .filter(|def| def.connector.is_some())
             .map(|def| (def.id, def))
             .collect();
-        tasks.retain(|id, (cdc, task)| {
+        // A dropped table's task stops; `DROP TABLE` drops its slot.
+        tasks.retain(|id, task| {
             if fed.contains_key(id) {
                 return true;
             }
             task.abort();
             db.cdc.remove(*id);
-            tokio::spawn(drop_upstream(cdc.clone()));
             false
         });
         for (&id, def) in &fed {
             if tasks.contains_key(&id) {
                 continue;
             }
-            let cdc = match connector_of(def) {
+            let cdc = match connector_of(&db, &catalog, def) {
                 Some(Ok(cdc)) => cdc,
                 Some(Err(e)) => {
                     warn!(table = %def.name, error = %e, "unreadable connector options");
+                    let status = Arc::new(CdcStatus::default());
+                    status.update(|s| {
+                        s.phase = "retrying";
+                        s.last_error = Some(e.to_string());
+                    });
+                    db.cdc.insert(id, status);
                     continue;
                 }
                 None => continue,
@@ -235,17 +258,17 @@ pub async fn run_ingests(
                 db.clone(),
                 runtime.clone(),
                 (*def).clone(),
-                cdc.clone(),
+                cdc,
                 status,
             ));
-            tasks.insert(id, (cdc, task));
+            tasks.insert(id, task);
         }
         tokio::select! {
             changed = committed.changed() => if changed.is_err() { break },
             _ = shutdown.changed() => break,
         }
     }
-    for (_, task) in tasks.values() {
+    for task in tasks.values() {
         task.abort();
     }
 }
@@ -280,44 +303,4 @@ async fn run_ingest(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
-}
-
-/// Drops a dropped table's replication slot, and its publication when
-/// Weir made it, so that the upstream stops keeping WAL for it.
-async fn drop_upstream(cdc: PostgresCdc) {
-    for attempt in 0..5 {
-        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-        let Ok(client) = cdc.connect().await else {
-            continue;
-        };
-        // The aborted task's walsender may not have ended yet.
-        let _ = client
-            .execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-                 WHERE slot_name = $1 AND active_pid IS NOT NULL",
-                &[&cdc.slot],
-            )
-            .await;
-        let dropped = client
-            .execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                 WHERE slot_name = $1",
-                &[&cdc.slot],
-            )
-            .await;
-        if dropped.is_err() {
-            continue;
-        }
-        if cdc.owns_publication {
-            let _ = client
-                .batch_execute(&format!(
-                    "DROP PUBLICATION IF EXISTS {}",
-                    crate::sink::postgres::quote(&cdc.publication)
-                ))
-                .await;
-        }
-        info!(slot = %cdc.slot, "dropped the replication slot of a dropped table");
-        return;
-    }
-    warn!(slot = %cdc.slot, "could not drop the replication slot of a dropped table; drop it upstream");
 }

@@ -302,6 +302,53 @@ impl PostgresCdc {
     }
 }
 
+impl PostgresCdc {
+    /// Drops the slot (ending the walsender that holds it, if one still
+    /// does) and the publication Weir made, retrying for a few seconds
+    /// while the walsender ends.
+    pub async fn drop_upstream(&self) -> Result<(), String> {
+        let client = self.connect().await?;
+        let mut last_error = String::new();
+        for attempt in 0..10 {
+            let _ = client
+                .execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                     WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                    &[&self.slot],
+                )
+                .await;
+            match client
+                .execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                     WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await
+            {
+                Ok(_) => {
+                    last_error.clear();
+                    break;
+                }
+                Err(e) => last_error = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
+        }
+        if !last_error.is_empty() {
+            return Err(last_error);
+        }
+        if self.owns_publication {
+            client
+                .batch_execute(&format!(
+                    "DROP PUBLICATION IF EXISTS {}",
+                    quote(&self.publication)
+                ))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
 /// An upstream query's failure as a Weir error with the upstream's
 /// SQLSTATE, where it sent one.
 pub(super) fn upstream_error(e: &tokio_postgres::Error) -> WeirError {

@@ -83,6 +83,9 @@ pub struct DatabaseConfig {
     /// before it stops holding the watermark back
     /// (`--watermark-idle-timeout`).
     pub watermark_idle_timeout: Duration,
+    /// The file holding the key secrets are sealed with
+    /// (`--secret-key-file`); `None`: this server keeps no secrets.
+    pub secret_key_file: Option<std::path::PathBuf>,
 }
 
 /// The number of cores, the default of `--workers`.
@@ -100,6 +103,7 @@ impl Default for DatabaseConfig {
             workers: default_workers(),
             cluster: None,
             watermark_idle_timeout: Duration::from_secs(5),
+            secret_key_file: None,
         }
     }
 }
@@ -270,6 +274,16 @@ impl Database {
     /// The store's tunables.
     pub fn store_config(&self) -> &StoreConfig {
         &self.store_config
+    }
+
+    /// The file holding the key secrets are sealed with.
+    pub fn secret_key_file(&self) -> WeirResult<&std::path::Path> {
+        self.config.secret_key_file.as_deref().ok_or_else(|| {
+            WeirError::new(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "this server has no secret key file (--secret-key-file)",
+            )
+        })
     }
 
     /// The most bytes one view's state may hold.

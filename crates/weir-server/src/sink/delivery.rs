@@ -133,13 +133,15 @@ enum Target {
 }
 
 impl Target {
-    fn open(def: &MaterializedViewDef) -> WeirResult<Self> {
+    /// The target of sink `def`, with the secrets its options name.
+    fn open(db: &Database, def: &MaterializedViewDef) -> WeirResult<Self> {
         let options = def.sink.as_ref().map(|s| s.options.as_slice());
-        let options = options.unwrap_or_default();
+        let options =
+            crate::secrets::resolve(db, &db.committed().catalog, options.unwrap_or_default())?;
         match def.sink.as_ref().map(|s| s.connector.as_str()) {
-            Some("filesystem") => Ok(Target::Files(FileSink::parse(options)?)),
+            Some("filesystem") => Ok(Target::Files(FileSink::parse(&options)?)),
             _ => Ok(Target::Postgres {
-                sink: Box::new(PostgresSink::parse(options)?),
+                sink: Box::new(PostgresSink::parse(&options)?),
                 columns: def.columns.iter().map(|c| c.name.clone()).collect(),
                 connection: None,
             }),
@@ -201,7 +203,7 @@ impl Target {
 /// Delivers sink `def`'s committed epochs as they come, retrying with
 /// backoff while its target fails.
 async fn deliver_sink(db: Arc<Database>, def: MaterializedViewDef) {
-    let mut target = match Target::open(&def) {
+    let mut target = match Target::open(&db, &def) {
         Ok(target) => target,
         Err(e) => {
             db.sink_deliveries

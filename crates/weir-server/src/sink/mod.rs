@@ -19,8 +19,9 @@ use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
 use weir_stream::runtime::{Blackhole, EpochLog, Sink};
 
-/// The sink `WITH (...)` describes, checked.
-pub fn definition(options: &[(String, String)]) -> WeirResult<ConnectorDef> {
+/// The sink `WITH (...)` describes, checked (the secrets it names must
+/// exist in `catalog`).
+pub fn definition(catalog: &Catalog, options: &[(String, String)]) -> WeirResult<ConnectorDef> {
     let connector = options
         .iter()
         .find(|(key, _)| key == "connector")
@@ -44,7 +45,7 @@ pub fn definition(options: &[(String, String)]) -> WeirResult<ConnectorDef> {
             })
         }
         Some("postgres") => {
-            postgres::PostgresSink::parse(&rest)?;
+            postgres::PostgresSink::parse(&crate::secrets::without_values(catalog, &rest)?)?;
             Ok(ConnectorDef {
                 connector: "postgres".into(),
                 options: rest,
@@ -78,10 +79,17 @@ fn unrecognized(key: &str, value: &str) -> WeirError {
 /// Checks a new sink against the query it delivers (`columns`, and
 /// whether its output only inserts) and, for an external system, that the
 /// system takes it: the PostgreSQL sink connects and checks its table.
-pub async fn check(def: &ConnectorDef, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
+pub async fn check(
+    db: &Database,
+    catalog: &Catalog,
+    def: &ConnectorDef,
+    columns: &[ColumnDef],
+    append_only: bool,
+) -> WeirResult<()> {
     match def.connector.as_str() {
         "postgres" => {
-            let sink = postgres::PostgresSink::parse(&def.options)?;
+            let options = crate::secrets::resolve(db, catalog, &def.options)?;
+            let sink = postgres::PostgresSink::parse(&options)?;
             sink.check_query(columns, append_only)?;
             sink.check_target(columns).await
         }

@@ -33,6 +33,22 @@ fn cdc_options(url: &str, table: &str, slot: &str) -> String {
     )
 }
 
+/// The secret the tests' tables read the upstream password from.
+const PASSWORD: &str = "cdc-secret-5f1e";
+
+/// Whether any file under `dir` holds `text`.
+fn any_file_holds(dir: &std::path::Path, text: &str) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().any(|entry| {
+        let path = entry.path();
+        if path.is_dir() {
+            any_file_holds(&path, text)
+        } else {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            bytes.windows(text.len()).any(|w| w == text.as_bytes())
+        }
+    })
+}
+
 /// Waits until `query` answers the same upstream and on Weir; panics
 /// after `limit` with both and the ingest's status.
 async fn wait_same(upstream: &Client, weir: &Client, query: &str, limit: Duration) {
@@ -89,7 +105,14 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
         )
         .await
         .unwrap();
-    let server = TestServer::start_with(&["--checkpoint-interval", "100ms"]).await;
+    let metrics = crate::common::free_port();
+    let server = TestServer::start_with(&[
+        "--checkpoint-interval",
+        "100ms",
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics}"),
+    ])
+    .await;
     let weir = server.client().await;
     let options = cdc_options(&url, "orders", "weir_test_follow");
     let columns = "id int PRIMARY KEY, customer text, amount numeric(10,2), note text";
@@ -166,8 +189,11 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
         "a refused table is not created"
     );
 
+    // The upstream password comes from a secret (the test's PostgreSQL
+    // trusts loopback clients, so any value connects).
     weir.batch_execute(&format!(
-        "CREATE TABLE orders ({columns}) WITH ({options});
+        "CREATE SECRET upstream_password AS '{PASSWORD}';
+         CREATE TABLE orders ({columns}) WITH ({options}, password = SECRET upstream_password);
          CREATE MATERIALIZED VIEW by_customer AS \
              SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer"
     ))
@@ -179,6 +205,16 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
     let by_customer = "SELECT customer, n, total FROM by_customer";
     wait_same(&upstream, &weir, rows, Duration::from_secs(60)).await;
     assert_eq!(status(&weir, "orders", "snapshot_rows").await, "3000");
+    weir.batch_execute("CHECKPOINT").await.unwrap();
+    assert!(
+        !any_file_holds(&server.data_dir, PASSWORD),
+        "the secret's value is in a state file"
+    );
+    assert_eq!(
+        sqlstate(&weir, "DROP SECRET upstream_password").await,
+        "2BP01",
+        "a secret a table uses stays"
+    );
     assert_eq!(
         sorted_rows(&weir, by_customer).await,
         sorted_rows(&upstream, totals).await
@@ -284,8 +320,16 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
     let failures: u64 = status(&weir, "orders", "failures").await.parse().unwrap();
     assert!(failures >= 1, "the cut connection was noticed");
     assert_eq!(status(&weir, "orders", "phase").await, "streaming");
+    let changes = status(&weir, "orders", "changes").await;
+    assert!(changes.parse::<u64>().unwrap() > 300, "{changes} changes");
+    assert_eq!(
+        crate::common::counter(metrics, "weir_cdc_changes_total{table=\"orders\"}").to_string(),
+        changes
+    );
+    assert!(crate::common::counter(metrics, "weir_cdc_failures_total{table=\"orders\"}") >= 1);
 
-    // Dropping the table drops its slot and the publication Weir made.
+    // Dropping the table drops its slot and the publication Weir made;
+    // then its secret may go.
     weir.batch_execute("DROP TABLE orders CASCADE")
         .await
         .unwrap();
@@ -306,6 +350,9 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    weir.batch_execute("DROP SECRET upstream_password")
+        .await
+        .unwrap();
 }
 
 /// Random upstream transactions on `accounts` until `stop`: inserts,
@@ -357,8 +404,9 @@ async fn a_postgres_cdc_table_holds_exactly_the_upstream_rows_through_sigkill_cy
     let mut server = TestServer::start_with(&["--checkpoint-interval", "100ms"]).await;
     let weir = server.client().await;
     weir.batch_execute(&format!(
-        "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, version bigint NOT NULL) \
-             WITH ({});
+        "CREATE SECRET upstream_password AS '{PASSWORD}';
+         CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, version bigint NOT NULL) \
+             WITH ({}, password = SECRET upstream_password);
          CREATE MATERIALIZED VIEW summary AS \
              SELECT count(*) AS n, sum(balance) AS balance, sum(version) AS versions FROM accounts",
         cdc_options(&url, "accounts", "weir_test_crash")
