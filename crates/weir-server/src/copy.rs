@@ -242,17 +242,26 @@ impl CopyIn {
         } else {
             for_each_text_record(text, &self.format, append)?;
         }
-        let fields: Vec<Field> = self
-            .columns
-            .iter()
-            .map(|&c| Field::new(&self.table.columns[c].name, DataType::Utf8, true))
-            .collect();
-        let arrays: Vec<ArrayRef> = builders
-            .iter_mut()
-            .map(|b| Arc::new(b.finish()) as ArrayRef)
-            .collect();
-        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+        text_columns(&self.table, &self.columns, &mut builders)
     }
+}
+
+/// The text columns `builders` hold, named as `def`'s columns `columns`:
+/// what COPY's text is cast from.
+pub(crate) fn text_columns(
+    def: &TableDef,
+    columns: &[usize],
+    builders: &mut [StringBuilder],
+) -> WeirResult<RecordBatch> {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|&c| Field::new(&def.columns[c].name, DataType::Utf8, true))
+        .collect();
+    let arrays: Vec<ArrayRef> = builders
+        .iter_mut()
+        .map(|b| Arc::new(b.finish()) as ArrayRef)
+        .collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
 }
 
 /// Splits PostgreSQL text format: one row per line, fields separated by the

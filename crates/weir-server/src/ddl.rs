@@ -33,14 +33,7 @@ pub async fn create_table(
     }
     let db = session.db.clone();
     let mut working = db.working().await;
-    let name = relation_name(&create.name)?;
-    if let Some(skipped) = claim_name(
-        session,
-        &working.catalog,
-        &name,
-        create.if_not_exists,
-        "CREATE TABLE",
-    )? {
+    if let Some(skipped) = claim_table_name(session, &working.catalog, create)? {
         return Ok(skipped);
     }
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
@@ -289,6 +282,22 @@ pub fn claim_name(
     }
     session.notice(format!("relation \"{name}\" already exists, skipping"));
     Ok(Some(Output::command(tag)))
+}
+
+/// [`claim_name`] for a `CREATE TABLE`.
+pub fn claim_table_name(
+    session: &mut Session,
+    catalog: &Catalog,
+    create: &CreateTable,
+) -> WeirResult<Option<Output>> {
+    let name = relation_name(&create.name)?;
+    claim_name(
+        session,
+        catalog,
+        &name,
+        create.if_not_exists,
+        "CREATE TABLE",
+    )
 }
 
 /// Plans a `CREATE TABLE` (or the columns of a `CREATE SOURCE`) with

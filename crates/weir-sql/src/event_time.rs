@@ -125,11 +125,7 @@ pub(crate) fn strip(tokens: &[&TokenWithSpan]) -> Result<Clauses, ParseError> {
             }
         }
         if depth == 0 && is_word(token, "emit") {
-            let rest: Vec<&Token> = tokens[i..]
-                .iter()
-                .map(|t| &t.token)
-                .filter(|t| !matches!(t, Token::Whitespace(_)))
-                .collect();
+            let rest = crate::parse::words(&tokens[i..]);
             let words = ["emit", "on", "window", "close"];
             if rest.len() == words.len() && rest.iter().zip(words).all(|(t, w)| is_word(t, w)) {
                 clauses.emit_on_window_close = true;

@@ -151,11 +151,7 @@ fn parse_segment(
     tokens: &[&TokenWithSpan],
     out: &mut Vec<WeirStatement>,
 ) -> Result<(), ParseError> {
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
+    let words = words(tokens);
     if let Some(form) = crate::subscribe::find(&words) {
         out.push(match form {
             Form::Plain => WeirStatement::Subscribe(crate::subscribe::parse_subscribe(tokens)?),
@@ -308,11 +304,7 @@ pub(crate) fn parse_rewritten(text: &str) -> Result<Statement, ParseError> {
         .tokenize_with_location()
         .map_err(|e| ParseError::Syntax(e.to_string()))?;
     let tokens: Vec<&TokenWithSpan> = tokens.iter().collect();
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
+    let words = words(&tokens);
     let mut parsed = Vec::new();
     parse_standard(text, &tokens, &words, &mut parsed)?;
     match (parsed.pop(), parsed.is_empty()) {
@@ -474,6 +466,15 @@ fn parse_connector_table(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Par
         watermark: clauses.watermark,
         options: parse_options(&tokens[with + 1..])?,
     })
+}
+
+/// The tokens that are not whitespace.
+pub(crate) fn words<'a>(tokens: &[&'a TokenWithSpan]) -> Vec<&'a Token> {
+    tokens
+        .iter()
+        .map(|t| &t.token)
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect()
 }
 
 /// One SQL expression, for rewrites that write theirs as text.

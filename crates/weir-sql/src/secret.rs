@@ -76,11 +76,7 @@ fn is_word(token: Option<&&Token>, word: &str) -> bool {
 
 /// `CREATE SECRET ...` (`tokens` start with `CREATE SECRET`).
 pub(crate) fn parse_create_secret(tokens: &[&TokenWithSpan]) -> Result<CreateSecret, ParseError> {
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
+    let words = crate::parse::words(tokens);
     let mut at = 2;
     let if_not_exists = is_word(words.get(at), "if");
     if if_not_exists {
@@ -134,11 +130,7 @@ pub(crate) fn parse_create_secret(tokens: &[&TokenWithSpan]) -> Result<CreateSec
 
 /// `DROP SECRET ...` (`tokens` start with `DROP SECRET`).
 pub(crate) fn parse_drop_secret(tokens: &[&TokenWithSpan]) -> Result<DropSecret, ParseError> {
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
+    let words = crate::parse::words(tokens);
     let mut at = 2;
     let if_exists = is_word(words.get(at), "if");
     if if_exists {

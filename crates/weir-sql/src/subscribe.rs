@@ -58,11 +58,7 @@ pub(crate) enum Form {
 
 /// `SUBSCRIBE ...`: `tokens` start with the `SUBSCRIBE` word.
 pub(crate) fn parse_subscribe(tokens: &[&TokenWithSpan]) -> Result<Subscribe, ParseError> {
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
+    let words = crate::parse::words(tokens);
     let mut rest = &words[1..];
     if let [Token::Word(to), tail @ ..] = rest {
         // `TO` is optional; a relation named `to` needs quotes.

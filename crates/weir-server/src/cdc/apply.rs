@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringBuilder};
+use datafusion::arrow::array::{Array, RecordBatch, StringBuilder};
 use datafusion::arrow::compute::{concat, interleave};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{Field, Schema};
 
 use super::pgoutput::Value;
 use crate::catalog::TableDef;
@@ -269,15 +269,7 @@ fn text_batch(
             builder.append_option(value);
         }
     }
-    let fields: Vec<Field> = columns
-        .iter()
-        .map(|&c| Field::new(&def.columns[c].name, DataType::Utf8, true))
-        .collect();
-    let arrays: Vec<ArrayRef> = builders
-        .iter_mut()
-        .map(|b| Arc::new(b.finish()) as ArrayRef)
-        .collect();
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+    crate::copy::text_columns(def, &columns, &mut builders)
 }
 
 /// `a`'s rows followed by `b`'s (same columns).

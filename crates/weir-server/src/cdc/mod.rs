@@ -146,13 +146,7 @@ pub async fn create_table(
     )?;
     let def = {
         let working = db.working().await;
-        if let Some(skipped) = crate::ddl::claim_name(
-            session,
-            &working.catalog,
-            &name,
-            create.if_not_exists,
-            "CREATE TABLE",
-        )? {
+        if let Some(skipped) = crate::ddl::claim_table_name(session, &working.catalog, create)? {
             return Ok(skipped);
         }
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
@@ -167,13 +161,8 @@ pub async fn create_table(
     }
     cdc.check_upstream(&def).await?;
     let mut working = db.working().await;
-    if let Some(skipped) = crate::ddl::claim_name(
-        session,
-        &working.catalog,
-        &name,
-        create.if_not_exists,
-        "CREATE TABLE",
-    )? {
+    // Taken meanwhile?
+    if let Some(skipped) = crate::ddl::claim_table_name(session, &working.catalog, create)? {
         return Ok(skipped);
     }
     working.create_table(TableDef {

@@ -8,7 +8,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::catalog::TableDef;
 use crate::error::{SqlState, WeirError, WeirResult};
-use crate::sink::postgres::quote;
+use crate::sink::postgres::{quote, table_columns};
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -192,17 +192,7 @@ impl PostgresCdc {
             ));
         }
         let target = self.qualified_table();
-        let columns: Vec<String> = client
-            .query(
-                "SELECT attname::text FROM pg_attribute \
-                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-                &[&target],
-            )
-            .await
-            .map_err(upstream)?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let columns = table_columns(&client, &target).await.map_err(upstream)?;
         if columns.is_empty() {
             return Err(WeirError::new(
                 SqlState::UNDEFINED_TABLE,

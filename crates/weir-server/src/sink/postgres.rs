@@ -160,17 +160,7 @@ impl PostgresSink {
             .map_err(|e| Failure::Connect(e.to_string()))?;
         tokio::spawn(connection);
         let target = format!("{}.{}", quote(&self.schema), quote(&self.table));
-        let found: Vec<String> = client
-            .query(
-                "SELECT attname::text FROM pg_attribute \
-                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-                &[&target],
-            )
-            .await
-            .map_err(deliver)?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let found = table_columns(&client, &target).await.map_err(deliver)?;
         if found.is_empty() {
             return Err(Failure::Target(
                 SqlState::UNDEFINED_TABLE,
@@ -362,6 +352,24 @@ fn invalid(message: String) -> WeirError {
 }
 
 /// A PostgreSQL identifier, quoted.
+/// The column names of PostgreSQL table `target` (as SQL names it);
+/// none if there is no such table.
+pub(crate) async fn table_columns(
+    client: &Client,
+    target: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT attname::text FROM pg_attribute \
+             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+            &[&target],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
+}
+
 pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }

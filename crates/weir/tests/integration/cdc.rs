@@ -5,7 +5,6 @@
 //! connection cut upstream, and exactly the upstream's rows through
 //! SIGKILL cycles of the server while the upstream is written.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,22 +13,20 @@ use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
 use crate::common::{sorted_rows, sqlstate, TestServer};
-use crate::reference_postgres::{connect, fresh_database};
+use crate::reference_postgres::{connect, fresh_database, Endpoint};
 
 /// The `WITH (...)` of a `postgres-cdc` table reading `table` of database
 /// `url` through slot `slot`.
 fn cdc_options(url: &str, table: &str, slot: &str) -> String {
-    let config = tokio_postgres::Config::from_str(url).expect("a connection string");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(host) => host.clone(),
-        other => panic!("the test's PostgreSQL must listen on TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let Endpoint {
+        host,
+        port,
+        user,
+        database,
+    } = Endpoint::of(url);
     format!(
-        "connector = 'postgres-cdc', hostname = '{host}', port = '{port}', username = '{}', \
-         database.name = '{}', table.name = '{table}', slot.name = '{slot}'",
-        config.get_user().unwrap_or("postgres"),
-        config.get_dbname().expect("a database"),
+        "connector = 'postgres-cdc', hostname = '{host}', port = '{port}', username = '{user}', \
+         database.name = '{database}', table.name = '{table}', slot.name = '{slot}'"
     )
 }
 
@@ -169,10 +166,7 @@ async fn a_postgres_cdc_table_follows_its_upstream_table() {
     }
     let closed_port = crate::common::free_port();
     let unreachable = options.replace(
-        &format!(
-            "port = '{}'",
-            tokio_postgres::Config::from_str(&url).unwrap().get_ports()[0]
-        ),
+        &format!("port = '{}'", Endpoint::of(&url).port),
         &format!("port = '{closed_port}'"),
     );
     assert_eq!(

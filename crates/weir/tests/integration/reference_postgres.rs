@@ -7,6 +7,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
@@ -51,6 +52,31 @@ pub async fn fresh_database(name: &str) -> (Option<Postgres>, String) {
         admin.batch_execute(&statement).await.unwrap();
     }
     (server, format!("{url} dbname={name}"))
+}
+
+/// Where connection string `url` points: host, port, user and database,
+/// for a connector's options.
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub database: String,
+}
+
+impl Endpoint {
+    pub fn of(url: &str) -> Endpoint {
+        let config = tokio_postgres::Config::from_str(url).expect("a connection string");
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            other => panic!("the test's PostgreSQL must listen on TCP, not {other:?}"),
+        };
+        Endpoint {
+            host,
+            port: config.get_ports().first().copied().unwrap_or(5432),
+            user: config.get_user().unwrap_or("postgres").to_owned(),
+            database: config.get_dbname().expect("a database").to_owned(),
+        }
+    }
 }
 
 /// A PostgreSQL server this test started; stopped by its process id.

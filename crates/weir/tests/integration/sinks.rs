@@ -7,7 +7,6 @@
 //! reading a datagen source.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, Int64Array, StringArray};
@@ -17,21 +16,19 @@ use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
 use crate::common::{sorted_rows, sqlstate, TestServer};
-use crate::reference_postgres::{connect, fresh_database};
+use crate::reference_postgres::{connect, fresh_database, Endpoint};
 
 /// The `WITH (...)` of a PostgreSQL sink into `table` of database `url`.
 fn sink_options(url: &str, table: &str, kind: &str) -> String {
-    let config = tokio_postgres::Config::from_str(url).expect("a connection string");
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(host) => host.clone(),
-        other => panic!("the test's PostgreSQL must listen on TCP, not {other:?}"),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let Endpoint {
+        host,
+        port,
+        user,
+        database,
+    } = Endpoint::of(url);
     format!(
-        "connector = 'postgres', host = '{host}', port = '{port}', user = '{}', \
-         database = '{}', table = '{table}', type = '{kind}'",
-        config.get_user().unwrap_or("postgres"),
-        config.get_dbname().expect("a database"),
+        "connector = 'postgres', host = '{host}', port = '{port}', user = '{user}', \
+         database = '{database}', table = '{table}', type = '{kind}'"
     )
 }
 
