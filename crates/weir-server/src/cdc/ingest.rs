@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::{RecordBatch, StringBuilder};
 use futures::StreamExt;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 
@@ -72,30 +73,10 @@ async fn snapshot(
     cdc: &PostgresCdc,
     status: &CdcStatus,
 ) -> WeirResult<u64> {
-    let client = cdc.connect().await.map_err(unreachable)?;
+    let client = cdc.connect().await?;
     // A slot left by a snapshot that did not finish is this table's own
     // (CREATE TABLE refused a slot of its name).
-    let stale = client
-        .query_opt(
-            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-            &[&cdc.slot],
-        )
-        .await
-        .map_err(|e| super::options::upstream_error(&e))?;
-    if let Some(row) = stale {
-        if let Some(pid) = row.get::<_, Option<i32>>(0) {
-            // A walsender of ours from before a crash that PostgreSQL has
-            // not noticed yet.
-            let _ = client
-                .execute("SELECT pg_terminate_backend($1)", &[&pid])
-                .await;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        client
-            .execute("SELECT pg_drop_replication_slot($1)", &[&cdc.slot])
-            .await
-            .map_err(|e| super::options::upstream_error(&e))?;
-    }
+    cdc.drop_slot(&client).await?;
     let mut replication = ReplicationClient::connect_gated(cdc.replication(0, 0))
         .await
         .map_err(replication_error)?;
@@ -139,10 +120,14 @@ async fn snapshot(
         .await
         .map_err(upstream)?;
     futures::pin_mut!(copy_out);
+    // The rows go straight into text columns, as COPY FROM gathers its
+    // text, and are inserted a chunk at a time: the upstream's key makes
+    // them distinct, so nothing needs netting.
     let format = CopyFormat::text();
-    let mut pending = PendingChanges::new(def.primary_key.clone());
-    // The snapshot replaces whatever an interrupted one left.
-    pending.truncate();
+    let all: Vec<usize> = (0..def.columns.len()).collect();
+    let mut builders: Vec<StringBuilder> = all.iter().map(|_| StringBuilder::new()).collect();
+    let mut buffered = 0;
+    let mut first = true;
     let mut partial_line = Vec::new();
     let mut rows = 0u64;
     while let Some(chunk) = copy_out.next().await {
@@ -155,32 +140,51 @@ async fn snapshot(
         let text = std::str::from_utf8(&lines)
             .map_err(|e| WeirError::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, e.to_string()))?;
         copy::for_each_text_record(text, &format, |fields| {
-            pending.insert(
-                fields
-                    .iter()
-                    .map(|f| {
-                        f.as_ref()
-                            .map_or(Value::Null, |t| Value::Text(t.to_string()))
-                    })
-                    .collect(),
-            );
+            for (builder, field) in builders.iter_mut().zip(fields) {
+                builder.append_option(field.as_deref());
+            }
+            buffered += 1;
             Ok(())
         })?;
-        if pending.len() >= MAX_APPLY_ROWS {
-            rows += pending.len() as u64;
-            let full =
-                std::mem::replace(&mut pending, PendingChanges::new(def.primary_key.clone()));
-            full.apply(session, db, def, 0).await?;
+        if buffered >= MAX_APPLY_ROWS {
+            let text = copy::text_columns(def, &all, &mut builders)?;
+            insert_snapshot_rows(session, db, def, text, first, 0).await?;
+            rows += std::mem::take(&mut buffered) as u64;
+            first = false;
             status.update(|s| s.snapshot_rows = rows);
         }
     }
-    rows += pending.len() as u64;
-    pending.apply(session, db, def, consistent_point).await?;
+    let text = copy::text_columns(def, &all, &mut builders)?;
+    insert_snapshot_rows(session, db, def, text, first, consistent_point).await?;
+    rows += buffered as u64;
     status.update(|s| s.snapshot_rows = rows);
     client.batch_execute("COMMIT").await.map_err(upstream)?;
     // The exported snapshot is no longer needed: the slot stays.
     replication.abort();
     Ok(consistent_point)
+}
+
+/// Inserts a chunk of the snapshot (`text`: every column as text) into
+/// the working state's table, emptying the table first for the first
+/// chunk (the snapshot replaces whatever an interrupted one left), and
+/// records `position` (0 until the last chunk).
+async fn insert_snapshot_rows(
+    session: &Session,
+    db: &Database,
+    def: &TableDef,
+    text: RecordBatch,
+    first: bool,
+    position: u64,
+) -> WeirResult<()> {
+    let rows = crate::dml::text_rows(session, def, text).await?;
+    let mut working = db.working().await;
+    let table = working.table_mut(def.id)?;
+    if first {
+        table.clear()?;
+    }
+    crate::dml::check_write(def, &rows, table.write(&[], Some(&rows))?)?;
+    working.set_table_position(def.id, position);
+    Ok(())
 }
 
 /// Streams the slot's changes from `position` on, applying each run of
@@ -363,13 +367,6 @@ fn apply_message(
 /// The mapping of relation `id`, if it is the table's.
 fn ours(id: u32, relation: &Option<Mapping>) -> Option<&Mapping> {
     relation.as_ref().filter(|m| m.relation == id)
-}
-
-fn unreachable(message: String) -> WeirError {
-    WeirError::new(
-        SqlState("08001"),
-        format!("could not connect to the upstream PostgreSQL: {message}"),
-    )
 }
 
 fn replication_error(e: pgwire_replication::PgWireError) -> WeirError {

@@ -114,7 +114,7 @@ impl PostgresCdc {
     }
 
     /// A connection for queries, with [`SESSION_SETTINGS`].
-    pub async fn connect(&self) -> Result<Client, String> {
+    pub async fn connect(&self) -> WeirResult<Client> {
         let mut config = tokio_postgres::Config::new();
         config
             .host(&self.host)
@@ -126,7 +126,15 @@ impl PostgresCdc {
         if !self.password.is_empty() {
             config.password(&self.password);
         }
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            WeirError::new(
+                SqlState("08001"),
+                format!(
+                    "could not connect to the upstream PostgreSQL at {}:{}: {e}",
+                    self.host, self.port
+                ),
+            )
+        })?;
         tokio::spawn(connection);
         let settings: String = SESSION_SETTINGS
             .iter()
@@ -135,7 +143,7 @@ impl PostgresCdc {
         client
             .batch_execute(&settings)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| upstream_error(&e))?;
         Ok(client)
     }
 
@@ -167,15 +175,7 @@ impl PostgresCdc {
     /// slot of the table's name yet; creates the publication when Weir
     /// owns it.
     pub async fn check_upstream(&self, def: &TableDef) -> WeirResult<()> {
-        let client = self.connect().await.map_err(|e| {
-            WeirError::new(
-                SqlState("08001"),
-                format!(
-                    "could not connect to the upstream PostgreSQL at {}:{}: {e}",
-                    self.host, self.port
-                ),
-            )
-        })?;
+        let client = self.connect().await?;
         let upstream = |e: tokio_postgres::Error| upstream_error(&e);
         let wal_level: String = client
             .query_one("SHOW wal_level", &[])
@@ -293,39 +293,11 @@ impl PostgresCdc {
 }
 
 impl PostgresCdc {
-    /// Drops the slot (ending the walsender that holds it, if one still
-    /// does) and the publication Weir made, retrying for a few seconds
-    /// while the walsender ends.
-    pub async fn drop_upstream(&self) -> Result<(), String> {
+    /// Drops the slot ([`PostgresCdc::drop_slot`]) and the publication
+    /// Weir made.
+    pub async fn drop_upstream(&self) -> WeirResult<()> {
         let client = self.connect().await?;
-        let mut last_error = String::new();
-        for attempt in 0..10 {
-            let _ = client
-                .execute(
-                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-                     WHERE slot_name = $1 AND active_pid IS NOT NULL",
-                    &[&self.slot],
-                )
-                .await;
-            match client
-                .execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                     WHERE slot_name = $1",
-                    &[&self.slot],
-                )
-                .await
-            {
-                Ok(_) => {
-                    last_error.clear();
-                    break;
-                }
-                Err(e) => last_error = e.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
-        }
-        if !last_error.is_empty() {
-            return Err(last_error);
-        }
+        self.drop_slot(&client).await?;
         if self.owns_publication {
             client
                 .batch_execute(&format!(
@@ -333,9 +305,39 @@ impl PostgresCdc {
                     quote(&self.publication)
                 ))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| upstream_error(&e))?;
         }
         Ok(())
+    }
+
+    /// Drops the slot if it exists, ending the walsender that holds it
+    /// (one of a crashed server's, or of an aborted task, that PostgreSQL
+    /// has not noticed yet), retrying for a few seconds while it ends.
+    pub async fn drop_slot(&self, client: &Client) -> WeirResult<()> {
+        let mut attempt = 0;
+        loop {
+            let _ = client
+                .execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                     WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                    &[&self.slot],
+                )
+                .await;
+            let dropped = client
+                .execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                     WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await;
+            match dropped {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt == 9 => return Err(upstream_error(&e)),
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
+            attempt += 1;
+        }
     }
 }
 
