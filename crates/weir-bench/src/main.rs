@@ -9,9 +9,11 @@
 //! target/release/weir-bench stream --query agg --rows 12000000
 //! target/release/weir-bench nexmark --query q5 --events 10000000
 //! target/release/weir-bench cdc --snapshot-rows 1000000 --changes 1000000
+//! target/release/weir-bench kafka --broker /var/tmp/weir-nisshi/bin/nisshi --records 1000000
 //! ```
 
 mod cdc;
+mod kafka;
 mod nexmark;
 mod nexmark_suite;
 mod postgres;
@@ -186,6 +188,21 @@ enum Bench {
         #[arg(long, default_value_t = 1000)]
         transaction_rows: u64,
     },
+    /// Kafka: a Kafka source into a group-by view, and a generated stream
+    /// into Kafka sinks (exactly-once and at-least-once), against a
+    /// nisshi broker started here; reports records per second and per
+    /// CPU-second of the server, and peak memory.
+    Kafka {
+        /// The broker binary (nisshi).
+        #[arg(long, default_value = "nisshi")]
+        broker: String,
+        /// Records read by the source, and rows written by each sink.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Partitions of each topic.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -316,6 +333,18 @@ async fn main() -> anyhow::Result<()> {
                 snapshot_rows,
                 changes,
                 transaction_rows,
+            })
+            .await
+        }
+        Bench::Kafka {
+            broker,
+            records,
+            partitions,
+        } => {
+            kafka::run(kafka::KafkaLoad {
+                broker,
+                records,
+                partitions,
             })
             .await
         }

@@ -125,7 +125,7 @@ impl Server {
 
     /// User plus system CPU time the server process has used.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        cpu_time(self.child.id())
+        process_cpu_time(self.child.id())
     }
 
     /// The server's peak resident memory so far (`VmHWM`), in KiB.
@@ -143,7 +143,8 @@ impl Server {
 }
 
 /// User plus system CPU time process `pid` has used.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+/// User plus system CPU time process `pid` has used.
+pub fn process_cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which is in parentheses and may
     // hold spaces): state is field 3, utime 14 and stime 15.
@@ -194,7 +195,7 @@ impl Compute {
 
     /// User plus system CPU time it has used.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        cpu_time(self.child.id())
+        process_cpu_time(self.child.id())
     }
 
     /// Its peak resident memory so far, in KiB.

@@ -4,19 +4,21 @@
 //! |---|---|
 //! | [`datagen`] | `connector = 'datagen'`: synthetic rows, a pure function of the options and the row index |
 //! | [`nexmark`] | `connector = 'nexmark'`: the Nexmark benchmark's person, auction and bid streams, a pure function of the event number |
+//! | [`kafka`] | `connector = 'kafka'`: a Kafka topic's records, JSON or CSV, each partition a split at its offset |
 //!
 //! A connector knows nothing about sessions, epochs or the object store: it
 //! turns validated options into a `weir_stream::runtime::Source`, whose
 //! readers yield batches of rows and report their position; the runtime
 //! checkpoints the position, and after a crash opens the source there
-//! again. Both connectors generate rows from their index alone and share
-//! one reader ([`paced`]): splits of index blocks, paced at a rate.
+//! again. The generators make rows from their index alone and share one
+//! reader ([`paced`]): splits of index blocks, paced at a rate.
 //! [`Connector`] is what the server knows of them: their names, their
 //! generator versions, the columns a source may leave out, and the
 //! runtime `Source` a source's definition makes.
 
 pub mod datagen;
 mod generated;
+pub mod kafka;
 pub mod nexmark;
 pub mod paced;
 
@@ -38,11 +40,27 @@ pub enum Connector {
     Datagen,
     /// [`nexmark`].
     Nexmark,
+    /// [`kafka`].
+    Kafka,
+}
+
+/// What a source's definition fixes besides its columns and options.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceSetup {
+    /// The source's id.
+    pub id: u64,
+    /// When it was created (unix microseconds): generators' event time.
+    pub created_micros: i64,
+    /// The generator version it was created with.
+    pub version: u32,
+    /// Its splits, for a connector that asks an outside system (a Kafka
+    /// topic's partitions when the source was created).
+    pub splits: Option<u32>,
 }
 
 impl Connector {
     /// Every connector.
-    pub const ALL: [Connector; 2] = [Connector::Datagen, Connector::Nexmark];
+    pub const ALL: [Connector; 3] = [Connector::Datagen, Connector::Nexmark, Connector::Kafka];
 
     /// The connector called `name`, if there is one.
     pub fn named(name: &str) -> Option<Connector> {
@@ -54,6 +72,7 @@ impl Connector {
         match self {
             Connector::Datagen => "datagen",
             Connector::Nexmark => "nexmark",
+            Connector::Kafka => "kafka",
         }
     }
 
@@ -63,7 +82,15 @@ impl Connector {
         match self {
             Connector::Datagen => datagen::GENERATOR_VERSION,
             Connector::Nexmark => nexmark::GENERATOR_VERSION,
+            Connector::Kafka => 1,
         }
+    }
+
+    /// Whether it generates its rows (they are never NULL, and a read
+    /// is a pure function of the options) rather than reading them from
+    /// another system.
+    pub fn generates(self) -> bool {
+        !matches!(self, Connector::Kafka)
     }
 
     /// The columns of a source declared without a column list, where the
@@ -73,21 +100,24 @@ impl Connector {
         options: &BTreeMap<String, String>,
     ) -> Option<Result<SchemaRef, ConnectorError>> {
         match self {
-            Connector::Datagen => None,
+            Connector::Datagen | Connector::Kafka => None,
             Connector::Nexmark => Some(nexmark::table_schema(options).map_err(invalid)),
         }
     }
 
     /// A source of `schema` with `options` (keys lowercased, without
-    /// `connector`), created at `created_micros` with generator `version`,
-    /// as the stream runtime reads it.
+    /// `connector`) set up as `setup` says, as the stream runtime reads it.
     pub fn source(
         self,
         schema: SchemaRef,
         options: &BTreeMap<String, String>,
-        created_micros: i64,
-        version: u32,
+        setup: SourceSetup,
     ) -> Result<Arc<dyn Source>, ConnectorError> {
+        let SourceSetup {
+            created_micros,
+            version,
+            ..
+        } = setup;
         Ok(match self {
             Connector::Datagen => Arc::new(datagen::DatagenSource::new(
                 datagen::DatagenSpec::new(schema, options, created_micros)
@@ -99,6 +129,15 @@ impl Connector {
                     .and_then(|spec| spec.with_version(version))
                     .map_err(invalid)?,
             )),
+            Connector::Kafka => {
+                let options = kafka::KafkaOptions::parse(options).map_err(ConnectorError)?;
+                let partitions = setup.splits.ok_or_else(|| {
+                    ConnectorError("a Kafka source without its partition count".into())
+                })?;
+                Arc::new(kafka::KafkaSource::new(
+                    setup.id, options, schema, partitions,
+                ))
+            }
         })
     }
 }

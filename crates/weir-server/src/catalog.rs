@@ -80,6 +80,11 @@ pub struct SourceDef {
     /// `WATERMARK FOR`, if declared.
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// How many splits it is read through, where the connector asked
+    /// another system when the source was created (a Kafka topic's
+    /// partitions); generators fix their own.
+    #[serde(default)]
+    pub splits: Option<u32>,
 }
 
 /// A relation's `WATERMARK FOR col AS col - delay`: rows whose `col` is
@@ -115,8 +120,12 @@ impl SourceDef {
             .source(
                 self.schema(),
                 &self.options,
-                self.created_micros,
-                self.generator_version,
+                weir_connectors::SourceSetup {
+                    id: self.id,
+                    created_micros: self.created_micros,
+                    version: self.generator_version,
+                    splits: self.splits,
+                },
             )
             .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))
     }

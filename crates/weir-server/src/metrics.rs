@@ -179,6 +179,20 @@ pub fn render(db: &Database) -> String {
         "The LSN each postgres-cdc table's replication slot is confirmed to.",
         |s| s.confirmed_position,
     );
+    let metric = "weir_source_bad_records_total";
+    let _ = writeln!(
+        out,
+        "# HELP {metric} Records each Kafka source could not parse since the server started.\n# TYPE {metric} counter"
+    );
+    let counts = weir_connectors::kafka::bad_record_counts();
+    for def in snapshot.catalog.sources.values() {
+        if def.connector == "kafka" {
+            let count = counts
+                .get(&def.id)
+                .map_or(0, |c| c.count.load(std::sync::atomic::Ordering::Relaxed));
+            let _ = writeln!(out, "{metric}{{source=\"{}\"}} {count}", label(&def.name));
+        }
+    }
     let metric = "weir_view_late_rows_total";
     let _ = writeln!(
         out,

@@ -43,7 +43,7 @@ pub async fn create(
         .find(|(key, _)| weir_sql::referenced_key(key).is_some())
     {
         return Err(WeirError::unsupported(format!(
-            "a generated source takes no secrets (option \"{}\")",
+            "a source takes no secrets yet (option \"{}\")",
             weir_sql::referenced_key(key).unwrap_or(key)
         )));
     }
@@ -64,6 +64,12 @@ pub async fn create(
             known()
         ))
     })?;
+    // Ask the outside system (once the statement is otherwise whole)
+    // before taking the catalog's lock.
+    let splits = match connector {
+        Connector::Kafka if !create.columns.is_empty() => Some(kafka_partitions(&options).await?),
+        _ => None,
+    };
     let db = session.db.clone();
     let mut working = db.working().await;
     if let Some(skipped) = crate::ddl::claim_name(
@@ -84,10 +90,17 @@ pub async fn create(
         None if create.columns.is_empty() => {
             return Err(WeirError::new(
                 SqlState("42P16"),
-                format!(
-                    "a {} source needs a column list: its columns are what it generates",
-                    connector.name()
-                ),
+                if connector.generates() {
+                    format!(
+                        "a {} source needs a column list: its columns are what it generates",
+                        connector.name()
+                    )
+                } else {
+                    format!(
+                        "a {} source needs a column list: its columns are what it decodes",
+                        connector.name()
+                    )
+                },
             ));
         }
         _ => crate::ddl::plan_columns(session, create)
@@ -104,7 +117,8 @@ pub async fn create(
             display_scale: None,
             name: field.name().clone(),
             data_type: crate::ddl::storage_type(field.data_type()),
-            nullable: false,
+            // Generated values are never NULL; records may lack a field.
+            nullable: !connector.generates(),
             default: None,
             max_chars: None,
             declared: None,
@@ -123,6 +137,7 @@ pub async fn create(
         options,
         created_micros: chrono::Utc::now().timestamp_micros(),
         generator_version: connector.generator_version(),
+        splits,
     };
     // Refuse bad options now rather than when a view first reads it.
     def.connector()?;
@@ -133,6 +148,24 @@ pub async fn create(
     drop(working);
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE SOURCE"))
+}
+
+/// How many partitions a Kafka source's topic has (08001 when no broker
+/// answers, 42704 when the topic does not exist).
+async fn kafka_partitions(options: &BTreeMap<String, String>) -> WeirResult<u32> {
+    use weir_connectors::kafka::{self, MetadataError};
+    let options = kafka::KafkaOptions::parse(options)
+        .map_err(|e| WeirError::new(SqlState::INVALID_PARAMETER_VALUE, e))?;
+    let found = tokio::task::spawn_blocking(move || kafka::partitions(&options))
+        .await
+        .map_err(|e| WeirError::new(SqlState::INTERNAL_ERROR, e.to_string()))?;
+    found.map_err(|e| {
+        let state = match e {
+            MetadataError::Unreachable { .. } => SqlState("08001"),
+            MetadataError::NoTopic(_) => SqlState::UNDEFINED_OBJECT,
+        };
+        WeirError::new(state, e.to_string())
+    })
 }
 
 /// `SHOW SOURCES`: name, connector and options of every source.

@@ -27,6 +27,9 @@
 //!   the upstream LSN its rows have reached and the one its slot is
 //!   confirmed to (the last committed epoch's), failures and the last
 //!   error;
+//! - `weir_source_errors`: each Kafka source's records that did not
+//!   parse since the server started (left out with `bad_records =
+//!   'skip'`), and the last one's partition, offset and error;
 //! - `weir_views`: each materialized view and sink at the epoch the query
 //!   reads: whether it is a sink, whether its rows are only inserted,
 //!   whether it emits on window close, and, once it stopped being
@@ -55,6 +58,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_view_workers",
     "weir_sink_deliveries",
     "weir_cdc_tables",
+    "weir_source_errors",
     "weir_views",
 ];
 
@@ -74,6 +78,7 @@ pub fn table(
         "weir_view_workers" => Some(view_workers(db)),
         "weir_sink_deliveries" => Some(sink_deliveries(db)),
         "weir_cdc_tables" => Some(cdc_tables(db, snapshot)),
+        "weir_source_errors" => Some(source_errors(snapshot)),
         "weir_views" => Some(views(snapshot)),
         _ => None,
     }
@@ -241,6 +246,37 @@ fn sink_deliveries(db: &Database) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter(reports.iter().map(|r| {
                 r.delivery.as_ref().and_then(|d| d.last_error.as_deref())
             }))),
+        ],
+    )
+}
+
+/// Each Kafka source's bad records since the server started.
+fn source_errors(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let counts = weir_connectors::kafka::bad_record_counts();
+    let sources: Vec<(&str, u64, Option<String>)> = snapshot
+        .catalog
+        .sources
+        .values()
+        .filter(|def| def.connector == "kafka")
+        .map(|def| {
+            let count = counts.get(&def.id);
+            (
+                def.name.as_str(),
+                count.map_or(0, |c| c.count.load(std::sync::atomic::Ordering::Relaxed)),
+                count.and_then(|c| c.last_error.lock().expect("bad record lock").clone()),
+            )
+        })
+        .collect();
+    mem_table(
+        vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("bad_records", DataType::UInt64, false),
+            Field::new("last_error", DataType::Utf8, true),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(sources.iter().map(|s| s.0))),
+            Arc::new(UInt64Array::from_iter_values(sources.iter().map(|s| s.1))),
+            Arc::new(StringArray::from_iter(sources.iter().map(|s| s.2.clone()))),
         ],
     )
 }

@@ -24,6 +24,7 @@ use weir_state::{SliceReader, TableId};
 use weir_stream::runtime::from_log_batch;
 
 use super::file::FileSink;
+use super::kafka::{KafkaProducer, KafkaSink};
 use super::postgres::{Connection, Failure, PostgresSink};
 use crate::catalog::MaterializedViewDef;
 use crate::database::Database;
@@ -130,6 +131,11 @@ enum Target {
     },
     /// Parquet objects, one per epoch.
     Files(FileSink),
+    /// A Kafka topic, through a producer made when needed.
+    Kafka {
+        sink: Box<KafkaSink>,
+        producer: Option<Arc<KafkaProducer>>,
+    },
 }
 
 impl Target {
@@ -140,6 +146,10 @@ impl Target {
             crate::secrets::resolve(db, &db.committed().catalog, options.unwrap_or_default())?;
         match def.sink.as_ref().map(|s| s.connector.as_str()) {
             Some("filesystem") => Ok(Target::Files(FileSink::parse(&options)?)),
+            Some("kafka") => Ok(Target::Kafka {
+                sink: Box::new(KafkaSink::parse(&options)?),
+                producer: None,
+            }),
             _ => Ok(Target::Postgres {
                 sink: Box::new(PostgresSink::parse(&options)?),
                 columns: def.columns.iter().map(|c| c.name.clone()).collect(),
@@ -151,15 +161,28 @@ impl Target {
     /// Makes the target ready (connects); returns the newest epoch of sink
     /// `name` it has applied, where it records one.
     async fn ready(&mut self, name: &str) -> Result<Option<u64>, Failure> {
-        let Target::Postgres {
-            sink,
-            columns,
-            connection,
-        } = self
-        else {
+        let (sink, columns, connection) = match self {
+            Target::Postgres {
+                sink,
+                columns,
+                connection,
+            } => (sink, columns, connection),
+            Target::Kafka {
+                producer: Some(_), ..
+            } => return Ok(None),
+            Target::Kafka { sink, producer } => {
+                // Fencing an older producer and reading the progress
+                // topic block.
+                let (sink, name) = (sink.clone(), name.to_owned());
+                let (fresh, applied) = tokio::task::spawn_blocking(move || sink.connect(&name))
+                    .await
+                    .map_err(|e| Failure::Connect(e.to_string()))??;
+                *producer = Some(Arc::new(fresh));
+                return Ok(applied);
+            }
             // Files record nothing: an epoch written again is the same
             // object.
-            return Ok(None);
+            Target::Files(_) => return Ok(None),
         };
         if connection.is_some() {
             return Ok(None);
@@ -171,9 +194,44 @@ impl Target {
         Ok(Some(applied))
     }
 
-    /// Delivers epoch `epoch` of sink `name`: `batch` holds its changes
-    /// as checkpointed.
+    /// How many pending epochs, and changes, one delivery may take: a
+    /// Kafka transaction takes several epochs (so that a sink that fell
+    /// behind catches up in few transactions); the others one.
+    fn group_limits(&self) -> (usize, u64) {
+        match self {
+            Target::Kafka { .. } => (64, 200_000),
+            _ => (1, u64::MAX),
+        }
+    }
+
+    /// Delivers `epochs` of sink `name` (each epoch with its changes as
+    /// checkpointed), at most [`Self::group_limits`] of them.
     async fn deliver(
+        &mut self,
+        name: &str,
+        epochs: Vec<(u64, RecordBatch)>,
+    ) -> Result<(), Failure> {
+        if let Target::Kafka { producer, .. } = self {
+            let producer = producer.clone().expect("ready before delivering");
+            let mut changes = Vec::with_capacity(epochs.len());
+            for (epoch, batch) in &epochs {
+                let decoded = from_log_batch(batch)
+                    .map_err(|e| Failure::Deliver(format!("epoch {epoch}: {e}")))?;
+                changes.push((*epoch, decoded));
+            }
+            return tokio::task::spawn_blocking(move || producer.deliver(&changes))
+                .await
+                .map_err(|e| Failure::Deliver(e.to_string()))?;
+        }
+        for (epoch, batch) in &epochs {
+            self.deliver_one(name, *epoch, batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Delivers epoch `epoch` of sink `name` to PostgreSQL or files:
+    /// `batch` holds its changes as checkpointed.
+    async fn deliver_one(
         &mut self,
         name: &str,
         epoch: u64,
@@ -189,13 +247,16 @@ impl Target {
                 connection.deliver(name, epoch, &changes, text).await
             }
             Target::Files(files) => files.deliver(epoch, &changes).await,
+            Target::Kafka { .. } => unreachable!("Kafka deliveries take groups of epochs"),
         }
     }
 
     /// Forgets a connection that failed.
     fn reset(&mut self) {
-        if let Target::Postgres { connection, .. } = self {
-            *connection = None;
+        match self {
+            Target::Postgres { connection, .. } => *connection = None,
+            Target::Kafka { producer, .. } => *producer = None,
+            Target::Files(_) => {}
         }
     }
 }
@@ -254,14 +315,29 @@ async fn deliver_pending(
         .and_then(|m| m.sinks.get(&def.id).cloned())
         .unwrap_or_default();
     let delivered = db.sink_deliveries.delivered(def.id);
-    for part in pending.iter().filter(|p| p.epoch > delivered) {
-        let batch = reader
-            .read(&part.slice)
-            .await
-            .map_err(|e| Failure::Deliver(format!("epoch {}: {e}", part.epoch)))?;
-        target.deliver(&def.name, part.epoch, &batch).await?;
+    let (max_epochs, max_rows) = target.group_limits();
+    let parts: Vec<_> = pending.iter().filter(|p| p.epoch > delivered).collect();
+    let mut first = 0;
+    while first < parts.len() {
+        // The next group: at least one epoch, then as many as fit.
+        let (mut end, mut rows) = (first + 1, parts[first].rows);
+        while end < parts.len() && end - first < max_epochs && rows + parts[end].rows <= max_rows {
+            rows += parts[end].rows;
+            end += 1;
+        }
+        let mut group = Vec::with_capacity(end - first);
+        for part in &parts[first..end] {
+            let batch = reader
+                .read(&part.slice)
+                .await
+                .map_err(|e| Failure::Deliver(format!("epoch {}: {e}", part.epoch)))?;
+            group.push((part.epoch, batch));
+        }
+        let last = parts[end - 1].epoch;
+        target.deliver(&def.name, group).await?;
         db.sink_deliveries
-            .update(def.id, |s| s.delivered_epoch = part.epoch);
+            .update(def.id, |s| s.delivered_epoch = last);
+        first = end;
     }
     Ok(())
 }

@@ -5,10 +5,12 @@
 //! |---|---|
 //! | `postgres` | the PostgreSQL sink: its options, and one epoch delivered in one transaction |
 //! | `file` | the file sink: each epoch's rows as one Parquet object |
+//! | `kafka` | the Kafka sink: each epoch's records in one Kafka transaction with a progress record |
 //! | `delivery` | the tasks that deliver each committed epoch of the sinks that deliver after commit |
 
 mod delivery;
 mod file;
+mod kafka;
 pub(crate) mod postgres;
 
 pub use delivery::{run_deliveries, SinkDeliveries};
@@ -58,8 +60,15 @@ pub fn definition(catalog: &Catalog, options: &[(String, String)]) -> WeirResult
                 options: rest,
             })
         }
+        Some("kafka") => {
+            kafka::KafkaSink::parse(&crate::secrets::without_values(catalog, &rest)?)?;
+            Ok(ConnectorDef {
+                connector: "kafka".into(),
+                options: rest,
+            })
+        }
         Some(other) => Err(WeirError::unsupported(format!(
-            "sink connector '{other}' (Weir has 'blackhole', 'postgres' and 'filesystem')"
+            "sink connector '{other}' (Weir has 'blackhole', 'postgres', 'kafka' and 'filesystem')"
         ))),
         None => Err(WeirError::new(
             SqlState::SYNTAX_ERROR,
@@ -78,7 +87,8 @@ fn unrecognized(key: &str, value: &str) -> WeirError {
 
 /// Checks a new sink against the query it delivers (`columns`, and
 /// whether its output only inserts) and, for an external system, that the
-/// system takes it: the PostgreSQL sink connects and checks its table.
+/// system takes it: the PostgreSQL sink connects and checks its table,
+/// the Kafka sink its topic.
 pub async fn check(
     db: &Database,
     catalog: &Catalog,
@@ -94,6 +104,12 @@ pub async fn check(
             sink.check_target(columns).await
         }
         "filesystem" => file::FileSink::check_query(append_only),
+        "kafka" => {
+            let options = crate::secrets::resolve(db, catalog, &def.options)?;
+            let sink = kafka::KafkaSink::parse(&options)?;
+            sink.check_query(columns, append_only)?;
+            sink.check_target().await
+        }
         _ => Ok(()),
     }
 }
@@ -101,7 +117,7 @@ pub async fn check(
 /// Whether a sink delivers each committed epoch to another system (its
 /// epochs' changes are checkpointed until it has).
 pub fn delivers_after_commit(def: &ConnectorDef) -> bool {
-    matches!(def.connector.as_str(), "postgres" | "filesystem")
+    matches!(def.connector.as_str(), "postgres" | "filesystem" | "kafka")
 }
 
 /// The sinks of `catalog` that deliver each committed epoch.

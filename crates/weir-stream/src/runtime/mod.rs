@@ -295,6 +295,12 @@ impl RuntimeStatus {
         self.batches_read.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A view failed: the next epoch goes through the views even if no
+    /// rows arrive, so that its checkpoint reports the failure.
+    fn note_failure(&self) {
+        self.batches_read.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// A barrier was sent: batches read from now on are in later epochs
     /// (or in this one, which then counts them twice: one epoch more goes
     /// through the views, never one less).

@@ -742,6 +742,7 @@ impl Worker {
     /// the catalog. Views that read a failed view fail with it.
     fn stop_failed(&mut self, name: &str, reason: FailureReason) {
         warn!(view = %name, %reason, "materialized view failed");
+        self.status.note_failure();
         self.failures.push(ViewFailed {
             view: name.to_owned(),
             reason,

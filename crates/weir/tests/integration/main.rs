@@ -12,6 +12,8 @@ mod differential;
 mod drivers;
 mod fuzz;
 mod indexes;
+mod kafka;
+mod kafka_broker;
 mod nexmark;
 mod protocol;
 mod psql;

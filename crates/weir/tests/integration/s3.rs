@@ -26,7 +26,7 @@ impl Drop for Moto {
 
 /// Starts `moto_server` on loopback and creates the bucket; returns it with
 /// its endpoint. Fails (the test cannot run) when moto is not installed.
-fn start_moto() -> (Moto, String) {
+pub fn start_moto() -> (Moto, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

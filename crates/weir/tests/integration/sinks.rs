@@ -60,7 +60,7 @@ async fn wait_delivered(
 
 /// `SHOW SINKS`' row for `name`: (delivered epoch, pending epochs,
 /// pending rows, last error).
-async fn sink_status(weir: &Client, name: &str) -> (u64, u64, u64, String) {
+pub(crate) async fn sink_status(weir: &Client, name: &str) -> (u64, u64, u64, String) {
     let rows = sorted_rows(weir, "SHOW SINKS").await;
     let row = rows
         .iter()
@@ -77,7 +77,7 @@ async fn sink_status(weir: &Client, name: &str) -> (u64, u64, u64, String) {
 
 /// Waits until sink `name`'s status satisfies `done`, and returns it;
 /// panics after 30 s with the last one.
-async fn wait_status(
+pub(crate) async fn wait_status(
     weir: &Client,
     name: &str,
     done: impl Fn(&(u64, u64, u64, String)) -> bool,

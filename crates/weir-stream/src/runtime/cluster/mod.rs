@@ -609,6 +609,7 @@ impl WorkerView {
                         }
                     }
                     Poll::Ready(Some(SourceMessage::Failed(error))) => {
+                        status.note_failure();
                         let failure = WireFailure::Source {
                             source: feed.source.clone(),
                             error: Some(WireError::new(error)),
@@ -617,6 +618,7 @@ impl WorkerView {
                         return;
                     }
                     Poll::Ready(None) => {
+                        status.note_failure();
                         let failure = WireFailure::Source {
                             source: feed.source.clone(),
                             error: None,

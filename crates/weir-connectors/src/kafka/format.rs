@@ -1,0 +1,278 @@
+//! Record values to rows: JSON objects or CSV lines, decoded a batch of
+//! records at a time by arrow-json's and arrow-csv's decoders.
+//!
+//! A batch's values are decoded together, one value per row. When that
+//! fails (a value that does not parse, or one that is not exactly one
+//! row), each value is decoded alone to find those that do not parse,
+//! which `bad_records = 'skip'` leaves out and counts and `'fail'`
+//! reports; then the rest are decoded together again. So the cost of a
+//! bad record falls on its own batch only.
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
+use datafusion::arrow::record_batch::RecordBatch;
+
+/// How a record's value is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object per record, its fields named as the columns
+    /// (fields no column names are ignored; missing ones are NULL).
+    Json,
+    /// One CSV line per record, the columns in order, without a header.
+    Csv {
+        /// The field delimiter.
+        delimiter: u8,
+    },
+}
+
+/// Record values gathered for one batch: each value followed by a
+/// newline, so that the whole buffer is one input for a decoder.
+#[derive(Debug, Default)]
+pub struct Values {
+    bytes: Vec<u8>,
+    /// Where each value ends in `bytes` (after its newline).
+    ends: Vec<usize>,
+}
+
+impl Values {
+    /// Adds one record's value (a CSV line's own line break is dropped).
+    pub fn push(&mut self, value: &[u8]) {
+        let value = value.strip_suffix(b"\n").unwrap_or(value);
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        self.bytes.extend_from_slice(value);
+        self.bytes.push(b'\n');
+        self.ends.push(self.bytes.len());
+    }
+
+    /// How many values it holds.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Empties it, keeping its memory.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Value `i`, with its newline.
+    fn value(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// A value that did not parse.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadRecord {
+    /// Its index among the batch's values.
+    pub index: usize,
+    /// Why.
+    pub error: String,
+}
+
+/// Decodes record values into rows of one schema.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    format: Format,
+    schema: SchemaRef,
+}
+
+impl Decoder {
+    /// A decoder of `format` into rows of `schema`.
+    pub fn new(format: Format, schema: SchemaRef) -> Self {
+        Decoder { format, schema }
+    }
+
+    /// Decodes `values`: the rows of those that parse, in order, and the
+    /// values that do not.
+    pub fn decode(&self, values: &Values) -> (RecordBatch, Vec<BadRecord>) {
+        if let Ok(rows) = self.decode_exact(&values.bytes, values.len()) {
+            return (rows, Vec::new());
+        }
+        // Find the values that do not parse, one at a time.
+        let mut good = Values::default();
+        let mut bad = Vec::new();
+        for index in 0..values.len() {
+            let value = values.value(index);
+            match self.decode_exact(value, 1) {
+                Ok(_) => {
+                    good.bytes.extend_from_slice(value);
+                    good.ends.push(good.bytes.len());
+                }
+                Err(error) => bad.push(BadRecord { index, error }),
+            }
+        }
+        let rows = self
+            .decode_exact(&good.bytes, good.len())
+            .unwrap_or_else(|_| RecordBatch::new_empty(self.schema.clone()));
+        (rows, bad)
+    }
+
+    /// The rows of `bytes`, which must be exactly `records` rows.
+    fn decode_exact(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
+        let rows = match self.format {
+            Format::Json => self.decode_json(bytes, records),
+            Format::Csv { delimiter } => self.decode_csv(bytes, records, delimiter),
+        }?;
+        if rows.num_rows() != records {
+            return Err(match records {
+                1 if rows.num_rows() == 0 => "the record holds no value".to_owned(),
+                1 => format!("the record holds {} values, not one", rows.num_rows()),
+                _ => "the records do not hold one value each".to_owned(),
+            });
+        }
+        Ok(rows)
+    }
+
+    fn decode_json(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
+        let mut decoder = JsonReaderBuilder::new(self.schema.clone())
+            .with_batch_size(records.max(1))
+            .with_coerce_primitive(true)
+            .build_decoder()
+            .map_err(|e| e.to_string())?;
+        let mut batches = Vec::new();
+        let mut offset = 0;
+        while offset < bytes.len() {
+            let read = decoder
+                .decode(&bytes[offset..])
+                .map_err(|e| e.to_string())?;
+            offset += read;
+            if read == 0 || offset < bytes.len() {
+                batches.extend(decoder.flush().map_err(|e| e.to_string())?);
+            }
+        }
+        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
+        concat_batches(&self.schema, &batches).map_err(|e| e.to_string())
+    }
+
+    fn decode_csv(
+        &self,
+        bytes: &[u8],
+        records: usize,
+        delimiter: u8,
+    ) -> Result<RecordBatch, String> {
+        let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(self.schema.clone())
+            .with_header(false)
+            .with_delimiter(delimiter)
+            .with_batch_size(records.max(1))
+            .build_decoder();
+        let mut batches = Vec::new();
+        let mut offset = 0;
+        loop {
+            let read = decoder
+                .decode(&bytes[offset..])
+                .map_err(|e| e.to_string())?;
+            offset += read;
+            if read == 0 {
+                // The decoder has a full batch, or the input ended (an
+                // empty input marks the end).
+                match decoder.flush().map_err(|e| e.to_string())? {
+                    Some(batch) => batches.push(batch),
+                    None if offset >= bytes.len() => break,
+                    None => {}
+                }
+                if offset >= bytes.len() {
+                    decoder.decode(&[]).map_err(|e| e.to_string())?;
+                    if let Some(batch) = decoder.flush().map_err(|e| e.to_string())? {
+                        batches.push(batch);
+                    }
+                    break;
+                }
+            }
+        }
+        concat_batches(&self.schema, &batches).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+        ]))
+    }
+
+    fn values(records: &[&str]) -> Values {
+        let mut values = Values::default();
+        for record in records {
+            values.push(record.as_bytes());
+        }
+        values
+    }
+
+    fn ids(rows: &RecordBatch) -> Vec<Option<i64>> {
+        let ids = rows
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        (0..ids.len())
+            .map(|i| ids.is_valid(i).then(|| ids.value(i)))
+            .collect()
+    }
+
+    #[test]
+    fn json_objects_become_rows() {
+        let decoder = Decoder::new(Format::Json, schema());
+        let (rows, bad) = decoder.decode(&values(&[
+            r#"{"id": 1, "name": "a"}"#,
+            r#"{"name": "b", "extra": true}"#,
+            r#"{"id": "3", "name": 4}"#,
+        ]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(ids(&rows), vec![Some(1), None, Some(3)]);
+        let names = rows
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(names.value(2), "4");
+    }
+
+    #[test]
+    fn bad_json_records_are_found_one_by_one() {
+        let decoder = Decoder::new(Format::Json, schema());
+        let (rows, bad) = decoder.decode(&values(&[
+            r#"{"id": 1}"#,
+            r#"{"id": "#,
+            r#"{"id": 2}"#,
+            r#"{"id": "x"}"#,
+            r#"{"id": 3} {"id": 4}"#,
+            "",
+            r#"{"id": 5}"#,
+        ]));
+        assert_eq!(ids(&rows), vec![Some(1), Some(2), Some(5)]);
+        let indexes: Vec<usize> = bad.iter().map(|b| b.index).collect();
+        assert_eq!(indexes, vec![1, 3, 4, 5], "{bad:?}");
+        assert!(bad[3].error.contains("no value"), "{bad:?}");
+    }
+
+    #[test]
+    fn csv_lines_become_rows() {
+        let decoder = Decoder::new(Format::Csv { delimiter: b',' }, schema());
+        let (rows, bad) = decoder.decode(&values(&["1,a\n", "2,\"b,c\"", "x,y", "4"]));
+        assert_eq!(ids(&rows), vec![Some(1), Some(2)]);
+        assert_eq!(bad.iter().map(|b| b.index).collect::<Vec<_>>(), vec![2, 3]);
+        let names = rows
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(names.value(1), "b,c");
+    }
+}

@@ -1,0 +1,311 @@
+//! A Kafka reader: a thread that consumes assigned partitions and decodes
+//! their records into batches, and the stream the runtime polls.
+//!
+//! The thread blocks in librdkafka's poll, so it runs beside the tokio
+//! runtime rather than on it, and hands each batch over a bounded
+//! channel with the partitions' positions after it; when the view falls
+//! behind, the channel fills and the thread stops consuming. A batch
+//! holds the records that had arrived when the thread looked, up to the
+//! runtime's batch size.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
+use futures::Stream;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tracing::warn;
+use weir_stream::runtime::{ReadFrom, SourceReader};
+
+use super::format::{Decoder, Values};
+use super::options::{BadRecords, KafkaOptions, Startup};
+use super::BadRecordCount;
+
+/// How many decoded batches may wait for the view.
+const CHANNEL_BATCHES: usize = 2;
+
+/// How long the thread waits for a record before it looks whether the
+/// reader is still wanted.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// How long pinning a start offset may take before it is tried again.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A batch and the positions of the reader's splits after it.
+type Decoded = Result<(RecordBatch, Vec<u64>), DataFusionError>;
+
+/// The runtime's end of a Kafka reader. Dropping it stops the thread.
+pub(super) struct KafkaReader {
+    batches: mpsc::Receiver<Decoded>,
+    /// After the last batch returned; before the first, what the thread
+    /// pinned as it opened (see `started`).
+    positions: Vec<u64>,
+    /// The positions the thread pinned for partitions read for the first
+    /// time, once it has.
+    started: Arc<Mutex<Option<Vec<u64>>>>,
+    returned: bool,
+}
+
+impl KafkaReader {
+    /// Starts a thread that reads `from.splits` of `options.topic` at
+    /// their positions.
+    pub(super) fn spawn(
+        options: &KafkaOptions,
+        decoder: Decoder,
+        from: &ReadFrom,
+        bad_records: Arc<BadRecordCount>,
+    ) -> Result<Self, KafkaError> {
+        let consumer: BaseConsumer = options.consumer_config().create()?;
+        let positions: Vec<u64> = from
+            .splits
+            .iter()
+            .map(|&s| from.positions[s as usize])
+            .collect();
+        let (sender, batches) = mpsc::channel(CHANNEL_BATCHES);
+        let started = Arc::new(Mutex::new(None));
+        let thread = ConsumerThread {
+            consumer,
+            options: options.clone(),
+            decoder,
+            splits: from.splits.clone(),
+            positions: positions.clone(),
+            max_rows: from.max_batch_rows.max(1),
+            sender,
+            started: started.clone(),
+            bad_records,
+        };
+        std::thread::Builder::new()
+            .name(format!("weir-kafka-{}", options.topic))
+            .spawn(move || thread.run())
+            .map_err(|e| KafkaError::ClientCreation(e.to_string()))?;
+        Ok(KafkaReader {
+            batches,
+            positions,
+            started,
+            returned: false,
+        })
+    }
+}
+
+impl Stream for KafkaReader {
+    type Item = weir_stream::Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match self.batches.poll_recv(cx) {
+                Poll::Ready(Some(Ok((rows, positions)))) => {
+                    self.positions = positions;
+                    self.returned = true;
+                    // Records that were all bad move the positions only.
+                    if rows.num_rows() == 0 {
+                        continue;
+                    }
+                    Poll::Ready(Some(Ok(rows)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => Poll::Ready(Some(Err(DataFusionError::Execution(
+                    "the Kafka reader stopped".into(),
+                )))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
+impl SourceReader for KafkaReader {
+    fn positions(&self) -> Vec<u64> {
+        if !self.returned {
+            if let Some(started) = self.started.lock().expect("start lock").as_ref() {
+                return started.clone();
+            }
+        }
+        self.positions.clone()
+    }
+}
+
+/// What the consumer thread owns.
+struct ConsumerThread {
+    consumer: BaseConsumer,
+    options: KafkaOptions,
+    decoder: Decoder,
+    splits: Vec<u32>,
+    positions: Vec<u64>,
+    max_rows: usize,
+    sender: mpsc::Sender<Decoded>,
+    started: Arc<Mutex<Option<Vec<u64>>>>,
+    bad_records: Arc<BadRecordCount>,
+}
+
+impl ConsumerThread {
+    fn run(mut self) {
+        if let Err(e) = self.start() {
+            let _ = self.sender.blocking_send(Err(e));
+            return;
+        }
+        let index: HashMap<i32, usize> = self
+            .splits
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (s as i32, i))
+            .collect();
+        let mut values = Values::default();
+        // Each value's partition and offset, for bad-record reports.
+        let mut origins: Vec<(i32, i64)> = Vec::new();
+        while !self.sender.is_closed() {
+            let wait = if values.is_empty() {
+                IDLE_POLL
+            } else {
+                Duration::ZERO
+            };
+            let more_waiting = match self.consumer.poll(wait) {
+                Some(Ok(message)) => {
+                    let Some(&i) = index.get(&message.partition()) else {
+                        continue;
+                    };
+                    values.push(message.payload().unwrap_or_default());
+                    origins.push((message.partition(), message.offset()));
+                    self.positions[i] = message.offset() as u64 + 2;
+                    values.len() < self.max_rows
+                }
+                Some(Err(error)) => {
+                    if let Some(fatal) = fatal(&error) {
+                        let _ = self.sender.blocking_send(Err(fatal));
+                        return;
+                    }
+                    // librdkafka reconnects and retries by itself.
+                    warn!(topic = %self.options.topic, %error, "Kafka consumer error; retrying");
+                    true
+                }
+                None => false,
+            };
+            // A full batch, or nothing more waiting: hand over what has
+            // arrived.
+            if !more_waiting && !values.is_empty() && !self.flush(&mut values, &mut origins) {
+                return;
+            }
+        }
+    }
+
+    /// Pins where unread partitions start and assigns every partition at
+    /// its position; retries while the brokers cannot answer.
+    fn start(&mut self) -> Result<(), DataFusionError> {
+        while let Err(error) = self.pin_start() {
+            if self.sender.is_closed() {
+                return Ok(());
+            }
+            warn!(topic = %self.options.topic, %error, "Kafka: cannot find start offsets; retrying");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        *self.started.lock().expect("start lock") = Some(self.positions.clone());
+        let mut assignment = TopicPartitionList::new();
+        for (&split, &position) in self.splits.iter().zip(&self.positions) {
+            let offset = match position {
+                0 => Offset::Beginning,
+                next => Offset::Offset(next as i64 - 1),
+            };
+            assignment
+                .add_partition_offset(&self.options.topic, split as i32, offset)
+                .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+        }
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| DataFusionError::Execution(format!("Kafka assign: {e}")))
+    }
+
+    /// Gives each partition not read before a concrete start for
+    /// `latest` and `timestamp` (`earliest` stays at the beginning,
+    /// which is concrete already).
+    fn pin_start(&mut self) -> Result<(), KafkaError> {
+        let topic = &self.options.topic;
+        let unread: Vec<usize> = (0..self.splits.len())
+            .filter(|&i| self.positions[i] == 0)
+            .collect();
+        match self.options.startup {
+            Startup::Earliest => {}
+            Startup::Latest => {
+                for &i in &unread {
+                    let (_, high) = self.consumer.fetch_watermarks(
+                        topic,
+                        self.splits[i] as i32,
+                        START_TIMEOUT,
+                    )?;
+                    self.positions[i] = high as u64 + 1;
+                }
+            }
+            Startup::Timestamp(millis) => {
+                let mut query = TopicPartitionList::new();
+                for &i in &unread {
+                    query.add_partition_offset(
+                        topic,
+                        self.splits[i] as i32,
+                        Offset::Offset(millis),
+                    )?;
+                }
+                let found = self.consumer.offsets_for_times(query, START_TIMEOUT)?;
+                for &i in &unread {
+                    let partition = self.splits[i] as i32;
+                    let offset = match found.find_partition(topic, partition).map(|p| p.offset()) {
+                        Some(Offset::Offset(offset)) => offset,
+                        // No record that late: start after the newest.
+                        _ => {
+                            self.consumer
+                                .fetch_watermarks(topic, partition, START_TIMEOUT)?
+                                .1
+                        }
+                    };
+                    self.positions[i] = offset as u64 + 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the gathered values and sends their rows; false once the
+    /// reader is gone or the source failed.
+    fn flush(&mut self, values: &mut Values, origins: &mut Vec<(i32, i64)>) -> bool {
+        let (rows, bad) = self.decoder.decode(values);
+        let sent = if bad.is_empty() || self.options.bad_records == BadRecords::Skip {
+            self.bad_records.add(&bad, |i| origins[i]);
+            self.sender
+                .blocking_send(Ok((rows, self.positions.clone())))
+                .is_ok()
+        } else {
+            let (partition, offset) = origins[bad[0].index];
+            let error = DataFusionError::Execution(format!(
+                "Kafka topic \"{}\" partition {partition} offset {offset}: the record does not \
+                 parse: {} (bad_records = 'skip' leaves such records out)",
+                self.options.topic, bad[0].error
+            ));
+            let _ = self.sender.blocking_send(Err(error));
+            false
+        };
+        values.clear();
+        origins.clear();
+        sent
+    }
+}
+
+/// The error to fail the source with, if `error` is not one librdkafka
+/// recovers from.
+fn fatal(error: &KafkaError) -> Option<DataFusionError> {
+    let code = error.rdkafka_error_code()?;
+    matches!(
+        code,
+        RDKafkaErrorCode::AutoOffsetReset
+            | RDKafkaErrorCode::OffsetOutOfRange
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+    )
+    .then(|| {
+        DataFusionError::Execution(format!(
+            "Kafka: {error} (a checkpointed offset the broker no longer holds, or no access)"
+        ))
+    })
+}
