@@ -633,7 +633,7 @@ async fn source_statements_and_their_errors() {
     for (sql, code) in [
         ("SELECT * FROM s", "0A000"),
         ("INSERT INTO s VALUES (1, 2)", "42809"),
-        ("CREATE SOURCE s2 (x int) WITH (connector = 'kafka')", "0A000"),
+        ("CREATE SOURCE s2 (x int) WITH (connector = 'pulsar')", "0A000"),
         ("CREATE SOURCE s2 (x int)", "22023"),
         ("CREATE SOURCE s2 (x int) WITH (connector = 'datagen', fields.y.kind = 'sequence')", "22023"),
         ("CREATE SOURCE s2 (x int) WITH (connector = 'datagen', fields.x.min = 5, fields.x.max = 1)", "22023"),
