@@ -153,7 +153,7 @@ pub async fn run(load: KafkaLoad) -> anyhow::Result<()> {
              WITH (connector = 'kafka', topic = 'bids', properties.bootstrap.server = '{}', \
                    format = 'json');
          CREATE MATERIALIZED VIEW per_auction AS \
-             SELECT auction, count(*) AS n, max(price) AS top FROM bids GROUP BY auction",
+             SELECT auction, count(*) AS n, sum(price) AS total FROM bids GROUP BY auction",
         broker.address
     ))
     .await?;
@@ -194,12 +194,21 @@ pub async fn run(load: KafkaLoad) -> anyhow::Result<()> {
             broker = broker.address,
         ))
         .await?;
+        // Every row through the query, then committed (CHECKPOINT), then
+        // no committed epoch waiting for delivery.
         wait_for(
             &weir,
             &format!(
-                "SELECT rows_out = {} AND pending_epochs = 0 AND delivered_epoch > 0 \
-                 FROM weir_sink_deliveries WHERE sink = 'to_{name}'",
+                "SELECT rows_out = {} FROM weir_sink_deliveries WHERE sink = 'to_{name}'",
                 load.records
+            ),
+        )
+        .await?;
+        weir.batch_execute("CHECKPOINT").await?;
+        wait_for(
+            &weir,
+            &format!(
+                "SELECT pending_epochs = 0 FROM weir_sink_deliveries WHERE sink = 'to_{name}'"
             ),
         )
         .await?;

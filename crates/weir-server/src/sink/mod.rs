@@ -77,6 +77,33 @@ pub fn definition(catalog: &Catalog, options: &[(String, String)]) -> WeirResult
     }
 }
 
+/// Checks a keyed sink's query (`type = 'upsert'` with `primary_key`, or
+/// `'append-only'`): the key columns are the query's, and an append-only
+/// sink's query only inserts.
+fn check_keyed_query(
+    upsert: bool,
+    primary_key: &[String],
+    columns: &[ColumnDef],
+    append_only: bool,
+) -> WeirResult<()> {
+    if !upsert && !append_only {
+        return Err(WeirError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            "the sink's query updates and deletes rows, which type = 'append-only' cannot deliver",
+        )
+        .with_hint("Use type = 'upsert' with primary_key = '...'."));
+    }
+    for key in primary_key {
+        if !columns.iter().any(|c| &c.name == key) {
+            return Err(WeirError::new(
+                SqlState::UNDEFINED_COLUMN,
+                format!("primary_key column \"{key}\" is not a column of the sink's query"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An option no connector knows.
 fn unrecognized(key: &str, value: &str) -> WeirError {
     WeirError::new(

@@ -118,23 +118,7 @@ impl PostgresSink {
     /// Checks the sink's query: its key columns exist, and an
     /// `append-only` sink's query only ever inserts.
     pub(super) fn check_query(&self, columns: &[ColumnDef], append_only: bool) -> WeirResult<()> {
-        if !self.upsert && !append_only {
-            return Err(WeirError::new(
-                SqlState::INVALID_PARAMETER_VALUE,
-                "the sink's query updates and deletes rows, which type = 'append-only' cannot \
-                 deliver",
-            )
-            .with_hint("Use type = 'upsert' with primary_key = '...'."));
-        }
-        for key in &self.primary_key {
-            if !columns.iter().any(|c| &c.name == key) {
-                return Err(WeirError::new(
-                    SqlState::UNDEFINED_COLUMN,
-                    format!("primary_key column \"{key}\" is not a column of the sink's query"),
-                ));
-            }
-        }
-        Ok(())
+        super::check_keyed_query(self.upsert, &self.primary_key, columns, append_only)
     }
 
     /// Connects and checks that the target table has the query's
