@@ -10,6 +10,7 @@
 
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
 
@@ -137,19 +138,7 @@ impl Decoder {
             .with_coerce_primitive(true)
             .build_decoder()
             .map_err(|e| e.to_string())?;
-        let mut batches = Vec::new();
-        let mut offset = 0;
-        while offset < bytes.len() {
-            let read = decoder
-                .decode(&bytes[offset..])
-                .map_err(|e| e.to_string())?;
-            offset += read;
-            if read == 0 || offset < bytes.len() {
-                batches.extend(decoder.flush().map_err(|e| e.to_string())?);
-            }
-        }
-        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
-        concat_batches(&self.schema, &batches).map_err(|e| e.to_string())
+        self.drain(&mut decoder, bytes)
     }
 
     fn decode_csv(
@@ -163,31 +152,53 @@ impl Decoder {
             .with_delimiter(delimiter)
             .with_batch_size(records.max(1))
             .build_decoder();
+        self.drain(&mut decoder, bytes)
+    }
+
+    /// Feeds all of `bytes` to `decoder` (taking each batch it fills),
+    /// marks the input's end, and returns the rows as one batch.
+    fn drain(&self, decoder: &mut impl PushDecoder, bytes: &[u8]) -> Result<RecordBatch, String> {
         let mut batches = Vec::new();
-        let mut offset = 0;
-        loop {
-            let read = decoder
-                .decode(&bytes[offset..])
-                .map_err(|e| e.to_string())?;
-            offset += read;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let read = decoder.decode(rest).map_err(|e| e.to_string())?;
+            rest = &rest[read..];
             if read == 0 {
-                // The decoder has a full batch, or the input ended (an
-                // empty input marks the end).
-                match decoder.flush().map_err(|e| e.to_string())? {
-                    Some(batch) => batches.push(batch),
-                    None if offset >= bytes.len() => break,
-                    None => {}
-                }
-                if offset >= bytes.len() {
-                    decoder.decode(&[]).map_err(|e| e.to_string())?;
-                    if let Some(batch) = decoder.flush().map_err(|e| e.to_string())? {
-                        batches.push(batch);
-                    }
-                    break;
-                }
+                // A full batch: take it before reading on.
+                batches.extend(decoder.flush().map_err(|e| e.to_string())?);
             }
         }
+        // An empty input marks the end (a last CSV line without a break).
+        decoder.decode(&[]).map_err(|e| e.to_string())?;
+        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
         concat_batches(&self.schema, &batches).map_err(|e| e.to_string())
+    }
+}
+
+/// arrow-json's and arrow-csv's push decoders, which share a shape but
+/// no trait.
+trait PushDecoder {
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError>;
+    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError>;
+}
+
+impl PushDecoder for datafusion::arrow::json::reader::Decoder {
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError> {
+        self.decode(bytes)
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        self.flush()
+    }
+}
+
+impl PushDecoder for datafusion::arrow::csv::reader::Decoder {
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError> {
+        self.decode(bytes)
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        self.flush()
     }
 }
 

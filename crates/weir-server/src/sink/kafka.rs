@@ -384,16 +384,17 @@ impl KafkaSink {
     }
 }
 
+/// The value of the progress record of `epoch`.
+fn progress_record(transactional_id: &str, epoch: u64) -> String {
+    serde_json::json!({ "transactional_id": transactional_id, "epoch": epoch }).to_string()
+}
+
 /// The epoch a progress record's value names.
 fn progress_epoch(value: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(value).ok()?;
-    let start = text.find("\"epoch\":")? + "\"epoch\":".len();
-    let digits: String = text[start..]
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
+    serde_json::from_slice::<serde_json::Value>(value)
+        .ok()?
+        .get("epoch")?
+        .as_u64()
 }
 
 /// Failed deliveries librdkafka reported, until taken.
@@ -489,10 +490,7 @@ impl KafkaProducer {
             self.send(record)?;
         }
         if self.sink.exactly_once {
-            let value = format!(
-                "{{\"transactional_id\":{:?},\"epoch\":{epoch}}}",
-                self.transactional_id
-            );
+            let value = progress_record(&self.transactional_id, epoch);
             let record = BaseRecord::to(&self.sink.progress_topic)
                 .key(self.transactional_id.as_bytes())
                 .payload(value.as_bytes());
@@ -589,7 +587,7 @@ mod tests {
     #[test]
     fn progress_records_name_their_epoch() {
         assert_eq!(
-            progress_epoch(br#"{"transactional_id":"weir-s","epoch":42}"#),
+            progress_epoch(progress_record("weir-s", 42).as_bytes()),
             Some(42)
         );
         assert_eq!(progress_epoch(b"{}"), None);
