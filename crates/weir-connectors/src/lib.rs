@@ -5,6 +5,10 @@
 //! | [`datagen`] | `connector = 'datagen'`: synthetic rows, a pure function of the options and the row index |
 //! | [`nexmark`] | `connector = 'nexmark'`: the Nexmark benchmark's person, auction and bid streams, a pure function of the event number |
 //! | [`kafka`] | `connector = 'kafka'`: a Kafka topic's records, JSON or CSV, each partition a split at its offset |
+//! | [`files`] | `connector = 'filesystem'`: CSV, JSON-lines and Parquet files under a folder or prefix, new ones read as they appear |
+//!
+//! [`records`] turns record values (Kafka values, lines of files) into
+//! rows and counts those that do not parse.
 //!
 //! A connector knows nothing about sessions, epochs or the object store: it
 //! turns validated options into a `weir_stream::runtime::Source`, whose
@@ -17,10 +21,12 @@
 //! runtime `Source` a source's definition makes.
 
 pub mod datagen;
+pub mod files;
 mod generated;
 pub mod kafka;
 pub mod nexmark;
 pub mod paced;
+pub mod records;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,6 +48,8 @@ pub enum Connector {
     Nexmark,
     /// [`kafka`].
     Kafka,
+    /// [`files`].
+    Files,
 }
 
 /// What a source's definition fixes besides its columns and options.
@@ -60,7 +68,12 @@ pub struct SourceSetup {
 
 impl Connector {
     /// Every connector.
-    pub const ALL: [Connector; 3] = [Connector::Datagen, Connector::Nexmark, Connector::Kafka];
+    pub const ALL: [Connector; 4] = [
+        Connector::Datagen,
+        Connector::Nexmark,
+        Connector::Kafka,
+        Connector::Files,
+    ];
 
     /// The connector called `name`, if there is one.
     pub fn named(name: &str) -> Option<Connector> {
@@ -73,6 +86,7 @@ impl Connector {
             Connector::Datagen => "datagen",
             Connector::Nexmark => "nexmark",
             Connector::Kafka => "kafka",
+            Connector::Files => "filesystem",
         }
     }
 
@@ -82,7 +96,7 @@ impl Connector {
         match self {
             Connector::Datagen => datagen::GENERATOR_VERSION,
             Connector::Nexmark => nexmark::GENERATOR_VERSION,
-            Connector::Kafka => 1,
+            Connector::Kafka | Connector::Files => 1,
         }
     }
 
@@ -90,7 +104,7 @@ impl Connector {
     /// is a pure function of the options) rather than reading them from
     /// another system.
     pub fn generates(self) -> bool {
-        !matches!(self, Connector::Kafka)
+        !matches!(self, Connector::Kafka | Connector::Files)
     }
 
     /// The columns of a source declared without a column list, where the
@@ -100,7 +114,7 @@ impl Connector {
         options: &BTreeMap<String, String>,
     ) -> Option<Result<SchemaRef, ConnectorError>> {
         match self {
-            Connector::Datagen | Connector::Kafka => None,
+            Connector::Datagen | Connector::Kafka | Connector::Files => None,
             Connector::Nexmark => Some(nexmark::table_schema(options).map_err(invalid)),
         }
     }
@@ -137,6 +151,10 @@ impl Connector {
                 Arc::new(kafka::KafkaSource::new(
                     setup.id, options, schema, partitions,
                 ))
+            }
+            Connector::Files => {
+                let options = files::FileOptions::parse(options).map_err(ConnectorError)?;
+                Arc::new(files::FileSource::new(setup.id, options, schema).map_err(ConnectorError)?)
             }
         })
     }

@@ -108,6 +108,12 @@ impl ViewBuilder for Planner {
         let mut sources = BTreeMap::new();
         for name in &planned.sources {
             if let Some(def) = catalog.sources.get(name) {
+                if crate::file_source::is_file_source(def) {
+                    return Err(datafusion::error::DataFusionError::NotImplemented(format!(
+                        "source \"{name}\" reads files, which one process lists and logs: \
+                         a view over it cannot run in a cluster"
+                    )));
+                }
                 let connector = def
                     .connector()
                     .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;

@@ -467,6 +467,7 @@ pub async fn drop_relations(
     let mut catalog = working.catalog.clone();
     let mut dropped_tables = Vec::new();
     let mut dropped_views = Vec::new();
+    let mut dropped_logs = Vec::new();
     let requested: BTreeSet<String> = names.iter().map(relation_name).collect::<WeirResult<_>>()?;
     let mut done: BTreeSet<String> = BTreeSet::new();
     for object in names {
@@ -534,10 +535,16 @@ pub async fn drop_relations(
             dropped_views.push(name.clone());
         }
         catalog.views.remove(&name);
-        catalog.sources.remove(&name);
+        if let Some(def) = catalog.sources.remove(&name) {
+            // A file source's log goes with it.
+            dropped_logs.push(def.id);
+        }
     }
     working.catalog.views = catalog.views;
     working.catalog.sources = catalog.sources;
+    for id in dropped_logs {
+        working.tables.remove(&id);
+    }
     for name in dropped_views {
         working.catalog.materialized_views.remove(&name);
         db.send_control(weir_stream::runtime::Command::Drop(name.clone()));

@@ -36,6 +36,7 @@ mod ddl;
 mod dml;
 pub mod error;
 mod event_time;
+pub mod file_source;
 mod functions;
 pub mod handler;
 mod hop_windows;

@@ -182,11 +182,11 @@ pub fn render(db: &Database) -> String {
     let metric = "weir_source_bad_records_total";
     let _ = writeln!(
         out,
-        "# HELP {metric} Records each Kafka source could not parse since the server started.\n# TYPE {metric} counter"
+        "# HELP {metric} Records each Kafka or file source could not parse since the server started.\n# TYPE {metric} counter"
     );
-    let counts = weir_connectors::kafka::bad_record_counts();
+    let counts = weir_connectors::records::bad_record_counts();
     for def in snapshot.catalog.sources.values() {
-        if def.connector == "kafka" {
+        if matches!(def.connector.as_str(), "kafka" | "filesystem") {
             let count = counts
                 .get(&def.id)
                 .map_or(0, |c| c.count.load(std::sync::atomic::Ordering::Relaxed));

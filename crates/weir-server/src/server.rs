@@ -63,6 +63,10 @@ async fn accept_connections(
         runtime.clone(),
         shutdown.clone(),
     ));
+    tokio::spawn(crate::file_source::run_listers(
+        db.clone(),
+        shutdown.clone(),
+    ));
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),

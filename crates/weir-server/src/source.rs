@@ -64,6 +64,11 @@ pub async fn create(
             known()
         ))
     })?;
+    if connector == Connector::Files && session.db.is_cluster() {
+        return Err(WeirError::unsupported(
+            "file sources are read by one process: their files are listed and logged by process 0",
+        ));
+    }
     // Ask the outside system (once the statement is otherwise whole)
     // before taking the catalog's lock.
     let splits = match connector {
@@ -141,6 +146,9 @@ pub async fn create(
     };
     // Refuse bad options now rather than when a view first reads it.
     def.connector()?;
+    if crate::file_source::is_file_source(&def) {
+        crate::file_source::create_log(&mut working, &def)?;
+    }
     working.catalog.next_table_id += 1;
     working.catalog.sources.insert(name, def);
     working.catalog_changed();

@@ -3,7 +3,8 @@
 //!
 //! - `weir_checkpoints`: the recent commits (epoch, start time, duration,
 //!   objects and bytes written, failed attempts);
-//! - `weir_state_tables`: each table's, view's and operator state's rows
+//! - `weir_state_tables`: each table's, view's, operator state's and
+//!   file source's log's rows
 //!   (distinct rows for views and operators) and files in the newest
 //!   manifest (base size, delta count and size);
 //! - `weir_source_readers`: each view's reading of each source and its
@@ -27,9 +28,13 @@
 //!   the upstream LSN its rows have reached and the one its slot is
 //!   confirmed to (the last committed epoch's), failures and the last
 //!   error;
-//! - `weir_source_errors`: each Kafka source's records that did not
-//!   parse since the server started (left out with `bad_records =
-//!   'skip'`), and the last one's partition, offset and error;
+//! - `weir_source_errors`: each Kafka or file source's records that did
+//!   not parse since the server started (left out with `bad_records =
+//!   'skip'`), and where the last one was (partition and offset, or file
+//!   and byte) and its error;
+//! - `weir_source_files`: each file source: the files in its log at the
+//!   epoch the query reads, their bytes, the listings and failed
+//!   listings since the server started, and the last failure's error;
 //! - `weir_views`: each materialized view and sink at the epoch the query
 //!   reads: whether it is a sink, whether its rows are only inserted,
 //!   whether it emits on window close, and, once it stopped being
@@ -59,6 +64,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_sink_deliveries",
     "weir_cdc_tables",
     "weir_source_errors",
+    "weir_source_files",
     "weir_views",
 ];
 
@@ -79,6 +85,7 @@ pub fn table(
         "weir_sink_deliveries" => Some(sink_deliveries(db)),
         "weir_cdc_tables" => Some(cdc_tables(db, snapshot)),
         "weir_source_errors" => Some(source_errors(snapshot)),
+        "weir_source_files" => Some(source_files(db, snapshot)),
         "weir_views" => Some(views(snapshot)),
         _ => None,
     }
@@ -250,14 +257,14 @@ fn sink_deliveries(db: &Database) -> Result<Arc<dyn TableProvider>> {
     )
 }
 
-/// Each Kafka source's bad records since the server started.
+/// Each Kafka or file source's bad records since the server started.
 fn source_errors(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
-    let counts = weir_connectors::kafka::bad_record_counts();
+    let counts = weir_connectors::records::bad_record_counts();
     let sources: Vec<(&str, u64, Option<String>)> = snapshot
         .catalog
         .sources
         .values()
-        .filter(|def| def.connector == "kafka")
+        .filter(|def| matches!(def.connector.as_str(), "kafka" | "filesystem"))
         .map(|def| {
             let count = counts.get(&def.id);
             (
@@ -277,6 +284,56 @@ fn source_errors(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter_values(sources.iter().map(|s| s.0))),
             Arc::new(UInt64Array::from_iter_values(sources.iter().map(|s| s.1))),
             Arc::new(StringArray::from_iter(sources.iter().map(|s| s.2.clone()))),
+        ],
+    )
+}
+
+/// Each file source's log at `snapshot` and its listings.
+fn source_files(db: &Database, snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+    let listings = db.file_listings.all();
+    let mut names = Vec::new();
+    let mut files = Vec::new();
+    let mut bytes = Vec::new();
+    let mut states = Vec::new();
+    for def in snapshot.catalog.sources.values() {
+        if !crate::file_source::is_file_source(def) {
+            continue;
+        }
+        let (count, size) = match snapshot.tables.get(&def.id) {
+            Some(log) => (
+                log.num_rows() as u64,
+                crate::file_source::log_bytes(log)
+                    .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?,
+            ),
+            None => (0, 0),
+        };
+        names.push(def.name.as_str());
+        files.push(count);
+        bytes.push(size);
+        states.push(listings.get(&def.id).cloned().unwrap_or_default());
+    }
+    mem_table(
+        vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("files", DataType::UInt64, false),
+            Field::new("bytes", DataType::UInt64, false),
+            Field::new("listings", DataType::UInt64, false),
+            Field::new("failed_listings", DataType::UInt64, false),
+            Field::new("last_error", DataType::Utf8, true),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(names)),
+            Arc::new(UInt64Array::from(files)),
+            Arc::new(UInt64Array::from(bytes)),
+            Arc::new(UInt64Array::from_iter_values(
+                states.iter().map(|s| s.listings),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                states.iter().map(|s| s.failures),
+            )),
+            Arc::new(StringArray::from_iter(
+                states.iter().map(|s| s.last_error.clone()),
+            )),
         ],
     )
 }
@@ -449,6 +506,11 @@ fn state_tables(db: &Database) -> Result<Arc<dyn TableProvider>> {
         for (i, &id) in def.state_ids.iter().enumerate() {
             let rows = snapshot.operator_rows.get(&id).copied().unwrap_or(0) as u64;
             entries.push((format!("{}#{i}", def.name), "operator state", id, rows));
+        }
+    }
+    for def in catalog.sources.values() {
+        if crate::file_source::is_file_source(def) {
+            entries.push((def.name.clone(), "file log", def.id, rows_of(def.id)));
         }
     }
     let files = |id: u64| manifest.as_ref().and_then(|m| m.tables.get(&id));

@@ -494,8 +494,10 @@ pub(crate) fn parse_one(text: &str) -> Result<Statement, ParseError> {
     }
 }
 
-/// `( key = value, ... )` where a key is words joined by dots and a value
-/// is a string, number or word.
+/// `( key = value, ... )` where a key is words joined by dots or dashes
+/// (`scan.startup.timestamp-millis`), or a quoted string as Flink SQL
+/// writes keys (`'connector' = 'kafka'`), and a value is a string, number
+/// or word.
 pub(crate) fn parse_options(
     tokens: &[&TokenWithSpan],
 ) -> Result<Vec<(String, String)>, ParseError> {
@@ -514,8 +516,17 @@ pub(crate) fn parse_options(
         loop {
             match words.next() {
                 Some(Token::Word(w)) => key.push_str(&w.value.to_lowercase()),
+                Some(Token::SingleQuotedString(quoted)) if key.is_empty() => {
+                    key = quoted.to_lowercase();
+                    if !matches!(words.peek(), Some(Token::Eq)) {
+                        return Err(syntax("expected = after a quoted key"));
+                    }
+                }
                 Some(Token::Period) if !key.is_empty() => key.push('.'),
-                Some(Token::Eq) if !key.is_empty() && !key.ends_with('.') => break,
+                Some(Token::Minus) if !key.is_empty() && !key.ends_with(['.', '-']) => {
+                    key.push('-')
+                }
+                Some(Token::Eq) if !key.is_empty() && !key.ends_with(['.', '-']) => break,
                 Some(Token::RParen) if key.is_empty() && options.is_empty() => return Ok(options),
                 other => return Err(syntax(&format!("unexpected {}", describe(other)))),
             }
@@ -751,9 +762,28 @@ mod tests {
         );
         assert_eq!(sql_of(&parsed[1]), "DROP TABLE IF EXISTS s CASCADE");
         assert_eq!(parsed[2], WeirStatement::ShowSources);
+        // Flink's dashed and quoted keys.
+        let parsed = parse(
+            "CREATE SOURCE s (k int) WITH ('Connector' = 'filesystem', source.monitor-interval = '1s', 'csv.field-delimiter' = ';')",
+        )
+        .unwrap();
+        let WeirStatement::CreateSource(_, options, _) = &parsed[0] else {
+            panic!("{:?}", parsed[0]);
+        };
+        assert_eq!(
+            options,
+            &[
+                ("connector".to_string(), "filesystem".to_string()),
+                ("source.monitor-interval".to_string(), "1s".to_string()),
+                ("csv.field-delimiter".to_string(), ";".to_string()),
+            ]
+        );
         for bad in [
             "CREATE SOURCE s (k int) WITH (connector 'datagen')",
             "CREATE SOURCE s (k int) WITH (fields. = 'x')",
+            "CREATE SOURCE s (k int) WITH (a- = 'x')",
+            "CREATE SOURCE s (k int) WITH (-a = 'x')",
+            "CREATE SOURCE s (k int) WITH ('a' b = 'x')",
             "CREATE SOURCE s (k int) WITH (a = 'x'",
             "DROP SOURCE s WITH (a = 1)",
         ] {

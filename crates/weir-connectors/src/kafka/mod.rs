@@ -16,16 +16,12 @@
 //! | module | holds |
 //! |---|---|
 //! | `options` | the options and the consumer settings |
-//! | `format` | record values to rows (JSON, CSV) and bad records |
 //! | `reader` | the consumer thread and the reader the runtime polls |
 
-mod format;
 mod options;
 mod reader;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -33,8 +29,9 @@ use datafusion::error::DataFusionError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
-pub use format::{BadRecord, Decoder, Format, Values};
-pub use options::{BadRecords, KafkaOptions, Startup};
+use crate::records::{BadRecordCount, Decoder};
+
+pub use options::{KafkaOptions, Startup};
 
 /// How long asking the brokers for a topic's partitions may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,37 +70,6 @@ pub fn partitions(options: &KafkaOptions) -> Result<u32, MetadataError> {
     }
 }
 
-/// Records of a source that did not parse, since the server started.
-#[derive(Debug, Default)]
-pub struct BadRecordCount {
-    /// How many.
-    pub count: AtomicU64,
-    /// Why the last one did not.
-    pub last_error: Mutex<Option<String>>,
-}
-
-impl BadRecordCount {
-    fn add(&self, bad: &[BadRecord], partition_of: impl Fn(usize) -> (i32, i64)) {
-        let Some(last) = bad.last() else { return };
-        self.count.fetch_add(bad.len() as u64, Ordering::Relaxed);
-        let (partition, offset) = partition_of(last.index);
-        *self.last_error.lock().expect("bad record lock") = Some(format!(
-            "partition {partition} offset {offset}: {}",
-            last.error
-        ));
-    }
-}
-
-/// The bad-record count of every Kafka source, by source id.
-pub fn bad_record_counts() -> BTreeMap<u64, Arc<BadRecordCount>> {
-    registry().lock().expect("bad record registry").clone()
-}
-
-fn registry() -> &'static Mutex<BTreeMap<u64, Arc<BadRecordCount>>> {
-    static COUNTS: OnceLock<Mutex<BTreeMap<u64, Arc<BadRecordCount>>>> = OnceLock::new();
-    COUNTS.get_or_init(Default::default)
-}
-
 /// A Kafka topic as a source of rows.
 #[derive(Debug)]
 pub struct KafkaSource {
@@ -117,12 +83,7 @@ impl KafkaSource {
     /// Source `id`: `options.topic`'s first `partitions` partitions as
     /// rows of `schema`.
     pub fn new(id: u64, options: KafkaOptions, schema: SchemaRef, partitions: u32) -> Self {
-        let bad_records = registry()
-            .lock()
-            .expect("bad record registry")
-            .entry(id)
-            .or_default()
-            .clone();
+        let bad_records = BadRecordCount::of_source(id);
         KafkaSource {
             options,
             schema,

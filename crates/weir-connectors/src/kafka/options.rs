@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
-use super::format::Format;
+use crate::records::{BadRecords, Format};
 
 /// Where a partition's first read starts, for a view that has not read
 /// it yet (`scan.startup.mode`).
@@ -17,15 +17,6 @@ pub enum Startup {
     Latest,
     /// The first record at or after this time (unix milliseconds).
     Timestamp(i64),
-}
-
-/// What to do with a record that does not parse (`bad_records`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BadRecords {
-    /// The view reading the source fails with the record's error.
-    Fail,
-    /// The record is left out and counted.
-    Skip,
 }
 
 /// A Kafka source's validated options.
@@ -87,17 +78,7 @@ impl KafkaOptions {
                         _ => return Err(format!("{key} = '{value}' is not one ASCII character")),
                     }
                 }
-                "bad_records" => {
-                    bad_records = match value.to_ascii_lowercase().as_str() {
-                        "fail" => BadRecords::Fail,
-                        "skip" => BadRecords::Skip,
-                        _ => {
-                            return Err(format!(
-                                "bad_records = '{value}': use 'fail' (the default) or 'skip'"
-                            ))
-                        }
-                    }
-                }
+                "bad_records" => bad_records = BadRecords::parse(value)?,
                 _ => match key.strip_prefix("properties.") {
                     Some(name) if RESERVED.contains(&name) => {
                         return Err(format!(

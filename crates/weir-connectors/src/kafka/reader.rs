@@ -25,9 +25,8 @@ use tokio::sync::mpsc;
 use tracing::warn;
 use weir_stream::runtime::{ReadFrom, SourceReader};
 
-use super::format::{Decoder, Values};
-use super::options::{BadRecords, KafkaOptions, Startup};
-use super::BadRecordCount;
+use super::options::{KafkaOptions, Startup};
+use crate::records::{BadRecordCount, BadRecords, Decoder, Values};
 
 /// How many decoded batches may wait for the view.
 const CHANNEL_BATCHES: usize = 2;
@@ -273,7 +272,10 @@ impl ConsumerThread {
     fn flush(&mut self, values: &mut Values, origins: &mut Vec<(i32, i64)>) -> bool {
         let (rows, bad) = self.decoder.decode(values);
         let sent = if bad.is_empty() || self.options.bad_records == BadRecords::Skip {
-            self.bad_records.add(&bad, |i| origins[i]);
+            self.bad_records.add(&bad, |i| {
+                let (partition, offset) = origins[i];
+                format!("partition {partition} offset {offset}")
+            });
             self.sender
                 .blocking_send(Ok((rows, self.positions.clone())))
                 .is_ok()

@@ -224,9 +224,16 @@ pub struct Database {
     pub sink_deliveries: crate::sink::SinkDeliveries,
     /// Where each table a connector feeds stands in its ingest.
     pub cdc: crate::cdc::CdcStatuses,
+    /// How each file source's listing goes.
+    pub file_listings: crate::file_source::ListingStates,
 }
 
 impl Database {
+    /// Whether the server is process 0 of a cluster (`--cluster`).
+    pub fn is_cluster(&self) -> bool {
+        self.config.cluster.is_some()
+    }
+
     /// The newest committed snapshot.
     pub fn committed(&self) -> Arc<DbSnapshot> {
         self.committed.read().expect("snapshot lock").clone()

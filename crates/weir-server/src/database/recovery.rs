@@ -48,6 +48,14 @@ impl Database {
                     let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
                     tables.insert(def.id, store.load_table(def.spec(), &files).await?);
                 }
+                // File sources' logs (`file_source.rs`).
+                for def in catalog.sources.values() {
+                    if crate::file_source::is_file_source(def) {
+                        let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
+                        let spec = crate::file_source::log_spec();
+                        tables.insert(def.id, store.load_table(spec, &files).await?);
+                    }
+                }
                 let mut outputs = HashMap::new();
                 for def in catalog.materialized_views.values() {
                     let files = manifest.tables.get(&def.id).cloned().unwrap_or_default();
@@ -125,6 +133,7 @@ impl Database {
             recovered_state_format,
             sink_deliveries: Default::default(),
             cdc: Default::default(),
+            file_listings: Default::default(),
         }))
     }
 

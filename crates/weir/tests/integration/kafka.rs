@@ -26,7 +26,12 @@ fn source_options(broker: &Broker, topic: &str, extra: &str) -> String {
 }
 
 /// Waits until `query` answers `expected` on Weir; panics after `limit`.
-async fn wait_rows(weir: &Client, query: &str, expected: &[Vec<Option<String>>], limit: Duration) {
+pub async fn wait_rows(
+    weir: &Client,
+    query: &str,
+    expected: &[Vec<Option<String>>],
+    limit: Duration,
+) {
     let started = Instant::now();
     loop {
         let held = sorted_rows(weir, query).await;
@@ -41,7 +46,7 @@ async fn wait_rows(weir: &Client, query: &str, expected: &[Vec<Option<String>>],
     }
 }
 
-fn row(values: &[&str]) -> Vec<Option<String>> {
+pub fn row(values: &[&str]) -> Vec<Option<String>> {
     values.iter().map(|v| Some(v.to_string())).collect()
 }
 

@@ -10,6 +10,7 @@ mod common;
 mod crash;
 mod differential;
 mod drivers;
+mod files;
 mod fuzz;
 mod indexes;
 mod kafka;

@@ -1,5 +1,7 @@
-//! Record values to rows: JSON objects or CSV lines, decoded a batch of
-//! records at a time by arrow-json's and arrow-csv's decoders.
+//! Record values to rows, for the connectors that read records (Kafka
+//! values, lines of files): JSON objects or CSV lines, decoded a batch of
+//! records at a time by arrow-json's and arrow-csv's decoders; and what
+//! happens to a record that does not parse.
 //!
 //! A batch's values are decoded together, one value per row. When that
 //! fails (a value that does not parse, or one that is not exactly one
@@ -7,6 +9,10 @@
 //! which `bad_records = 'skip'` leaves out and counts and `'fail'`
 //! reports; then the rest are decoded together again. So the cost of a
 //! bad record falls on its own batch only.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -67,6 +73,68 @@ impl Values {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
     }
+}
+
+/// What to do with a record that does not parse (`bad_records`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecords {
+    /// The view reading the source fails with the record's error.
+    Fail,
+    /// The record is left out and counted.
+    Skip,
+}
+
+impl BadRecords {
+    /// Reads `bad_records = 'fail' | 'skip'`.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "fail" => Ok(BadRecords::Fail),
+            "skip" => Ok(BadRecords::Skip),
+            _ => Err(format!(
+                "bad_records = '{value}': use 'fail' (the default) or 'skip'"
+            )),
+        }
+    }
+}
+
+/// Records of a source that did not parse, since the server started.
+#[derive(Debug, Default)]
+pub struct BadRecordCount {
+    /// How many.
+    pub count: AtomicU64,
+    /// Where the last one was and why it did not parse.
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl BadRecordCount {
+    /// The count of source `id` (made on first use).
+    pub fn of_source(id: u64) -> Arc<Self> {
+        registry()
+            .lock()
+            .expect("bad record registry")
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    /// Counts `bad`, where `place` says where a record (by its index among
+    /// the batch's values) came from.
+    pub fn add(&self, bad: &[BadRecord], place: impl Fn(usize) -> String) {
+        let Some(last) = bad.last() else { return };
+        self.count.fetch_add(bad.len() as u64, Ordering::Relaxed);
+        *self.last_error.lock().expect("bad record lock") =
+            Some(format!("{}: {}", place(last.index), last.error));
+    }
+}
+
+/// The bad-record count of every source that reads records, by source id.
+pub fn bad_record_counts() -> BTreeMap<u64, Arc<BadRecordCount>> {
+    registry().lock().expect("bad record registry").clone()
+}
+
+fn registry() -> &'static Mutex<BTreeMap<u64, Arc<BadRecordCount>>> {
+    static COUNTS: OnceLock<Mutex<BTreeMap<u64, Arc<BadRecordCount>>>> = OnceLock::new();
+    COUNTS.get_or_init(Default::default)
 }
 
 /// A value that did not parse.

@@ -1,0 +1,212 @@
+//! A file source's options, as `CREATE SOURCE ... WITH (...)` gives them
+//! (Flink SQL's filesystem connector's names, RisingWave's
+//! `match_pattern`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::records::{BadRecords, Format};
+
+/// How often a location is listed when `source.monitor-interval` is not
+/// given.
+const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How a file's bytes hold rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// Lines of records: JSON objects (JSON lines) or CSV rows.
+    Records {
+        /// The records' encoding.
+        format: Format,
+        /// Whether each file's first record is a header to leave out (CSV).
+        header: bool,
+    },
+    /// Apache Parquet: the source's columns taken by name.
+    Parquet,
+}
+
+/// A file source's validated options.
+#[derive(Debug, Clone)]
+pub struct FileOptions {
+    /// The folder or object-store prefix read (`path`): a local folder,
+    /// `file://...` or `s3://bucket/prefix`.
+    pub location: String,
+    /// How files encode rows.
+    pub format: FileFormat,
+    /// Which files under the location are read (a glob on the path below
+    /// it); `None`: every file.
+    pub pattern: Option<glob::Pattern>,
+    /// How often the location is listed for new files.
+    pub monitor_interval: Duration,
+    /// What a record that does not parse does.
+    pub bad_records: BadRecords,
+}
+
+impl FileOptions {
+    /// Reads `options` (keys lowercased, without `connector`).
+    pub fn parse(options: &BTreeMap<String, String>) -> Result<Self, String> {
+        let mut location = None;
+        let mut format = None;
+        let mut delimiter = b',';
+        let mut header = false;
+        let mut pattern = None;
+        let mut monitor_interval = DEFAULT_MONITOR_INTERVAL;
+        let mut bad_records = BadRecords::Fail;
+        for (key, value) in options {
+            match key.as_str() {
+                "path" => location = Some(value.clone()),
+                "format" | "encode" => format = Some(value.to_ascii_lowercase()),
+                "csv.delimiter" | "csv.field-delimiter" => {
+                    delimiter = match value.as_bytes() {
+                        [byte] if byte.is_ascii() => *byte,
+                        _ => return Err(format!("{key} = '{value}' is not one ASCII character")),
+                    }
+                }
+                "csv.header" => {
+                    header = match value.to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(format!("{key} = '{value}': use 'true' or 'false'")),
+                    }
+                }
+                "match_pattern" => {
+                    pattern = Some(
+                        glob::Pattern::new(value)
+                            .map_err(|e| format!("match_pattern = '{value}': {e}"))?,
+                    )
+                }
+                "source.monitor-interval" => monitor_interval = parse_interval(key, value)?,
+                "bad_records" => bad_records = BadRecords::parse(value)?,
+                _ => return Err(format!("option \"{key}\" is not recognized")),
+            }
+        }
+        let location = location.ok_or(
+            "a file source needs path = '...' (a folder, file://... or s3://bucket/prefix)",
+        )?;
+        let format = match format.as_deref() {
+            Some("json") => FileFormat::Records {
+                format: Format::Json,
+                header: false,
+            },
+            Some("csv") => FileFormat::Records {
+                format: Format::Csv { delimiter },
+                header,
+            },
+            Some("parquet") => FileFormat::Parquet,
+            Some(other) => {
+                return Err(format!(
+                    "format '{other}' is not supported for a file source \
+                     (Weir reads 'csv', 'json' and 'parquet')"
+                ))
+            }
+            None => return Err("a file source needs format = 'csv', 'json' or 'parquet'".into()),
+        };
+        if header
+            && !matches!(
+                format,
+                FileFormat::Records {
+                    format: Format::Csv { .. },
+                    ..
+                }
+            )
+        {
+            return Err("csv.header is an option of format = 'csv'".into());
+        }
+        Ok(FileOptions {
+            location,
+            format,
+            pattern,
+            monitor_interval,
+            bad_records,
+        })
+    }
+}
+
+/// A duration written as a number and a unit: `500ms`, `10s`, `2min`,
+/// `1h` (a bare number is seconds).
+fn parse_interval(key: &str, value: &str) -> Result<Duration, String> {
+    let invalid = || format!("{key} = '{value}' is not a duration such as '500ms' or '10s'");
+    let text = value.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let millis = match unit.trim() {
+        "ms" => number,
+        "" | "s" => number.saturating_mul(1000),
+        "min" => number.saturating_mul(60_000),
+        "h" => number.saturating_mul(3_600_000),
+        _ => return Err(invalid()),
+    };
+    if millis == 0 {
+        return Err(format!("{key} must be more than zero"));
+    }
+    Ok(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<FileOptions, String> {
+        FileOptions::parse(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn reads_formats_patterns_and_intervals() {
+        let csv = parse(&[
+            ("path", "s3://bucket/in"),
+            ("format", "csv"),
+            ("csv.header", "true"),
+            ("csv.field-delimiter", ";"),
+            ("match_pattern", "*.csv"),
+            ("source.monitor-interval", "250ms"),
+        ])
+        .expect("valid");
+        assert_eq!(csv.location, "s3://bucket/in");
+        assert_eq!(
+            csv.format,
+            FileFormat::Records {
+                format: Format::Csv { delimiter: b';' },
+                header: true
+            }
+        );
+        assert!(csv.pattern.expect("pattern").matches("day1.csv"));
+        assert_eq!(csv.monitor_interval, Duration::from_millis(250));
+        let parquet = parse(&[("path", "/data"), ("format", "PARQUET")]).expect("valid");
+        assert_eq!(parquet.format, FileFormat::Parquet);
+        assert_eq!(parquet.monitor_interval, Duration::from_secs(10));
+        assert_eq!(parquet.bad_records, BadRecords::Fail);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        let error = |pairs: &[(&str, &str)]| parse(pairs).expect_err("refused");
+        assert!(error(&[("format", "csv")]).contains("needs path"));
+        assert!(error(&[("path", "/d")]).contains("needs format"));
+        assert!(error(&[("path", "/d"), ("format", "avro")]).contains("not supported"));
+        assert!(
+            error(&[("path", "/d"), ("format", "json"), ("csv.header", "true")])
+                .contains("csv.header")
+        );
+        assert!(
+            error(&[("path", "/d"), ("format", "csv"), ("topic", "t")]).contains("not recognized")
+        );
+        assert!(error(&[
+            ("path", "/d"),
+            ("format", "csv"),
+            ("source.monitor-interval", "soon")
+        ])
+        .contains("duration"));
+        assert!(
+            error(&[("path", "/d"), ("format", "csv"), ("match_pattern", "[")])
+                .contains("match_pattern")
+        );
+    }
+}
