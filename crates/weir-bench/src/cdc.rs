@@ -7,12 +7,12 @@
 //! CPU-second of the Weir server, and its peak memory. The upstream's own
 //! CPU (PostgreSQL writing and decoding its WAL) is not counted.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio_postgres::Client;
 
 use crate::postgres::Postgres;
-use crate::server::Server;
+use crate::server::{wait_for, Server};
 
 /// What to run.
 pub struct CdcLoad {
@@ -129,19 +129,6 @@ pub async fn run(load: CdcLoad) -> anyhow::Result<()> {
         server.peak_rss_kib()? as f64 / 1024.0
     );
     Ok(())
-}
-
-/// Waits until `query` answers true.
-async fn wait_for(client: &Client, query: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let rows = client.query(query, &[]).await?;
-        if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "timed out: {query}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn count(client: &Client, query: &str) -> anyhow::Result<u64> {

@@ -15,9 +15,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
-use tokio_postgres::Client;
 
-use crate::server::Server;
+use crate::server::{wait_for, Server};
 
 /// What to run.
 pub struct KafkaLoad {
@@ -236,20 +235,4 @@ fn report(what: &str, records: u64, started: Instant, cpu: Duration, broker_cpu:
         cpu.as_secs_f64(),
         broker_cpu.as_secs_f64(),
     );
-}
-
-/// Waits until `query` answers true.
-async fn wait_for(client: &Client, query: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let rows = client.query(query, &[]).await?;
-        if rows
-            .first()
-            .is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true))
-        {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "timed out: {query}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

@@ -10,9 +10,11 @@
 //! target/release/weir-bench nexmark --query q5 --events 10000000
 //! target/release/weir-bench cdc --snapshot-rows 1000000 --changes 1000000
 //! target/release/weir-bench kafka --broker /var/tmp/weir-nisshi/bin/nisshi --records 1000000
+//! target/release/weir-bench files --rows 3000000
 //! ```
 
 mod cdc;
+mod files;
 mod kafka;
 mod nexmark;
 mod nexmark_suite;
@@ -203,6 +205,18 @@ enum Bench {
         #[arg(long, default_value_t = 4)]
         partitions: i32,
     },
+    /// Files: a datagen source into a Parquet file sink, then CSV,
+    /// JSON-lines and those Parquet files through file sources into a
+    /// group-by view; reports rows per second and per CPU-second of the
+    /// server, and peak memory.
+    Files {
+        /// Rows of each format.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// CSV and JSON files the rows are spread over.
+        #[arg(long, default_value_t = 16)]
+        files: u64,
+    },
     /// Checkpoint overhead: a datagen source at full speed into a group-by
     /// view, with checkpoints off and at each `--interval`; reports rows/s.
     Checkpoints {
@@ -348,6 +362,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
         }
+        Bench::Files { rows, files } => files::run(files::FileLoad { rows, files }).await,
         Bench::Reads {
             clients,
             seconds,

@@ -221,3 +221,20 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// Waits until `query` answers true (NULL is not yet); fails after 30
+/// minutes.
+pub async fn wait_for(client: &Client, query: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let rows = client.query(query, &[]).await?;
+        if rows
+            .first()
+            .is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true))
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "timed out: {query}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
