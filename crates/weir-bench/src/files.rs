@@ -110,6 +110,7 @@ pub async fn run(load: FileLoad) -> anyhow::Result<()> {
         load.rows,
         started,
         server.cpu_time()? - cpu_before,
+        &server,
     );
     weir.batch_execute("DROP SINK to_parquet; DROP SOURCE gen")
         .await?;
@@ -142,6 +143,7 @@ pub async fn run(load: FileLoad) -> anyhow::Result<()> {
             load.rows,
             started,
             server.cpu_time()? - cpu_before,
+            &server,
         );
         weir.batch_execute(&format!("DROP SOURCE bids_{format} CASCADE"))
             .await?;
@@ -153,10 +155,11 @@ pub async fn run(load: FileLoad) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report(what: &str, rows: u64, started: Instant, cpu: Duration) {
+fn report(what: &str, rows: u64, started: Instant, cpu: Duration, server: &Server) {
     let seconds = started.elapsed().as_secs_f64();
+    let rss = server.rss_kib().unwrap_or(0) as f64 / 1024.0;
     println!(
-        "  {what:<36} {rows:>9} rows  {:>9.0} /s  {:>9.0} /CPU-s  ({seconds:.1} s, {:.1} CPU-s)",
+        "  {what:<36} {rows:>9} rows  {:>9.0} /s  {:>9.0} /CPU-s  ({seconds:.1} s, {:.1} CPU-s, {rss:.0} MiB resident after)",
         rows as f64 / seconds,
         rows as f64 / cpu.as_secs_f64(),
         cpu.as_secs_f64(),
