@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::server::{wait_for, Server};
+use crate::server::{wait_delivered, wait_for, Server};
 
 /// What to run.
 pub struct FileLoad {
@@ -91,20 +91,7 @@ pub async fn run(load: FileLoad) -> anyhow::Result<()> {
         path = parquet_dir.display(),
     ))
     .await?;
-    wait_for(
-        &weir,
-        &format!(
-            "SELECT rows_out = {} FROM weir_sink_deliveries WHERE sink = 'to_parquet'",
-            load.rows
-        ),
-    )
-    .await?;
-    weir.batch_execute("CHECKPOINT").await?;
-    wait_for(
-        &weir,
-        "SELECT pending_epochs = 0 FROM weir_sink_deliveries WHERE sink = 'to_parquet'",
-    )
-    .await?;
+    wait_delivered(&weir, "to_parquet", load.rows).await?;
     report(
         "datagen -> Parquet file sink",
         load.rows,

@@ -16,7 +16,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 
-use crate::server::{wait_for, Server};
+use crate::server::{wait_delivered, wait_for, Server};
 
 /// What to run.
 pub struct KafkaLoad {
@@ -193,24 +193,7 @@ pub async fn run(load: KafkaLoad) -> anyhow::Result<()> {
             broker = broker.address,
         ))
         .await?;
-        // Every row through the query, then committed (CHECKPOINT), then
-        // no committed epoch waiting for delivery.
-        wait_for(
-            &weir,
-            &format!(
-                "SELECT rows_out = {} FROM weir_sink_deliveries WHERE sink = 'to_{name}'",
-                load.records
-            ),
-        )
-        .await?;
-        weir.batch_execute("CHECKPOINT").await?;
-        wait_for(
-            &weir,
-            &format!(
-                "SELECT pending_epochs = 0 FROM weir_sink_deliveries WHERE sink = 'to_{name}'"
-            ),
-        )
-        .await?;
+        wait_delivered(&weir, &format!("to_{name}"), load.records).await?;
         report(
             &format!("datagen -> Kafka sink, {name}"),
             load.records,

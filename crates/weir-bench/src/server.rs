@@ -238,3 +238,20 @@ pub async fn wait_for(client: &Client, query: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits until sink `sink` has delivered `rows` rows: every row through
+/// its query, then committed (`CHECKPOINT`), then no committed epoch
+/// waiting for delivery.
+pub async fn wait_delivered(client: &Client, sink: &str, rows: u64) -> anyhow::Result<()> {
+    wait_for(
+        client,
+        &format!("SELECT rows_out = {rows} FROM weir_sink_deliveries WHERE sink = '{sink}'"),
+    )
+    .await?;
+    client.batch_execute("CHECKPOINT").await?;
+    wait_for(
+        client,
+        &format!("SELECT pending_epochs = 0 FROM weir_sink_deliveries WHERE sink = '{sink}'"),
+    )
+    .await
+}

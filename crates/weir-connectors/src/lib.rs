@@ -20,6 +20,7 @@
 //! generator versions, the columns a source may leave out, and the
 //! runtime `Source` a source's definition makes.
 
+pub mod avro;
 pub mod datagen;
 pub mod files;
 mod generated;

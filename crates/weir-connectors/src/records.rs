@@ -1,7 +1,8 @@
 //! Record values to rows, for the connectors that read records (Kafka
-//! values, lines of files): JSON objects or CSV lines, decoded a batch of
-//! records at a time by arrow-json's and arrow-csv's decoders; and what
-//! happens to a record that does not parse.
+//! values, lines of files): JSON objects, CSV lines or Avro datums,
+//! decoded a batch of records at a time by arrow-json's, arrow-csv's and
+//! arrow-avro's decoders; and what happens to a record that does not
+//! parse.
 //!
 //! A batch's values are decoded together, one value per row. When that
 //! fails (a value that does not parse, or one that is not exactly one
@@ -14,14 +15,16 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::array::{new_null_array, ArrayRef};
+use datafusion::arrow::compute::{cast_with_options, concat_batches, CastOptions};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::avro::AvroFormat;
+
 /// How a record's value is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Format {
     /// One JSON object per record, its fields named as the columns
     /// (fields no column names are ignored; missing ones are NULL).
@@ -31,6 +34,9 @@ pub enum Format {
         /// The field delimiter.
         delimiter: u8,
     },
+    /// One Avro datum per record, its fields taken by name as JSON's are
+    /// (and cast to the columns' types).
+    Avro(Arc<AvroFormat>),
 }
 
 /// Record values gathered for one batch: each value followed by a
@@ -62,13 +68,20 @@ impl Values {
         self.ends.is_empty()
     }
 
+    /// Adds one binary value behind `frame`, as is.
+    fn push_framed(&mut self, frame: &[u8], value: &[u8]) {
+        self.bytes.extend_from_slice(frame);
+        self.bytes.extend_from_slice(value);
+        self.ends.push(self.bytes.len());
+    }
+
     /// Empties it, keeping its memory.
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
     }
 
-    /// Value `i`, with its newline.
+    /// Value `i`, with its newline (or frame).
     fn value(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
@@ -159,6 +172,17 @@ impl Decoder {
         Decoder { format, schema }
     }
 
+    /// Adds one record's value to `values`, as this format takes it.
+    pub fn push(&self, values: &mut Values, value: &[u8]) {
+        match &self.format {
+            Format::Avro(avro) => match avro.framed(value) {
+                Some((frame, datum)) => values.push_framed(frame, datum),
+                None => values.push_framed(&[], value),
+            },
+            Format::Json | Format::Csv { .. } => values.push(value),
+        }
+    }
+
     /// Decodes `values`: the rows of those that parse, in order, and the
     /// values that do not.
     pub fn decode(&self, values: &Values) -> (RecordBatch, Vec<BadRecord>) {
@@ -186,9 +210,10 @@ impl Decoder {
 
     /// The rows of `bytes`, which must be exactly `records` rows.
     fn decode_exact(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
-        let rows = match self.format {
+        let rows = match &self.format {
             Format::Json => self.decode_json(bytes, records),
-            Format::Csv { delimiter } => self.decode_csv(bytes, records, delimiter),
+            Format::Csv { delimiter } => self.decode_csv(bytes, records, *delimiter),
+            Format::Avro(avro) => self.decode_avro(avro, bytes, records),
         }?;
         if rows.num_rows() != records {
             return Err(match records {
@@ -206,7 +231,20 @@ impl Decoder {
             .with_coerce_primitive(true)
             .build_decoder()
             .map_err(|e| e.to_string())?;
-        self.drain(&mut decoder, bytes)
+        self.drain(&mut decoder, bytes, &self.schema)
+    }
+
+    /// Avro datums into the writer schema's columns, then the source's.
+    fn decode_avro(
+        &self,
+        avro: &AvroFormat,
+        bytes: &[u8],
+        records: usize,
+    ) -> Result<RecordBatch, String> {
+        let mut decoder = avro.decoder(records.max(1))?;
+        let written = decoder.schema();
+        let rows = self.drain(&mut decoder, bytes, &written)?;
+        conform(&self.schema, &rows)
     }
 
     fn decode_csv(
@@ -220,53 +258,94 @@ impl Decoder {
             .with_delimiter(delimiter)
             .with_batch_size(records.max(1))
             .build_decoder();
-        self.drain(&mut decoder, bytes)
+        self.drain(&mut decoder, bytes, &self.schema)
     }
 
     /// Feeds all of `bytes` to `decoder` (taking each batch it fills),
-    /// marks the input's end, and returns the rows as one batch.
-    fn drain(&self, decoder: &mut impl PushDecoder, bytes: &[u8]) -> Result<RecordBatch, String> {
+    /// marks the input's end, and returns the rows, of `schema`, as one
+    /// batch.
+    fn drain(
+        &self,
+        decoder: &mut impl PushDecoder,
+        bytes: &[u8],
+        schema: &SchemaRef,
+    ) -> Result<RecordBatch, String> {
         let mut batches = Vec::new();
         let mut rest = bytes;
         while !rest.is_empty() {
-            let read = decoder.decode(rest).map_err(|e| e.to_string())?;
+            let read = decoder.decode(rest)?;
             rest = &rest[read..];
             if read == 0 {
-                // A full batch: take it before reading on.
-                batches.extend(decoder.flush().map_err(|e| e.to_string())?);
+                // A full batch: take it before reading on. Nothing to take
+                // means the decoder waits for the rest of a record that
+                // the input cuts short (an Avro datum; CSV and JSON
+                // decoders keep partial records themselves).
+                let full = decoder.flush()?.ok_or("the record ends early")?;
+                batches.push(full);
             }
         }
         // An empty input marks the end (a last CSV line without a break).
-        decoder.decode(&[]).map_err(|e| e.to_string())?;
-        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
-        concat_batches(&self.schema, &batches).map_err(|e| e.to_string())
+        decoder.decode(&[])?;
+        batches.extend(decoder.flush()?);
+        concat_batches(schema, &batches).map_err(|e| e.to_string())
     }
 }
 
-/// arrow-json's and arrow-csv's push decoders, which share a shape but
-/// no trait.
+/// `batch` as rows of `schema`: columns taken by name and cast to
+/// `schema`'s types (a value that does not convert is an error, not a
+/// NULL); columns `batch` lacks are NULL.
+pub fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch, String> {
+    let strict = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match batch.column_by_name(field.name()) {
+            Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
+            Some(column) => cast_with_options(column, field.data_type(), &strict)
+                .map_err(|e| format!("column \"{}\": {e}", field.name())),
+            None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+        })
+        .collect::<Result<Vec<ArrayRef>, _>>()?;
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+}
+
+/// arrow-json's, arrow-csv's and arrow-avro's push decoders, which share
+/// a shape but no trait.
 trait PushDecoder {
-    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError>;
-    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError>;
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, String>;
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String>;
 }
 
 impl PushDecoder for datafusion::arrow::json::reader::Decoder {
-    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError> {
-        self.decode(bytes)
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, String> {
+        self.decode(bytes).map_err(|e| e.to_string())
     }
 
-    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
-        self.flush()
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
+        self.flush().map_err(|e| e.to_string())
     }
 }
 
 impl PushDecoder for datafusion::arrow::csv::reader::Decoder {
-    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError> {
-        self.decode(bytes)
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, String> {
+        self.decode(bytes).map_err(|e| e.to_string())
     }
 
-    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
-        self.flush()
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
+        self.flush().map_err(|e| e.to_string())
+    }
+}
+
+impl PushDecoder for arrow_avro::reader::Decoder {
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, String> {
+        self.decode(bytes).map_err(|e| e.to_string())
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
+        self.flush().map_err(|e| e.to_string())
     }
 }
 
@@ -278,6 +357,7 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
+    use crate::avro::AvroFormat;
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -353,5 +433,79 @@ mod tests {
             .downcast_ref::<StringArray>()
             .unwrap();
         assert_eq!(names.value(1), "b,c");
+    }
+
+    /// Avro's zigzag varint of `n`.
+    fn long(n: i64, out: &mut Vec<u8>) {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+
+    /// The datum of `{id, name}` for the schema in `avro_schema`.
+    fn datum(id: i64, name: Option<&str>) -> Vec<u8> {
+        let mut out = Vec::new();
+        long(id, &mut out);
+        match name {
+            None => long(0, &mut out),
+            Some(name) => {
+                long(1, &mut out);
+                long(name.len() as i64, &mut out);
+                out.extend_from_slice(name.as_bytes());
+            }
+        }
+        out
+    }
+
+    fn avro_schema() -> &'static str {
+        r#"{"type": "record", "name": "r", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "name", "type": ["null", "string"]}]}"#
+    }
+
+    #[test]
+    fn avro_datums_become_rows_and_bad_ones_are_found() {
+        let avro = AvroFormat::new(avro_schema(), false).expect("schema");
+        let decoder = Decoder::new(Format::Avro(Arc::new(avro)), schema());
+        let mut values = Values::default();
+        // A datum ending in a byte that is a line break, whole.
+        for value in [
+            datum(1, Some("a")),
+            datum(10, Some("\n")),
+            datum(3, None)[..1].to_vec(),
+            datum(4, None),
+            [datum(5, None), datum(6, None)].concat(),
+        ] {
+            decoder.push(&mut values, &value);
+        }
+        let (rows, bad) = decoder.decode(&values);
+        assert_eq!(ids(&rows), vec![Some(1), Some(10), Some(4)]);
+        assert_eq!(bad.iter().map(|b| b.index).collect::<Vec<_>>(), vec![2, 4]);
+        let names = rows
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(names.value(1), "\n");
+        assert!(names.is_null(2));
+    }
+
+    #[test]
+    fn confluent_headers_are_stripped_and_required() {
+        let avro = AvroFormat::new(avro_schema(), true).expect("schema");
+        let decoder = Decoder::new(Format::Avro(Arc::new(avro)), schema());
+        let mut values = Values::default();
+        decoder.push(
+            &mut values,
+            &[&[0, 0, 0, 0, 7][..], &datum(7, Some("x"))].concat(),
+        );
+        decoder.push(&mut values, &datum(8, Some("no header")));
+        let (rows, bad) = decoder.decode(&values);
+        assert_eq!(ids(&rows), vec![Some(7)]);
+        assert_eq!(bad.len(), 1);
+        assert!(AvroFormat::new("{\"type\": \"record\"", false).is_err());
     }
 }

@@ -110,16 +110,51 @@ impl SourceDef {
         columns_schema(&self.columns)
     }
 
-    /// The connector that reads it, for the stream runtime; an error if
-    /// its options no longer validate.
-    pub fn connector(&self) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
+    /// The connector that reads it, for the stream runtime, with the
+    /// values of the secrets its options name; an error if a secret
+    /// cannot be opened or its options no longer validate.
+    pub fn connector(
+        &self,
+        db: &crate::database::Database,
+        catalog: &Catalog,
+    ) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
+        let options: Vec<(String, String)> = self.options.clone().into_iter().collect();
+        let resolved = crate::secrets::resolve(db, catalog, &options)?;
+        self.connector_with(&resolved.into_iter().collect())
+    }
+
+    /// Whether its options name a secret.
+    pub fn names_secrets(&self) -> bool {
+        self.options
+            .keys()
+            .any(|key| weir_sql::referenced_key(key).is_some())
+    }
+
+    /// Its options as a connector reads them, each secret's value left
+    /// empty: for what does not connect (a split count).
+    pub fn options_without_values(&self) -> BTreeMap<String, String> {
+        self.options
+            .iter()
+            .map(|(key, value)| match weir_sql::referenced_key(key) {
+                Some(option) => (option.to_owned(), String::new()),
+                None => (key.clone(), value.clone()),
+            })
+            .collect()
+    }
+
+    /// The connector that reads it with `options` (its own, secrets'
+    /// values in place of their references).
+    pub fn connector_with(
+        &self,
+        options: &BTreeMap<String, String>,
+    ) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
         let connector = weir_connectors::Connector::named(&self.connector).ok_or_else(|| {
             WeirError::unsupported(format!("connector \"{}\" is not supported", self.connector))
         })?;
         connector
             .source(
                 self.schema(),
-                &self.options,
+                options,
                 weir_connectors::SourceSetup {
                     id: self.id,
                     created_micros: self.created_micros,

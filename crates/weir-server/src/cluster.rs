@@ -114,8 +114,14 @@ impl ViewBuilder for Planner {
                          a view over it cannot run in a cluster"
                     )));
                 }
+                if def.names_secrets() {
+                    return Err(datafusion::error::DataFusionError::NotImplemented(format!(
+                        "source \"{name}\" names secrets, which only process 0 opens: \
+                         a view over it cannot run in a cluster"
+                    )));
+                }
                 let connector = def
-                    .connector()
+                    .connector_with(&def.options)
                     .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
                 sources.insert(name.clone(), connector);
             }

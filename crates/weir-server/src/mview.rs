@@ -423,7 +423,7 @@ pub async fn create(
     let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
         .map(|_| allocate_id(&mut working.catalog))
         .collect();
-    let sources = source_inputs(&working.catalog, &planned, |_| None)?;
+    let sources = source_inputs(&db, &working.catalog, &planned, |_| None)?;
     let watermark = output_watermark(&planned.plan, &planned.columns);
     let def = MaterializedViewDef {
         name: name.clone(),
@@ -510,6 +510,7 @@ fn views_read(catalog: &crate::catalog::Catalog, reads: &BTreeSet<String>) -> BT
 /// reads and its splits' starting positions (`positions`, or every split
 /// at its beginning).
 fn source_inputs(
+    db: &Database,
     catalog: &crate::catalog::Catalog,
     planned: &PlannedView,
     positions: impl Fn(TableId) -> Option<Vec<u64>>,
@@ -519,7 +520,7 @@ fn source_inputs(
         .iter()
         .filter_map(|name| catalog.sources.get(name))
         .map(|def| {
-            let source = def.connector()?;
+            let source = def.connector(db, catalog)?;
             let positions = positions(def.id).unwrap_or_else(|| vec![0; source.splits() as usize]);
             Ok(SourceInput {
                 source_id: def.id,
@@ -698,7 +699,7 @@ pub async fn restore(db: &Arc<Database>, runtime: Arc<RuntimeEnv>) -> WeirResult
         let output = db
             .take_restored_output(def.id)
             .ok_or_else(|| WeirError::internal(format!("no output table for {}", def.name)))?;
-        let sources = source_inputs(&committed.catalog, &planned, |source| {
+        let sources = source_inputs(db, &committed.catalog, &planned, |source| {
             offsets.get(&position_key(def.id, source)).cloned()
         })?;
         views.push(ViewRuntime {
@@ -797,7 +798,7 @@ async fn rebuild(
         let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
             .map(|_| allocate_id(&mut working.catalog))
             .collect();
-        let sources = source_inputs(&working.catalog, &planned, |_| None)?;
+        let sources = source_inputs(db, &working.catalog, &planned, |_| None)?;
         let Some(entry) = working.catalog.materialized_views.get_mut(&def.name) else {
             continue;
         };

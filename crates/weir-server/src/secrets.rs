@@ -59,7 +59,7 @@ pub async fn create_secret(session: &mut Session, create: &CreateSecret) -> Weir
     Ok(Output::command("CREATE SECRET"))
 }
 
-/// `DROP SECRET`: refused while a sink or table names the secret.
+/// `DROP SECRET`: refused while a sink, table or source names the secret.
 pub async fn drop_secret(session: &mut Session, request: &DropSecret) -> WeirResult<Output> {
     let db = session.db.clone();
     let mut working = db.working().await;
@@ -88,13 +88,10 @@ pub async fn drop_secret(session: &mut Session, request: &DropSecret) -> WeirRes
     Ok(Output::command("DROP SECRET"))
 }
 
-/// The tables and sinks whose options name secret `name`.
+/// The tables, sinks and sources whose options name secret `name`.
 fn users<'a>(catalog: &'a Catalog, name: &'a str) -> impl Iterator<Item = String> + 'a {
-    let names_it = move |options: &[(String, String)]| {
-        options
-            .iter()
-            .any(|(k, v)| weir_sql::referenced_key(k).is_some() && v == name)
-    };
+    let names_it =
+        move |options: &[(String, String)]| names_secret(options.iter().map(|(k, v)| (k, v)), name);
     let tables = catalog
         .tables
         .values()
@@ -105,7 +102,22 @@ fn users<'a>(catalog: &'a Catalog, name: &'a str) -> impl Iterator<Item = String
         .values()
         .filter(move |v| v.sink.as_ref().is_some_and(|c| names_it(&c.options)))
         .map(|v| format!("sink {}", v.name));
-    tables.chain(sinks)
+    let sources = catalog
+        .sources
+        .values()
+        .filter(move |s| names_secret(&s.options, name))
+        .map(|s| format!("source {}", s.name));
+    tables.chain(sinks).chain(sources)
+}
+
+/// Whether `options` reference secret `name`.
+fn names_secret<'a>(
+    options: impl IntoIterator<Item = (&'a String, &'a String)>,
+    name: &str,
+) -> bool {
+    options
+        .into_iter()
+        .any(|(k, v)| weir_sql::referenced_key(k).is_some() && v == name)
 }
 
 /// `options` with each secret reference (`key = SECRET name`) replaced by

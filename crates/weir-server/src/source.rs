@@ -38,15 +38,6 @@ pub async fn create(
             "CREATE SOURCE takes column names and types and WITH options only (no keys, constraints or defaults)",
         ));
     }
-    if let Some((key, _)) = options
-        .iter()
-        .find(|(key, _)| weir_sql::referenced_key(key).is_some())
-    {
-        return Err(WeirError::unsupported(format!(
-            "a source takes no secrets yet (option \"{}\")",
-            weir_sql::referenced_key(key).unwrap_or(key)
-        )));
-    }
     let mut options: BTreeMap<String, String> = options.iter().cloned().collect();
     let known = || Connector::ALL.map(Connector::name).join(", ");
     let name_given = options.remove("connector").ok_or_else(|| {
@@ -64,6 +55,14 @@ pub async fn create(
             known()
         ))
     })?;
+    if let Some(key) = options.keys().find_map(|key| weir_sql::referenced_key(key)) {
+        if connector != Connector::Kafka {
+            return Err(WeirError::unsupported(format!(
+                "a {} source takes no secrets (option \"{key}\"); Kafka sources do",
+                connector.name()
+            )));
+        }
+    }
     if connector == Connector::Files && session.db.is_cluster() {
         return Err(WeirError::unsupported(
             "file sources are read by one process: their files are listed and logged by process 0",
@@ -72,7 +71,12 @@ pub async fn create(
     // Ask the outside system (once the statement is otherwise whole)
     // before taking the catalog's lock.
     let splits = match connector {
-        Connector::Kafka if !create.columns.is_empty() => Some(kafka_partitions(&options).await?),
+        Connector::Kafka if !create.columns.is_empty() => {
+            let pairs: Vec<(String, String)> = options.clone().into_iter().collect();
+            let db = &session.db;
+            let resolved = crate::secrets::resolve(db, &db.committed().catalog, &pairs)?;
+            Some(kafka_partitions(&resolved.into_iter().collect()).await?)
+        }
         _ => None,
     };
     let db = session.db.clone();
@@ -144,8 +148,9 @@ pub async fn create(
         generator_version: connector.generator_version(),
         splits,
     };
-    // Refuse bad options now rather than when a view first reads it.
-    def.connector()?;
+    // Refuse bad options (and missing secrets) now rather than when a
+    // view first reads it.
+    def.connector(&db, &working.catalog)?;
     if crate::file_source::is_file_source(&def) {
         crate::file_source::create_log(&mut working, &def)?;
     }
@@ -188,7 +193,10 @@ pub fn show(session: &Session) -> WeirResult<Output> {
         options.push(
             def.options
                 .iter()
-                .map(|(k, v)| format!("{k} = '{v}'"))
+                .map(|(k, v)| match weir_sql::referenced_key(k) {
+                    Some(option) => format!("{option} = SECRET {v}"),
+                    None => format!("{k} = '{v}'"),
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
         );

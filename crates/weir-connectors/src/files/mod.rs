@@ -155,7 +155,7 @@ impl Source for FileSource {
         let task = reader::ReadTask {
             store: self.store.clone(),
             log: self.log.clone(),
-            format: self.options.format,
+            format: self.options.format.clone(),
             schema: self.schema.clone(),
             splits: from.splits,
             positions,

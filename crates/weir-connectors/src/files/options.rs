@@ -12,7 +12,7 @@ use crate::records::{BadRecords, Format};
 const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How a file's bytes hold rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileFormat {
     /// Lines of records: JSON objects (JSON lines) or CSV rows.
     Records {

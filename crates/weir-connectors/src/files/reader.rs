@@ -6,8 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use datafusion::arrow::array::{new_null_array, ArrayRef};
-use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
@@ -117,8 +115,9 @@ impl ReadTask {
             };
             let index = file_index(self.positions[slot]);
             let offset = offset_in_file(self.positions[slot]);
-            let going = match self.format {
+            let going = match &self.format {
                 FileFormat::Records { header, .. } => {
+                    let header = *header;
                     self.read_records(slot, &file, offset, header).await?
                 }
                 FileFormat::Parquet => self.read_parquet(slot, &file, offset).await?,
@@ -151,13 +150,13 @@ impl ReadTask {
         offset: u64,
         header: bool,
     ) -> Result<bool, DataFusionError> {
-        let FileFormat::Records { format, .. } = self.format else {
+        let FileFormat::Records { format, .. } = self.format.clone() else {
             unreachable!("read_records reads record formats")
         };
-        let decoder = Decoder::new(format, self.schema.clone());
-        let path = object_path(file)?;
         let mut splitter =
             RecordSplitter::new(matches!(format, crate::records::Format::Csv { .. }));
+        let decoder = Decoder::new(format, self.schema.clone());
+        let path = object_path(file)?;
         // Bytes fetched but not yet taken as records, from file offset `start`.
         let mut pending: Vec<u8> = Vec::new();
         let mut start = offset;
@@ -167,7 +166,7 @@ impl ReadTask {
             let mut taken = 0;
             while let Some(end) = splitter.next_end(&pending[taken..]) {
                 let at = start + taken as u64;
-                batch.take(&pending[taken..taken + end], at, header);
+                batch.take(&decoder, &pending[taken..taken + end], at, header);
                 taken += end;
                 if batch.values.len() >= self.max_rows {
                     let end = start + taken as u64;
@@ -184,7 +183,7 @@ impl ReadTask {
             if fetched >= file.size {
                 // The last record may lack its line break.
                 if !pending.is_empty() {
-                    batch.take(&pending, start, header);
+                    batch.take(&decoder, &pending, start, header);
                 }
                 return self
                     .send_records(&decoder, &mut batch, slot, file, file.size)
@@ -275,7 +274,8 @@ impl ReadTask {
         while let Some(batch) = rows.next().await {
             let batch = batch.map_err(parquet_error)?;
             done += batch.num_rows() as u64;
-            let conformed = conform(&self.schema, &batch, file)?;
+            let conformed = crate::records::conform(&self.schema, &batch)
+                .map_err(|e| DataFusionError::Execution(format!("file \"{}\" {e}", file.path)))?;
             self.positions[slot] = position(index, done);
             if self
                 .sender
@@ -300,11 +300,11 @@ struct RecordBatchBuilder {
 impl RecordBatchBuilder {
     /// Takes the record at byte `at`, unless it is blank or the header
     /// (the file's first record, when `header`).
-    fn take(&mut self, record: &[u8], at: u64, header: bool) {
+    fn take(&mut self, decoder: &Decoder, record: &[u8], at: u64, header: bool) {
         if is_blank(record) || (header && at == 0) {
             return;
         }
-        self.values.push(record);
+        decoder.push(&mut self.values, record);
         self.starts.push(at);
     }
 
@@ -312,36 +312,6 @@ impl RecordBatchBuilder {
         self.values.clear();
         self.starts.clear();
     }
-}
-
-/// A Parquet batch as rows of the source's `schema`: columns taken by
-/// name and cast to the source's types (a value that does not convert is
-/// an error, not a NULL); columns the file lacks are NULL.
-fn conform(
-    schema: &SchemaRef,
-    batch: &RecordBatch,
-    file: &LoggedFile,
-) -> Result<RecordBatch, DataFusionError> {
-    let strict = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|field| match batch.column_by_name(field.name()) {
-            Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
-            Some(column) => cast_with_options(column, field.data_type(), &strict).map_err(|e| {
-                DataFusionError::Execution(format!(
-                    "file \"{}\" column \"{}\": {e}",
-                    file.path,
-                    field.name()
-                ))
-            }),
-            None => Ok(new_null_array(field.data_type(), batch.num_rows())),
-        })
-        .collect::<Result<Vec<ArrayRef>, _>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 fn object_path(file: &LoggedFile) -> Result<Path, DataFusionError> {

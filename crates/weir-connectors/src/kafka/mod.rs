@@ -106,7 +106,7 @@ impl Source for KafkaSource {
     fn open(&self, from: ReadFrom) -> weir_stream::Result<Box<dyn SourceReader>> {
         let reader = reader::KafkaReader::spawn(
             &self.options,
-            Decoder::new(self.options.format, self.schema.clone()),
+            Decoder::new(self.options.format.clone(), self.schema.clone()),
             &from,
             self.bad_records.clone(),
         )

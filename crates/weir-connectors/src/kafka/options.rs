@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
+use std::sync::Arc;
+
+use crate::avro::AvroFormat;
 use crate::records::{BadRecords, Format};
 
 /// Where a partition's first read starts, for a view that has not read
@@ -56,6 +59,7 @@ impl KafkaOptions {
         let mut timestamp = None;
         let mut format = None;
         let mut delimiter = b',';
+        let mut avro_schema = None;
         let mut bad_records = BadRecords::Fail;
         let mut properties = BTreeMap::new();
         for (key, value) in options {
@@ -79,6 +83,7 @@ impl KafkaOptions {
                     }
                 }
                 "bad_records" => bad_records = BadRecords::parse(value)?,
+                "avro.schema" => avro_schema = Some(value.clone()),
                 _ => match key.strip_prefix("properties.") {
                     Some(name) if RESERVED.contains(&name) => {
                         return Err(format!(
@@ -119,13 +124,27 @@ impl KafkaOptions {
         let format = match format.as_deref() {
             Some("json") => Format::Json,
             Some("csv") => Format::Csv { delimiter },
+            Some(avro @ ("avro" | "avro-confluent")) => {
+                let schema = avro_schema.take().ok_or(
+                    "format = 'avro' needs avro.schema = '...', the writer's schema \
+                     (Weir asks no schema registry)",
+                )?;
+                Format::Avro(Arc::new(AvroFormat::new(
+                    &schema,
+                    avro == "avro-confluent",
+                )?))
+            }
             Some(other) => {
                 return Err(format!(
-                    "format '{other}' is not supported for a Kafka source (Weir reads 'json' and 'csv')"
+                    "format '{other}' is not supported for a Kafka source \
+                     (Weir reads 'json', 'csv', 'avro' and 'avro-confluent')"
                 ))
             }
-            None => return Err("a Kafka source needs format = 'json' or format = 'csv'".into()),
+            None => return Err("a Kafka source needs format = 'json', 'csv' or 'avro'".into()),
         };
+        if avro_schema.is_some() {
+            return Err("avro.schema is an option of format = 'avro'".into());
+        }
         Ok(KafkaOptions {
             topic,
             brokers,

@@ -169,7 +169,8 @@ impl ConsumerThread {
                     let Some(&i) = index.get(&message.partition()) else {
                         continue;
                     };
-                    values.push(message.payload().unwrap_or_default());
+                    self.decoder
+                        .push(&mut values, message.payload().unwrap_or_default());
                     origins.push((message.partition(), message.offset()));
                     self.positions[i] = message.offset() as u64 + 2;
                     values.len() < self.max_rows

@@ -179,7 +179,7 @@ fn split_positions(
         let converted = match positions.get(&key) {
             Some(ReaderPosition::Splits(positions)) => Some(positions.clone()),
             Some(ReaderPosition::Offset(offset)) => source
-                .connector()
+                .connector_with(&source.options_without_values())
                 .ok()
                 .map(|source| source.split_positions(*offset)),
             None => None,

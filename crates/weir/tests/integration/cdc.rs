@@ -34,7 +34,7 @@ fn cdc_options(url: &str, table: &str, slot: &str) -> String {
 const PASSWORD: &str = "cdc-secret-5f1e";
 
 /// Whether any file under `dir` holds `text`.
-fn any_file_holds(dir: &std::path::Path, text: &str) -> bool {
+pub fn any_file_holds(dir: &std::path::Path, text: &str) -> bool {
     std::fs::read_dir(dir).unwrap().flatten().any(|entry| {
         let path = entry.path();
         if path.is_dir() {

@@ -338,13 +338,7 @@ async fn wait_failure(weir: &tokio_postgres::Client, query: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_source_on_s3_reads_new_objects_once_through_sigkill() {
-    let (endpoint, _moto) = match std::env::var("WEIR_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => (endpoint, None),
-        Err(_) => {
-            let (moto, endpoint) = crate::s3::start_moto();
-            (endpoint, Some(moto))
-        }
-    };
+    let (endpoint, _moto) = crate::s3::test_endpoint();
     let prefix = format!(
         "files-{}",
         std::time::SystemTime::now()
@@ -361,14 +355,7 @@ async fn a_file_source_on_s3_reads_new_objects_once_through_sigkill() {
         .with_secret_access_key("weir-secret")
         .build()
         .unwrap();
-    let envs = [
-        ("AWS_ACCESS_KEY_ID", "weir"),
-        ("AWS_SECRET_ACCESS_KEY", "weir-secret"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ENDPOINT", endpoint.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-    ];
-    let mut server = TestServer::start_with_env(&[], &envs).await;
+    let mut server = TestServer::start_with_env(&[], &crate::s3::server_env(&endpoint)).await;
     let weir = server.client().await;
     weir.batch_execute(&format!(
         "CREATE SOURCE orders (id bigint, customer text, amount bigint) WITH (

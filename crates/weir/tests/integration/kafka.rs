@@ -50,6 +50,18 @@ pub fn row(values: &[&str]) -> Vec<Option<String>> {
     values.iter().map(|v| Some(v.to_string())).collect()
 }
 
+/// Avro's zigzag varint encoding of `n`.
+fn avro_long(n: i64) -> Vec<u8> {
+    let mut zigzag = ((n << 1) ^ (n >> 63)) as u64;
+    let mut out = Vec::new();
+    while zigzag >= 0x80 {
+        out.push((zigzag as u8 & 0x7f) | 0x80);
+        zigzag >>= 7;
+    }
+    out.push(zigzag as u8);
+    out
+}
+
 /// An order's amount, a function of its id.
 fn amount(id: u64) -> u64 {
     id * 7919 % 1000
@@ -280,6 +292,94 @@ async fn kafka_sources_start_where_asked_read_csv_and_refuse_what_they_cannot_re
     assert!(
         failure.contains("partition 0 offset 3") && failure.contains("does not parse"),
         "{failure}"
+    );
+
+    // Avro: bare datums of the schema in the options, and datums behind
+    // Confluent's header; a value that does not decode is skipped.
+    broker.create_topic("avro", 1).await;
+    let schema = r#"{"type": "record", "name": "order", "fields": [
+        {"name": "id", "type": "long"}, {"name": "customer", "type": ["null", "string"]}]}"#;
+    for id in 0..20i64 {
+        let mut datum = avro_long(id);
+        datum.extend(avro_long(1));
+        let customer = format!("c{}", id % 3);
+        datum.extend(avro_long(customer.len() as i64));
+        datum.extend(customer.as_bytes());
+        let framed = [&[0u8, 0, 0, 0, 42][..], &datum].concat();
+        Broker::send(&producer, "avro", 0, None, &framed).await;
+    }
+    Broker::send(&producer, "avro", 0, None, &[0u8, 0, 0, 0, 42, 0x80][..]).await;
+    weir.batch_execute(&format!(
+        "CREATE SOURCE avro_orders (id bigint, customer text) WITH ({}); \
+         CREATE MATERIALIZED VIEW avro_totals AS \
+           SELECT customer, count(*) AS n, sum(id) AS ids FROM avro_orders GROUP BY customer",
+        source_options(
+            &broker,
+            "avro",
+            &format!(
+                ", format = 'avro-confluent', bad_records = 'skip', avro.schema = '{}'",
+                schema.replace('\'', "''")
+            )
+        )
+    ))
+    .await
+    .unwrap();
+    wait_rows(
+        &weir,
+        "SELECT customer, n, ids FROM avro_totals",
+        &[
+            row(&["c0", "7", "63"]),
+            row(&["c1", "7", "70"]),
+            row(&["c2", "6", "57"]),
+        ],
+        limit,
+    )
+    .await;
+    let errors = sorted_rows(
+        &weir,
+        "SELECT bad_records FROM weir_source_errors WHERE source = 'avro_orders'",
+    )
+    .await;
+    assert_eq!(errors, vec![row(&["1"])]);
+
+    // A librdkafka setting from a secret: the value reaches the consumer
+    // (a client id it sends), never the catalog; the secret cannot be
+    // dropped while the source names it.
+    weir.batch_execute(&format!(
+        "CREATE SECRET client AS 'weir-secret-client-id'; \
+         CREATE SOURCE secretive (n int, label text) WITH ({}); \
+         CREATE MATERIALIZED VIEW secretive_count AS SELECT count(*) AS c FROM secretive",
+        source_options(
+            &broker,
+            "events",
+            ", format = 'csv', properties.client.id = SECRET client"
+        )
+    ))
+    .await
+    .unwrap();
+    wait_rows(
+        &weir,
+        "SELECT c FROM secretive_count",
+        &[row(&["8"])],
+        limit,
+    )
+    .await;
+    let shown = sorted_rows(&weir, "SHOW SOURCES").await;
+    let secretive = shown
+        .iter()
+        .find(|r| r[0].as_deref() == Some("secretive"))
+        .and_then(|r| r[2].clone())
+        .unwrap_or_default();
+    assert!(
+        secretive.contains("properties.client.id = SECRET client")
+            && !secretive.contains("weir-secret-client-id"),
+        "{secretive}"
+    );
+    assert_eq!(sqlstate(&weir, "DROP SECRET client").await, "2BP01");
+    weir.batch_execute("CHECKPOINT").await.unwrap();
+    assert!(
+        !crate::cdc::any_file_holds(&server.data_dir, "weir-secret-client-id"),
+        "a secret's value reached the state store"
     );
 
     // What CREATE SOURCE refuses.

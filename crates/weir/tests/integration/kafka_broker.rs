@@ -20,7 +20,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common::free_port;
-use crate::s3::{start_moto, Moto};
+use crate::s3::{server_env, test_endpoint, Moto};
 
 /// A running nisshi broker.
 pub struct Broker {
@@ -49,20 +49,11 @@ impl Broker {
     /// A broker whose storage survives its restarts: the tests' S3
     /// server, under cluster id `name` and a fresh suffix.
     pub async fn start_durable(name: &str) -> Broker {
-        let (endpoint, moto) = match std::env::var("WEIR_TEST_S3_ENDPOINT") {
-            Ok(endpoint) => (endpoint, None),
-            Err(_) => {
-                let (moto, endpoint) = start_moto();
-                (endpoint, Some(moto))
-            }
-        };
-        let env = vec![
-            ("AWS_ENDPOINT", endpoint),
-            ("AWS_ACCESS_KEY_ID", "weir".to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", "weir-secret".to_owned()),
-            ("AWS_REGION", "us-east-1".to_owned()),
-            ("AWS_ALLOW_HTTP", "true".to_owned()),
-        ];
+        let (endpoint, moto) = test_endpoint();
+        let env = server_env(&endpoint)
+            .into_iter()
+            .map(|(key, value)| (key, value.to_owned()))
+            .collect();
         let cluster = format!("{name}_{}", std::process::id());
         Self::start_on("s3://weir/", &cluster, env, moto)
     }
@@ -180,12 +171,12 @@ impl Broker {
     }
 
     /// Writes `value` (with `key`) to `partition` of `topic`.
-    pub async fn send(
+    pub async fn send<V: rdkafka::message::ToBytes + ?Sized>(
         producer: &FutureProducer,
         topic: &str,
         partition: i32,
         key: Option<&str>,
-        value: &str,
+        value: &V,
     ) {
         let mut record = FutureRecord::to(topic).partition(partition).payload(value);
         if let Some(key) = key {

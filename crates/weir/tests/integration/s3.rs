@@ -26,7 +26,7 @@ impl Drop for Moto {
 
 /// Starts `moto_server` on loopback and creates the bucket; returns it with
 /// its endpoint. Fails (the test cannot run) when moto is not installed.
-pub fn start_moto() -> (Moto, String) {
+fn start_moto() -> (Moto, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -67,6 +67,30 @@ pub fn start_moto() -> (Moto, String) {
     }
 }
 
+/// The test S3 server's endpoint: `WEIR_TEST_S3_ENDPOINT` if set
+/// (`.ci/run` sets it), else a moto server started here, which lives as
+/// long as the returned guard.
+pub fn test_endpoint() -> (String, Option<Moto>) {
+    match std::env::var("WEIR_TEST_S3_ENDPOINT") {
+        Ok(endpoint) => (endpoint, None),
+        Err(_) => {
+            let (moto, endpoint) = start_moto();
+            (endpoint, Some(moto))
+        }
+    }
+}
+
+/// The environment a server reads `endpoint`'s bucket with.
+pub fn server_env(endpoint: &str) -> [(&'static str, &str); 5] {
+    [
+        ("AWS_ACCESS_KEY_ID", "weir"),
+        ("AWS_SECRET_ACCESS_KEY", "weir-secret"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT", endpoint),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+}
+
 /// A server whose state lives under a fresh prefix of the test S3 server:
 /// `WEIR_TEST_S3_ENDPOINT` if set (`.ci/run` sets it), else a moto server
 /// started here, which lives as long as the returned guard.
@@ -76,13 +100,7 @@ async fn s3_server() -> (TestServer, Option<Moto>) {
 
 /// [`s3_server`] with extra flags.
 pub async fn s3_server_with(args: &[&str]) -> (TestServer, Option<Moto>) {
-    let (endpoint, moto) = match std::env::var("WEIR_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => (endpoint, None),
-        Err(_) => {
-            let (moto, endpoint) = start_moto();
-            (endpoint, Some(moto))
-        }
-    };
+    let (endpoint, moto) = test_endpoint();
     let prefix = format!(
         "s3://weir/test-{}",
         std::time::SystemTime::now()
@@ -90,13 +108,7 @@ pub async fn s3_server_with(args: &[&str]) -> (TestServer, Option<Moto>) {
             .unwrap()
             .as_nanos()
     );
-    let envs = [
-        ("AWS_ACCESS_KEY_ID", "weir"),
-        ("AWS_SECRET_ACCESS_KEY", "weir-secret"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ENDPOINT", endpoint.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-    ];
+    let envs = server_env(&endpoint);
     let mut all = vec!["--state-url", prefix.as_str()];
     all.extend_from_slice(args);
     let server = TestServer::start_with_env(&all, &envs).await;
