@@ -120,6 +120,23 @@ impl Connector {
         }
     }
 
+    /// The columns of records' metadata a source of `options` adds after
+    /// its declared ones (a Kafka source's `INCLUDE` columns).
+    pub fn included_columns(
+        self,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Vec<datafusion::arrow::datatypes::Field>, ConnectorError> {
+        match self {
+            Connector::Kafka => Ok(kafka::KafkaOptions::parse(options)
+                .map_err(ConnectorError)?
+                .include
+                .iter()
+                .map(|(include, name)| include.field(name))
+                .collect()),
+            Connector::Datagen | Connector::Nexmark | Connector::Files => Ok(Vec::new()),
+        }
+    }
+
     /// A source of `schema` with `options` (keys lowercased, without
     /// `connector`) set up as `setup` says, as the stream runtime reads it.
     pub fn source(
@@ -149,9 +166,10 @@ impl Connector {
                 let partitions = setup.splits.ok_or_else(|| {
                     ConnectorError("a Kafka source without its partition count".into())
                 })?;
-                Arc::new(kafka::KafkaSource::new(
-                    setup.id, options, schema, partitions,
-                ))
+                Arc::new(
+                    kafka::KafkaSource::new(setup.id, options, schema, partitions)
+                        .map_err(ConnectorError)?,
+                )
             }
             Connector::Files => {
                 let options = files::FileOptions::parse(options).map_err(ConnectorError)?;

@@ -119,9 +119,25 @@ pub async fn create(
             .inner()
             .clone(),
     };
+    // Records' metadata (`INCLUDE`) after the declared columns.
+    let included = connector
+        .included_columns(&options)
+        .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))?;
+    for field in &included {
+        if schema.field_with_name(field.name()).is_ok()
+            || included.iter().filter(|f| f.name() == field.name()).count() > 1
+        {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{}\" specified more than once", field.name()),
+            ));
+        }
+    }
     let columns = schema
         .fields()
         .iter()
+        .map(|field| field.as_ref())
+        .chain(&included)
         .map(|field| ColumnDef {
             display_scale: None,
             name: field.name().clone(),

@@ -372,13 +372,28 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
     let mut with = None;
     let mut replaced = false;
     let mut text = String::new();
+    let mut includes = Vec::new();
+    let mut skip_to = 0;
     for (i, token) in tokens.iter().enumerate() {
+        if i < skip_to {
+            continue;
+        }
         match &token.token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             Token::Word(w) if depth == 0 && w.value.eq_ignore_ascii_case("with") => {
                 with = Some(i);
                 break;
+            }
+            Token::Word(w)
+                if depth == 0
+                    && w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("include") =>
+            {
+                let (option, next) = include_clause(tokens, i + 1)?;
+                includes.push(option);
+                skip_to = next;
+                continue;
             }
             Token::Word(w) if !replaced && w.value.eq_ignore_ascii_case("source") => {
                 replaced = true;
@@ -400,7 +415,10 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
         None if watermark.is_none() => Ok(WeirStatement::DropSource(Box::new(statement))),
         Some(i) if is_create => Ok(WeirStatement::CreateSource(
             Box::new(statement),
-            parse_options(&tokens[i + 1..])?,
+            includes
+                .into_iter()
+                .chain(parse_options(&tokens[i + 1..])?)
+                .collect(),
             watermark,
         )),
         Some(_) => Err(ParseError::Syntax(
@@ -409,6 +427,43 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
         None => Err(ParseError::Syntax(
             "syntax error at or near \"WATERMARK\"".into(),
         )),
+    }
+}
+
+/// `INCLUDE kind [AS name]` from `tokens[at..]` (after `INCLUDE`): the
+/// option it stands for, `include.<kind> = '<name>'` (`''` without a
+/// name), and where the tokens after it start.
+fn include_clause(
+    tokens: &[&TokenWithSpan],
+    at: usize,
+) -> Result<((String, String), usize), ParseError> {
+    let syntax = || ParseError::Syntax("expected INCLUDE kind [AS name]".into());
+    let mut words = tokens
+        .iter()
+        .enumerate()
+        .skip(at)
+        .filter(|(_, t)| !matches!(t.token, Token::Whitespace(_)));
+    let Some((_, Token::Word(kind))) = words.next().map(|(i, t)| (i, &t.token)) else {
+        return Err(syntax());
+    };
+    let key = format!("include.{}", kind.value.to_lowercase());
+    let mut after = words.clone();
+    match after.next() {
+        Some((_, t)) if matches!(&t.token, Token::Word(w) if w.keyword == Keyword::AS) => {
+            let Some((i, Token::Word(name))) = after.next().map(|(i, t)| (i, &t.token)) else {
+                return Err(syntax());
+            };
+            if name.quote_style.is_none() && name.keyword == Keyword::WITH {
+                return Err(syntax());
+            }
+            let name = match name.quote_style {
+                Some(_) => name.value.clone(),
+                None => name.value.to_lowercase(),
+            };
+            Ok(((key, name), i + 1))
+        }
+        Some((i, _)) => Ok(((key, String::new()), i)),
+        None => Err(syntax()),
     }
 }
 
@@ -762,6 +817,28 @@ mod tests {
         );
         assert_eq!(sql_of(&parsed[1]), "DROP TABLE IF EXISTS s CASCADE");
         assert_eq!(parsed[2], WeirStatement::ShowSources);
+        // RisingWave's INCLUDE clauses, as options.
+        let parsed = parse(
+            "CREATE SOURCE s (k int) INCLUDE partition AS P INCLUDE key INCLUDE offset AS \"Off\" WITH (connector = 'kafka')",
+        )
+        .unwrap();
+        let WeirStatement::CreateSource(create, options, _) = &parsed[0] else {
+            panic!("{:?}", parsed[0]);
+        };
+        assert_eq!(create.to_string(), "CREATE TABLE s (k INT)");
+        assert_eq!(
+            options,
+            &[
+                ("include.partition".to_string(), "p".to_string()),
+                ("include.key".to_string(), String::new()),
+                ("include.offset".to_string(), "Off".to_string()),
+                ("connector".to_string(), "kafka".to_string()),
+            ]
+        );
+        assert!(parse("CREATE SOURCE s (k int) INCLUDE WITH (connector = 'kafka')").is_err());
+        assert!(
+            parse("CREATE SOURCE s (k int) INCLUDE key AS WITH (connector = 'kafka')").is_err()
+        );
         // Flink's dashed and quoted keys.
         let parsed = parse(
             "CREATE SOURCE s (k int) WITH ('Connector' = 'filesystem', source.monitor-interval = '1s', 'csv.field-delimiter' = ';')",

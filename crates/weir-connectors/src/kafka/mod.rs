@@ -18,6 +18,7 @@
 //! | `options` | the options and the consumer settings |
 //! | `reader` | the consumer thread and the reader the runtime polls |
 
+mod metadata;
 mod options;
 mod reader;
 
@@ -30,7 +31,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
 use crate::records::{BadRecordCount, Decoder};
+use metadata::RowShape;
 
+pub use metadata::Include;
 pub use options::{KafkaOptions, Startup};
 
 /// How long asking the brokers for a topic's partitions may take.
@@ -74,7 +77,10 @@ pub fn partitions(options: &KafkaOptions) -> Result<u32, MetadataError> {
 #[derive(Debug)]
 pub struct KafkaSource {
     options: KafkaOptions,
-    schema: SchemaRef,
+    /// The columns record values decode into (the source's but those of
+    /// `INCLUDE`).
+    value_schema: SchemaRef,
+    shape: RowShape,
     partitions: u32,
     bad_records: Arc<BadRecordCount>,
 }
@@ -82,14 +88,20 @@ pub struct KafkaSource {
 impl KafkaSource {
     /// Source `id`: `options.topic`'s first `partitions` partitions as
     /// rows of `schema`.
-    pub fn new(id: u64, options: KafkaOptions, schema: SchemaRef, partitions: u32) -> Self {
-        let bad_records = BadRecordCount::of_source(id);
-        KafkaSource {
+    pub fn new(
+        id: u64,
+        options: KafkaOptions,
+        schema: SchemaRef,
+        partitions: u32,
+    ) -> Result<Self, String> {
+        let (shape, value_schema) = RowShape::new(&schema, &options.include)?;
+        Ok(KafkaSource {
             options,
-            schema,
+            value_schema,
+            shape,
             partitions,
-            bad_records,
-        }
+            bad_records: BadRecordCount::of_source(id),
+        })
     }
 }
 
@@ -106,7 +118,8 @@ impl Source for KafkaSource {
     fn open(&self, from: ReadFrom) -> weir_stream::Result<Box<dyn SourceReader>> {
         let reader = reader::KafkaReader::spawn(
             &self.options,
-            Decoder::new(self.options.format.clone(), self.schema.clone()),
+            Decoder::new(self.options.format.clone(), self.value_schema.clone()),
+            self.shape.clone(),
             &from,
             self.bad_records.clone(),
         )

@@ -7,6 +7,7 @@ use rdkafka::ClientConfig;
 
 use std::sync::Arc;
 
+use super::metadata::Include;
 use crate::avro::AvroFormat;
 use crate::records::{BadRecords, Format};
 
@@ -37,6 +38,9 @@ pub struct KafkaOptions {
     pub bad_records: BadRecords,
     /// `properties.<name>` options, passed to librdkafka as `<name>`.
     pub properties: BTreeMap<String, String>,
+    /// Columns of records' metadata (`INCLUDE`, as `include.<kind>`
+    /// options), with their names.
+    pub include: Vec<(Include, String)>,
 }
 
 /// librdkafka settings Weir sets itself: a source reads at checkpointed
@@ -62,6 +66,7 @@ impl KafkaOptions {
         let mut avro_schema = None;
         let mut bad_records = BadRecords::Fail;
         let mut properties = BTreeMap::new();
+        let mut include = Vec::new();
         for (key, value) in options {
             match key.as_str() {
                 "topic" => topic = Some(value.clone()),
@@ -84,6 +89,14 @@ impl KafkaOptions {
                 }
                 "bad_records" => bad_records = BadRecords::parse(value)?,
                 "avro.schema" => avro_schema = Some(value.clone()),
+                _ if key.starts_with("include.") => {
+                    let kind = Include::named(&key["include.".len()..])?;
+                    let name = match value.as_str() {
+                        "" => kind.default_name().to_owned(),
+                        name => name.to_owned(),
+                    };
+                    include.push((kind, name));
+                }
                 _ => match key.strip_prefix("properties.") {
                     Some(name) if RESERVED.contains(&name) => {
                         return Err(format!(
@@ -152,6 +165,7 @@ impl KafkaOptions {
             format,
             bad_records,
             properties,
+            include,
         })
     }
 

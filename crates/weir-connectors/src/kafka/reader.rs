@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 use weir_stream::runtime::{ReadFrom, SourceReader};
 
+use super::metadata::{Origins, RowShape};
 use super::options::{KafkaOptions, Startup};
 use crate::records::{BadRecordCount, BadRecords, Decoder, Values};
 
@@ -59,6 +60,7 @@ impl KafkaReader {
     pub(super) fn spawn(
         options: &KafkaOptions,
         decoder: Decoder,
+        shape: RowShape,
         from: &ReadFrom,
         bad_records: Arc<BadRecordCount>,
     ) -> Result<Self, KafkaError> {
@@ -74,6 +76,7 @@ impl KafkaReader {
             consumer,
             options: options.clone(),
             decoder,
+            shape,
             splits: from.splits.clone(),
             positions: positions.clone(),
             max_rows: from.max_batch_rows.max(1),
@@ -135,6 +138,7 @@ struct ConsumerThread {
     consumer: BaseConsumer,
     options: KafkaOptions,
     decoder: Decoder,
+    shape: RowShape,
     splits: Vec<u32>,
     positions: Vec<u64>,
     max_rows: usize,
@@ -156,8 +160,7 @@ impl ConsumerThread {
             .map(|(i, &s)| (s as i32, i))
             .collect();
         let mut values = Values::default();
-        // Each value's partition and offset, for bad-record reports.
-        let mut origins: Vec<(i32, i64)> = Vec::new();
+        let mut origins = Origins::default();
         while !self.sender.is_closed() {
             let wait = if values.is_empty() {
                 IDLE_POLL
@@ -171,7 +174,9 @@ impl ConsumerThread {
                     };
                     self.decoder
                         .push(&mut values, message.payload().unwrap_or_default());
-                    origins.push((message.partition(), message.offset()));
+                    let key = self.shape.includes_key().then(|| message.key()).flatten();
+                    let timestamp = message.timestamp().to_millis();
+                    origins.push(message.partition(), message.offset(), timestamp, key);
                     self.positions[i] = message.offset() as u64 + 2;
                     values.len() < self.max_rows
                 }
@@ -270,18 +275,21 @@ impl ConsumerThread {
 
     /// Decodes the gathered values and sends their rows; false once the
     /// reader is gone or the source failed.
-    fn flush(&mut self, values: &mut Values, origins: &mut Vec<(i32, i64)>) -> bool {
+    fn flush(&mut self, values: &mut Values, origins: &mut Origins) -> bool {
         let (rows, bad) = self.decoder.decode(values);
         let sent = if bad.is_empty() || self.options.bad_records == BadRecords::Skip {
             self.bad_records.add(&bad, |i| {
-                let (partition, offset) = origins[i];
+                let (partition, offset) = origins.place(i);
                 format!("partition {partition} offset {offset}")
             });
-            self.sender
-                .blocking_send(Ok((rows, self.positions.clone())))
-                .is_ok()
+            let rows = self
+                .shape
+                .assemble(rows, origins, &bad)
+                .map_err(DataFusionError::from);
+            let sent = rows.map(|rows| (rows, self.positions.clone()));
+            self.sender.blocking_send(sent).is_ok()
         } else {
-            let (partition, offset) = origins[bad[0].index];
+            let (partition, offset) = origins.place(bad[0].index);
             let error = DataFusionError::Execution(format!(
                 "Kafka topic \"{}\" partition {partition} offset {offset}: the record does not \
                  parse: {} (bad_records = 'skip' leaves such records out)",

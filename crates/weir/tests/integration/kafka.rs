@@ -306,13 +306,15 @@ async fn kafka_sources_start_where_asked_read_csv_and_refuse_what_they_cannot_re
         datum.extend(avro_long(customer.len() as i64));
         datum.extend(customer.as_bytes());
         let framed = [&[0u8, 0, 0, 0, 42][..], &datum].concat();
-        Broker::send(&producer, "avro", 0, None, &framed).await;
+        let key = format!("k{id}");
+        Broker::send(&producer, "avro", 0, Some(&key), &framed).await;
     }
     Broker::send(&producer, "avro", 0, None, &[0u8, 0, 0, 0, 42, 0x80][..]).await;
     weir.batch_execute(&format!(
-        "CREATE SOURCE avro_orders (id bigint, customer text) WITH ({}); \
+        "CREATE SOURCE avro_orders (id bigint, customer text) INCLUDE key AS k WITH ({}); \
          CREATE MATERIALIZED VIEW avro_totals AS \
-           SELECT customer, count(*) AS n, sum(id) AS ids FROM avro_orders GROUP BY customer",
+           SELECT customer, count(*) AS n, sum(id) AS ids, sum(length(k)) AS key_bytes \
+           FROM avro_orders GROUP BY customer",
         source_options(
             &broker,
             "avro",
@@ -326,11 +328,12 @@ async fn kafka_sources_start_where_asked_read_csv_and_refuse_what_they_cannot_re
     .unwrap();
     wait_rows(
         &weir,
-        "SELECT customer, n, ids FROM avro_totals",
+        "SELECT customer, n, ids, key_bytes FROM avro_totals",
         &[
-            row(&["c0", "7", "63"]),
-            row(&["c1", "7", "70"]),
-            row(&["c2", "6", "57"]),
+            // Keys k0..k19: c0 has k0, k3, k6, k9, k12, k15, k18.
+            row(&["c0", "7", "63", "17"]),
+            row(&["c1", "7", "70", "18"]),
+            row(&["c2", "6", "57", "15"]),
         ],
         limit,
     )
@@ -341,6 +344,39 @@ async fn kafka_sources_start_where_asked_read_csv_and_refuse_what_they_cannot_re
     )
     .await;
     assert_eq!(errors, vec![row(&["1"])]);
+
+    // Records' metadata as columns (INCLUDE): partition, offset and
+    // timestamp of the CSV records above.
+    weir.batch_execute(&format!(
+        "CREATE SOURCE with_meta (n int, label text) INCLUDE partition AS p INCLUDE offset \
+           INCLUDE timestamp AS ts WITH ({}); \
+         CREATE MATERIALIZED VIEW meta AS SELECT p, count(*) AS c, min(_kafka_offset) AS first, \
+           max(_kafka_offset) AS last, count(ts) AS stamped FROM with_meta GROUP BY p",
+        source_options(&broker, "events", csv)
+    ))
+    .await
+    .unwrap();
+    wait_rows(
+        &weir,
+        "SELECT p, c, first, last, stamped FROM meta",
+        &[
+            row(&["0", "4", "0", "3", "4"]),
+            row(&["1", "4", "0", "3", "4"]),
+        ],
+        limit,
+    )
+    .await;
+    assert_eq!(
+        sqlstate(
+            &weir,
+            &format!(
+                "CREATE SOURCE twice (n int) INCLUDE offset AS n WITH ({})",
+                source_options(&broker, "events", csv)
+            )
+        )
+        .await,
+        "42701"
+    );
 
     // A librdkafka setting from a secret: the value reaches the consumer
     // (a client id it sends), never the catalog; the secret cannot be
