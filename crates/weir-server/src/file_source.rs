@@ -133,7 +133,12 @@ async fn run_lister(db: Arc<Database>, def: SourceDef) {
             s.last_error = Some(error);
         });
     };
-    let options = match FileOptions::parse(&def.options) {
+    let pairs: Vec<(String, String)> = def.options.clone().into_iter().collect();
+    let resolved = match crate::secrets::resolve(&db, &db.committed().catalog, &pairs) {
+        Ok(resolved) => resolved.into_iter().collect(),
+        Err(e) => return failed(e.to_string()),
+    };
+    let options = match FileOptions::parse(&resolved) {
         Ok(options) => options,
         Err(e) => return failed(e),
     };

@@ -56,9 +56,9 @@ pub async fn create(
         ))
     })?;
     if let Some(key) = options.keys().find_map(|key| weir_sql::referenced_key(key)) {
-        if connector != Connector::Kafka {
+        if !matches!(connector, Connector::Kafka | Connector::Files) {
             return Err(WeirError::unsupported(format!(
-                "a {} source takes no secrets (option \"{key}\"); Kafka sources do",
+                "a {} source takes no secrets (option \"{key}\"); Kafka and file sources do",
                 connector.name()
             )));
         }

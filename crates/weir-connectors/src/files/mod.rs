@@ -34,13 +34,14 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::DataFusionError;
 use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::sync::mpsc;
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
 pub use log::{file_log, forget_file_log, FileLog, LoggedFile};
-pub use options::{FileFormat, FileOptions};
+pub use options::{FileFormat, FileOptions, S3Settings};
 
 use crate::records::BadRecordCount;
 
@@ -69,8 +70,31 @@ pub fn offset_in_file(position: u64) -> u64 {
 /// The store and root a file source's `path` names (a local folder is
 /// created if missing).
 pub fn open_location(options: &FileOptions) -> Result<(Arc<dyn ObjectStore>, Path), String> {
-    weir_state::open_location(&options.location)
-        .map_err(|e| format!("path '{}': {e}", options.location))
+    let failed = |e: &dyn std::fmt::Display| format!("path '{}': {e}", options.location);
+    if options.s3.is_empty() {
+        return weir_state::open_location(&options.location).map_err(|e| failed(&e));
+    }
+    // The environment's settings, then the source's own over them.
+    let url = url::Url::parse(&options.location).map_err(|e| failed(&e))?;
+    let s3 = &options.s3;
+    let mut builder = AmazonS3Builder::from_env().with_url(url.as_str());
+    if let Some(region) = &s3.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = &s3.endpoint {
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    if let Some(key) = &s3.access_key {
+        builder = builder.with_access_key_id(key);
+    }
+    if let Some(secret) = &s3.secret_key {
+        builder = builder.with_secret_access_key(secret);
+    }
+    let store = builder.build().map_err(|e| failed(&e))?;
+    let root = Path::from_url_path(url.path()).map_err(|e| failed(&e))?;
+    Ok((Arc::new(store), root))
 }
 
 /// The files under `root` that a source of `options` reads, by path:

@@ -25,6 +25,42 @@ pub enum FileFormat {
     Parquet,
 }
 
+/// S3 settings a source gives itself (RisingWave's names), over those of
+/// the server's environment.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct S3Settings {
+    /// `s3.region_name`.
+    pub region: Option<String>,
+    /// `s3.endpoint_url`, for an S3-compatible server.
+    pub endpoint: Option<String>,
+    /// `s3.credentials.access`: the access key id.
+    pub access_key: Option<String>,
+    /// `s3.credentials.secret`: the secret access key (best named as
+    /// `SECRET name`).
+    pub secret_key: Option<String>,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("access_key", &self.access_key)
+            .field(
+                "secret_key",
+                &self.secret_key.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl S3Settings {
+    /// Whether any is given.
+    pub fn is_empty(&self) -> bool {
+        *self == S3Settings::default()
+    }
+}
+
 /// A file source's validated options.
 #[derive(Debug, Clone)]
 pub struct FileOptions {
@@ -40,6 +76,8 @@ pub struct FileOptions {
     pub monitor_interval: Duration,
     /// What a record that does not parse does.
     pub bad_records: BadRecords,
+    /// S3 settings over the environment's.
+    pub s3: S3Settings,
 }
 
 impl FileOptions {
@@ -52,6 +90,7 @@ impl FileOptions {
         let mut pattern = None;
         let mut monitor_interval = DEFAULT_MONITOR_INTERVAL;
         let mut bad_records = BadRecords::Fail;
+        let mut s3 = S3Settings::default();
         for (key, value) in options {
             match key.as_str() {
                 "path" => location = Some(value.clone()),
@@ -77,6 +116,10 @@ impl FileOptions {
                 }
                 "source.monitor-interval" => monitor_interval = parse_interval(key, value)?,
                 "bad_records" => bad_records = BadRecords::parse(value)?,
+                "s3.region_name" => s3.region = Some(value.clone()),
+                "s3.endpoint_url" => s3.endpoint = Some(value.clone()),
+                "s3.credentials.access" => s3.access_key = Some(value.clone()),
+                "s3.credentials.secret" => s3.secret_key = Some(value.clone()),
                 _ => return Err(format!("option \"{key}\" is not recognized")),
             }
         }
@@ -112,12 +155,16 @@ impl FileOptions {
         {
             return Err("csv.header is an option of format = 'csv'".into());
         }
+        if !s3.is_empty() && !location.starts_with("s3://") {
+            return Err("s3.* options are for a path = 's3://bucket/prefix'".into());
+        }
         Ok(FileOptions {
             location,
             format,
             pattern,
             monitor_interval,
             bad_records,
+            s3,
         })
     }
 }
@@ -207,6 +254,19 @@ mod tests {
         assert!(
             error(&[("path", "/d"), ("format", "csv"), ("match_pattern", "[")])
                 .contains("match_pattern")
+        );
+        assert!(
+            error(&[("path", "/d"), ("format", "csv"), ("s3.region_name", "x")]).contains("s3://")
+        );
+        let s3 = parse(&[
+            ("path", "s3://b/p"),
+            ("format", "csv"),
+            ("s3.credentials.secret", "hush"),
+        ])
+        .expect("valid");
+        assert!(
+            !format!("{s3:?}").contains("hush"),
+            "the secret is not shown"
         );
     }
 }

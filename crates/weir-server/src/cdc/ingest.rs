@@ -233,6 +233,21 @@ async fn stream(
                             .map_err(|e| WeirError::new(SqlState::IO_ERROR, e.to_string()))?;
                         apply_message(message, def, cdc, &mut relation, &mut pending)?;
                     }
+                    // Caught up: every transaction that committed before the
+                    // server's WAL end was received and applied, so the
+                    // table stands there (and the slot may be confirmed
+                    // there once that commits: a server shutting down
+                    // waits for it, as it does for a quiet table's WAL).
+                    ReplicationEvent::KeepAlive { wal_end, .. }
+                        if !in_transaction
+                            && deadline.is_none()
+                            && wal_end.as_u64() > position =>
+                    {
+                        position = wal_end.as_u64();
+                        pending_position = position;
+                        db.working().await.set_table_position(def.id, position);
+                        status.update(|s| s.applied_position = position);
+                    }
                     ReplicationEvent::Commit { end_lsn, .. } => {
                         in_transaction = false;
                         pending_position = end_lsn.as_u64();

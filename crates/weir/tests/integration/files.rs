@@ -1,7 +1,8 @@
 //! File sources (`connector = 'filesystem'`): CSV and Parquet files read
 //! once each through SIGKILL cycles while new files keep arriving, JSON
 //! lines with bad records, what `CREATE SOURCE` refuses, a file that
-//! vanished before it was read, and objects on S3.
+//! vanished before it was read, and objects on S3 reached with the
+//! source's own settings and a secret.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -355,12 +356,17 @@ async fn a_file_source_on_s3_reads_new_objects_once_through_sigkill() {
         .with_secret_access_key("weir-secret")
         .build()
         .unwrap();
-    let mut server = TestServer::start_with_env(&[], &crate::s3::server_env(&endpoint)).await;
+    // The server's environment names no S3 server: the source's options
+    // do, its secret key from a secret.
+    let mut server = TestServer::start().await;
     let weir = server.client().await;
     weir.batch_execute(&format!(
-        "CREATE SOURCE orders (id bigint, customer text, amount bigint) WITH (
+        "CREATE SECRET s3_key AS 'weir-secret';
+         CREATE SOURCE orders (id bigint, customer text, amount bigint) WITH (
            connector = 'filesystem', path = 's3://weir/{prefix}/in', format = 'csv',
-           csv.header = 'true', source.monitor-interval = '100ms');
+           csv.header = 'true', source.monitor-interval = '100ms',
+           s3.endpoint_url = '{endpoint}', s3.region_name = 'us-east-1',
+           s3.credentials.access = 'weir', s3.credentials.secret = SECRET s3_key);
          CREATE MATERIALIZED VIEW totals AS
            SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer"
     ))

@@ -450,7 +450,7 @@ async fn kafka_sources_start_where_asked_read_csv_and_refuse_what_they_cannot_re
 
 /// Folds an upsert topic's records: each key's last value, tombstones
 /// removing it.
-fn upserted(records: &[(Option<String>, Option<String>)]) -> BTreeMap<String, String> {
+pub(crate) fn upserted(records: &[(Option<String>, Option<String>)]) -> BTreeMap<String, String> {
     let mut state = BTreeMap::new();
     for (key, value) in records {
         let key = key.clone().expect("upsert records have keys");

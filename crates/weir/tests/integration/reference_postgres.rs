@@ -82,16 +82,49 @@ impl Endpoint {
 /// A PostgreSQL server this test started; stopped by its process id.
 pub struct Postgres {
     child: Child,
-    _dir: tempfile::TempDir,
+    port: u16,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        // Fast shutdown: SIGTERM would wait for the clients to leave.
+        let _ = self.stop();
+    }
+}
+
+impl Postgres {
+    /// Fast shutdown (SIGTERM would wait for the clients to leave); false
+    /// if it took over 60 s and the server was killed. A shutdown still
+    /// waits for logical replication clients to confirm the WAL sent to
+    /// them.
+    fn stop(&mut self) -> bool {
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGINT);
         }
-        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                unsafe {
+                    libc::kill(self.child.id() as i32, libc::SIGKILL);
+                }
+                let _ = self.child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    /// Stops the server and starts it again on the same data and port
+    /// (a database fault its clients must ride out); fails if its clients
+    /// hold its shutdown up.
+    pub fn restart(&mut self) {
+        assert!(
+            self.stop(),
+            "PostgreSQL did not shut down within 60 s: a replication client held it"
+        );
+        self.child = spawn_postgres(self.dir.path(), self.port);
+        wait_listening(self.port);
     }
 }
 
@@ -162,27 +195,39 @@ pub fn start_postgres() -> (Postgres, String) {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let mut postgres = Command::new(bin.join("postgres"));
+    let child = spawn_postgres(dir.path(), port);
+    let server = Postgres { child, port, dir };
+    wait_listening(port);
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    (server, url)
+}
+
+/// Starts `postgres` on the cluster in `dir`/data, listening on `port`.
+fn spawn_postgres(dir: &std::path::Path, port: u16) -> Child {
+    let mut postgres = Command::new(postgres_bin().join("postgres"));
     postgres
         .arg("-D")
-        .arg(&data)
+        .arg(dir.join("data"))
         .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
         // The postgres-cdc tests decode its WAL.
         .args(["-c", "wal_level=logical"])
         .arg("-k")
-        .arg(dir.path())
+        .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    as_user(&mut postgres);
-    let child = postgres.spawn().expect("start postgres");
-    let server = Postgres { child, _dir: dir };
-    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    if let Some((uid, gid)) = postgres_user() {
+        postgres.uid(uid).gid(gid);
+    }
+    postgres.spawn().expect("start postgres")
+}
+
+/// Waits until a server listens on `port`.
+fn wait_listening(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "postgres did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    (server, url)
 }
 
 /// Connects, retrying for 30 s while the server starts.

@@ -387,7 +387,7 @@ async fn a_postgres_sink_delivers_every_epoch_once_through_sigkill_cycles() {
 
 /// The Parquet objects a file sink wrote under `dir` (each named by its
 /// epoch), and the `id` column of all their rows.
-fn parquet_ids(dir: &Path) -> (usize, Vec<i64>) {
+pub(crate) fn parquet_ids(dir: &Path) -> (usize, Vec<i64>) {
     let mut objects = 0;
     let mut ids = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
