@@ -4,7 +4,6 @@
 //! vanished before it was read, and objects on S3 reached with the
 //! source's own settings and a secret.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,11 +20,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::{create_views, outcome, sorted_rows, sqlstate, TestServer};
 use crate::kafka::{row, wait_rows};
-
-/// An order's amount, a function of its id.
-fn amount(id: u64) -> u64 {
-    id * 7919 % 1000
-}
+use crate::orders::{amount, total_rows};
 
 /// Orders `ids` as CSV with a header.
 fn csv(ids: std::ops::Range<u64>) -> String {
@@ -72,20 +67,6 @@ fn write_whole(dir: &Path, name: &str, bytes: &[u8]) {
     let aside = dir.join(format!(".{name}.tmp"));
     std::fs::write(&aside, bytes).unwrap();
     std::fs::rename(aside, dir.join(name)).unwrap();
-}
-
-/// Each customer's count and total over orders `0..n`, as the views hold them.
-fn expected_totals(n: u64) -> Vec<Vec<Option<String>>> {
-    let mut totals: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for id in 0..n {
-        let entry = totals.entry(format!("c{}", id % 7)).or_default();
-        entry.0 += 1;
-        entry.1 += amount(id);
-    }
-    totals
-        .iter()
-        .map(|(c, (count, total))| row(&[c, &count.to_string(), &total.to_string()]))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +169,7 @@ async fn file_sources_read_every_row_once_through_sigkill_cycles() {
         )
         .await;
     }
-    let expected = expected_totals(n);
+    let expected = total_rows(n, 7);
     for view in ["csv_totals", "parquet_totals"] {
         assert_eq!(
             sorted_rows(&weir, &format!("SELECT customer, n, total FROM {view}")).await,
@@ -390,7 +371,7 @@ async fn a_file_source_on_s3_reads_new_objects_once_through_sigkill() {
     wait_rows(
         &weir,
         "SELECT customer, n, total FROM totals",
-        &expected_totals(next),
+        &total_rows(next, 7),
         Duration::from_secs(60),
     )
     .await;

@@ -15,6 +15,7 @@ use tokio_postgres::Client;
 
 use crate::common::{create_views, sorted_rows, sqlstate, TestServer};
 use crate::kafka_broker::Broker;
+use crate::orders::{amount, total_rows};
 use crate::sinks::wait_status;
 
 /// The `WITH (...)` of a source reading `topic` of `broker`.
@@ -60,11 +61,6 @@ fn avro_long(n: i64) -> Vec<u8> {
     }
     out.push(zigzag as u8);
     out
-}
-
-/// An order's amount, a function of its id.
-fn amount(id: u64) -> u64 {
-    id * 7919 % 1000
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,19 +134,9 @@ async fn a_kafka_source_reads_every_record_once_through_sigkill_cycles() {
         Duration::from_secs(60),
     )
     .await;
-    let mut expected: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for id in 0..n {
-        let entry = expected.entry(format!("c{}", id % 7)).or_default();
-        entry.0 += 1;
-        entry.1 += amount(id);
-    }
-    let expected: Vec<Vec<Option<String>>> = expected
-        .iter()
-        .map(|(c, (count, total))| row(&[c, &count.to_string(), &total.to_string()]))
-        .collect();
     assert_eq!(
         sorted_rows(&weir, "SELECT customer, n, total FROM totals").await,
-        expected
+        total_rows(n, 7)
     );
 
     // Records that do not parse were left out and counted (since the

@@ -16,6 +16,7 @@ mod indexes;
 mod kafka;
 mod kafka_broker;
 mod nexmark;
+mod orders;
 mod pipeline;
 mod protocol;
 mod psql;

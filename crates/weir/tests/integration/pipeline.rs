@@ -15,16 +15,12 @@ use rand::{Rng, SeedableRng};
 use crate::common::{sorted_rows, TestServer};
 use crate::kafka::{row, upserted, wait_rows};
 use crate::kafka_broker::Broker;
+use crate::orders::{amount, total_rows, totals};
 use crate::reference_postgres::{connect, start_postgres, Endpoint};
 use crate::sinks::{parquet_ids, wait_status};
 
 /// Customers the upstream table holds and orders name.
 const CUSTOMERS: i64 = 40;
-
-/// An order's amount, a function of its id.
-fn amount(id: u64) -> u64 {
-    id * 7919 % 1000
-}
 
 /// Moves customers between regions upstream until `stop`, reconnecting
 /// when the server goes away; counts the transactions committed.
@@ -160,18 +156,8 @@ async fn sources_views_and_sinks_are_exact_through_sigkill_cycles_and_a_postgres
         limit,
     )
     .await;
-    let mut expected: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for id in 0..n {
-        let entry = expected
-            .entry(format!("c{}", id % CUSTOMERS as u64))
-            .or_default();
-        entry.0 += 1;
-        entry.1 += amount(id);
-    }
-    let totals: Vec<Vec<Option<String>>> = expected
-        .iter()
-        .map(|(c, (count, total))| row(&[c, &count.to_string(), &total.to_string()]))
-        .collect();
+    let expected = totals(n, CUSTOMERS as u64);
+    let totals = total_rows(n, CUSTOMERS as u64);
     assert_eq!(
         sorted_rows(&weir, "SELECT customer, n, total FROM totals").await,
         totals
