@@ -118,9 +118,26 @@ impl SourceDef {
         db: &crate::database::Database,
         catalog: &Catalog,
     ) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
+        self.connector_with(&self.resolved_options(db, catalog)?)
+    }
+
+    /// Its options with the values of the secrets they name, as a
+    /// connector connects with them.
+    pub fn resolved_options(
+        &self,
+        db: &crate::database::Database,
+        catalog: &Catalog,
+    ) -> WeirResult<BTreeMap<String, String>> {
         let options: Vec<(String, String)> = self.options.clone().into_iter().collect();
-        let resolved = crate::secrets::resolve(db, catalog, &options)?;
-        self.connector_with(&resolved.into_iter().collect())
+        Ok(crate::secrets::resolve(db, catalog, &options)?
+            .into_iter()
+            .collect())
+    }
+
+    /// Whether its connector decodes records from another system (Kafka,
+    /// files) rather than generating rows.
+    pub fn decodes_records(&self) -> bool {
+        weir_connectors::Connector::named(&self.connector).is_some_and(|c| !c.generates())
     }
 
     /// Whether its options name a secret.
@@ -128,18 +145,6 @@ impl SourceDef {
         self.options
             .keys()
             .any(|key| weir_sql::referenced_key(key).is_some())
-    }
-
-    /// Its options as a connector reads them, each secret's value left
-    /// empty: for what does not connect (a split count).
-    pub fn options_without_values(&self) -> BTreeMap<String, String> {
-        self.options
-            .iter()
-            .map(|(key, value)| match weir_sql::referenced_key(key) {
-                Some(option) => (option.to_owned(), String::new()),
-                None => (key.clone(), value.clone()),
-            })
-            .collect()
     }
 
     /// The connector that reads it with `options` (its own, secrets'

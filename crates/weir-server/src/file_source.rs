@@ -133,9 +133,8 @@ async fn run_lister(db: Arc<Database>, def: SourceDef) {
             s.last_error = Some(error);
         });
     };
-    let pairs: Vec<(String, String)> = def.options.clone().into_iter().collect();
-    let resolved = match crate::secrets::resolve(&db, &db.committed().catalog, &pairs) {
-        Ok(resolved) => resolved.into_iter().collect(),
+    let resolved = match def.resolved_options(&db, &db.committed().catalog) {
+        Ok(resolved) => resolved,
         Err(e) => return failed(e.to_string()),
     };
     let options = match FileOptions::parse(&resolved) {

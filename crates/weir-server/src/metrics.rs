@@ -186,7 +186,7 @@ pub fn render(db: &Database) -> String {
     );
     let counts = weir_connectors::records::bad_record_counts();
     for def in snapshot.catalog.sources.values() {
-        if matches!(def.connector.as_str(), "kafka" | "filesystem") {
+        if def.decodes_records() {
             let count = counts
                 .get(&def.id)
                 .map_or(0, |c| c.count.load(std::sync::atomic::Ordering::Relaxed));

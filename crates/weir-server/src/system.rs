@@ -264,7 +264,7 @@ fn source_errors(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
         .catalog
         .sources
         .values()
-        .filter(|def| matches!(def.connector.as_str(), "kafka" | "filesystem"))
+        .filter(|def| def.decodes_records())
         .map(|def| {
             let count = counts.get(&def.id);
             (

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BinaryArray, Int32Array, Int64Array, TimestampMicrosecondArray,
+    ArrayRef, BinaryBuilder, BooleanArray, Int32Array, Int64Array, TimestampMicrosecondArray,
 };
+use datafusion::arrow::compute::filter;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -70,7 +71,8 @@ pub struct Origins {
     partitions: Vec<i32>,
     offsets: Vec<i64>,
     timestamps: Vec<Option<i64>>,
-    keys: Vec<Option<Box<[u8]>>>,
+    /// Keys in one buffer (NULL where not kept).
+    keys: BinaryBuilder,
 }
 
 impl Origins {
@@ -86,7 +88,7 @@ impl Origins {
         self.partitions.push(partition);
         self.offsets.push(offset);
         self.timestamps.push(timestamp);
-        self.keys.push(key.map(Box::from));
+        self.keys.append_option(key);
     }
 
     /// Record `i`'s partition and offset.
@@ -99,24 +101,18 @@ impl Origins {
         self.partitions.clear();
         self.offsets.clear();
         self.timestamps.clear();
-        self.keys.clear();
+        self.keys.finish();
     }
 
-    /// The `include` column of the records at `rows`.
-    pub fn column(&self, include: Include, rows: &[usize]) -> ArrayRef {
+    /// The `include` column of every gathered record.
+    pub fn column(&self, include: Include) -> ArrayRef {
         match include {
-            Include::Key => Arc::new(BinaryArray::from_iter(
-                rows.iter().map(|&i| self.keys[i].as_deref()),
-            )),
-            Include::Partition => Arc::new(Int32Array::from_iter_values(
-                rows.iter().map(|&i| self.partitions[i]),
-            )),
-            Include::Offset => Arc::new(Int64Array::from_iter_values(
-                rows.iter().map(|&i| self.offsets[i]),
-            )),
+            Include::Key => Arc::new(self.keys.finish_cloned()),
+            Include::Partition => Arc::new(Int32Array::from(self.partitions.clone())),
+            Include::Offset => Arc::new(Int64Array::from(self.offsets.clone())),
             Include::Timestamp => Arc::new(
                 TimestampMicrosecondArray::from_iter(
-                    rows.iter().map(|&i| self.timestamps[i].map(|ms| ms * 1000)),
+                    self.timestamps.iter().map(|ms| ms.map(|ms| ms * 1000)),
                 )
                 .with_timezone("+00:00"),
             ),
@@ -194,24 +190,28 @@ impl RowShape {
         {
             return Ok(values);
         }
-        let mut bad = bad.iter().map(|b| b.index).peekable();
-        let good: Vec<usize> = (0..origins.partitions.len())
-            .filter(|&i| {
-                let skip = bad.peek() == Some(&i);
-                if skip {
-                    bad.next();
-                }
-                !skip
-            })
-            .collect();
+        // The records that decoded, for the metadata columns.
+        let decoded = (!bad.is_empty()).then(|| {
+            let mut keep = vec![true; origins.partitions.len()];
+            for record in bad {
+                keep[record.index] = false;
+            }
+            BooleanArray::from(keep)
+        });
         let columns = self
             .columns
             .iter()
             .map(|column| match *column {
-                Column::Value(i) => values.column(i).clone(),
-                Column::Included(include) => origins.column(include, &good),
+                Column::Value(i) => Ok(values.column(i).clone()),
+                Column::Included(include) => {
+                    let all = origins.column(include);
+                    match &decoded {
+                        Some(decoded) => filter(&all, decoded),
+                        None => Ok(all),
+                    }
+                }
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(self.schema.clone(), columns)
     }
 }

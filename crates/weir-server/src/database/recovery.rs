@@ -178,10 +178,14 @@ fn split_positions(
     for (_, source, key) in catalog.view_sources() {
         let converted = match positions.get(&key) {
             Some(ReaderPosition::Splits(positions)) => Some(positions.clone()),
-            Some(ReaderPosition::Offset(offset)) => source
-                .connector_with(&source.options_without_values())
-                .ok()
-                .map(|source| source.split_positions(*offset)),
+            // A split count needs no secret's value.
+            Some(ReaderPosition::Offset(offset)) => {
+                let options: Vec<(String, String)> = source.options.clone().into_iter().collect();
+                crate::secrets::without_values(catalog, &options)
+                    .and_then(|options| source.connector_with(&options.into_iter().collect()))
+                    .ok()
+                    .map(|source| source.split_positions(*offset))
+            }
             None => None,
         };
         if let Some(converted) = converted {

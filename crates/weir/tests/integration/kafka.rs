@@ -15,7 +15,7 @@ use tokio_postgres::Client;
 
 use crate::common::{create_views, sorted_rows, sqlstate, TestServer};
 use crate::kafka_broker::Broker;
-use crate::orders::{amount, total_rows};
+use crate::orders::{produce, total_rows};
 use crate::sinks::wait_status;
 
 /// The `WITH (...)` of a source reading `topic` of `broker`.
@@ -91,29 +91,14 @@ async fn a_kafka_source_reads_every_record_once_through_sigkill_cycles() {
     // JSON) while the server is killed and restarted.
     let produced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let producing = {
-        let (produced, stop) = (produced.clone(), stop.clone());
-        let producer = broker.producer();
-        tokio::spawn(async move {
-            let mut id = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let value = format!(
-                    r#"{{"id": {id}, "customer": "c{}", "amount": {}}}"#,
-                    id % 7,
-                    amount(id)
-                );
-                Broker::send(&producer, "orders", (id % 3) as i32, None, &value).await;
-                if id.is_multiple_of(97) {
-                    Broker::send(&producer, "orders", (id % 3) as i32, None, "not json {").await;
-                }
-                id += 1;
-                produced.store(id, Ordering::Relaxed);
-                if id.is_multiple_of(50) {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        })
-    };
+    let producing = produce(
+        &broker,
+        "orders",
+        7,
+        Some(97),
+        stop.clone(),
+        produced.clone(),
+    );
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..900))).await;
