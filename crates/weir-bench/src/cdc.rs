@@ -9,10 +9,8 @@
 
 use std::time::Instant;
 
-use tokio_postgres::Client;
-
 use crate::postgres::Postgres;
-use crate::server::{wait_for, Server};
+use crate::server::{count, wait_for, Server};
 
 /// What to run.
 pub struct CdcLoad {
@@ -129,9 +127,4 @@ pub async fn run(load: CdcLoad) -> anyhow::Result<()> {
         server.peak_rss_kib()? as f64 / 1024.0
     );
     Ok(())
-}
-
-async fn count(client: &Client, query: &str) -> anyhow::Result<u64> {
-    let value: Option<i64> = client.query_one(query, &[]).await?.get(0);
-    Ok(value.unwrap_or(0) as u64)
 }

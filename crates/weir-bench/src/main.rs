@@ -18,6 +18,7 @@ mod files;
 mod kafka;
 mod nexmark;
 mod nexmark_suite;
+mod pg_sink;
 mod postgres;
 mod reads;
 mod server;
@@ -205,6 +206,15 @@ enum Bench {
         #[arg(long, default_value_t = 4)]
         partitions: i32,
     },
+    /// PostgreSQL sink: a datagen source through an append-only sink, and
+    /// a group-by view through an upsert sink, into a throwaway
+    /// PostgreSQL; reports rows per second and per CPU-second of the
+    /// server, PostgreSQL's CPU, and peak memory.
+    PgSink {
+        /// Rows each phase's source generates.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+    },
     /// Files: a datagen source into a Parquet file sink, then CSV,
     /// JSON-lines and those Parquet files through file sources into a
     /// group-by view; reports rows per second and per CPU-second of the
@@ -362,6 +372,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
         }
+        Bench::PgSink { rows } => pg_sink::run(pg_sink::PgSinkLoad { rows }).await,
         Bench::Files { rows, files } => files::run(files::FileLoad { rows, files }).await,
         Bench::Reads {
             clients,

@@ -79,6 +79,26 @@ impl Postgres {
         Ok(server)
     }
 
+    /// CPU time of the server's processes: the postmaster's own, its
+    /// exited children's (which it has waited for), and its live
+    /// children's (backends, WAL writer, checkpointer).
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let postmaster = self.child.id();
+        let mut ticks = process_ticks(postmaster, true)?;
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if parent(pid) == Some(postmaster) {
+                // A backend that exited since the listing is counted by
+                // the postmaster's children's time instead.
+                ticks += process_ticks(pid, false).unwrap_or(0);
+            }
+        }
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+    }
+
     /// A connection to its `postgres` database.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -106,6 +126,39 @@ impl Drop for Postgres {
         }
         let _ = self.child.wait();
     }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which is in
+/// parentheses and may hold spaces): the state is the first.
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    Some(
+        after
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// Process `pid`'s parent.
+fn parent(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.first().map(|&p| p as u32)
+}
+
+/// Process `pid`'s user and system clock ticks, and with `children` those
+/// of its children it has waited for.
+fn process_ticks(pid: u32, children: bool) -> anyhow::Result<u64> {
+    let fields = stat_fields(pid).context("no such process")?;
+    // After the state: ppid, pgrp, session, tty, tpgid, flags, minflt,
+    // cminflt, majflt, cmajflt, utime, stime, cutime, cstime.
+    let own = fields[10] + fields[11];
+    Ok(if children {
+        own + fields[12] + fields[13]
+    } else {
+        own
+    })
 }
 
 /// The `postgres` user's uid and gid when running as root (PostgreSQL

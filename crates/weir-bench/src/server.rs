@@ -239,6 +239,12 @@ pub async fn wait_for(client: &Client, query: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The one `bigint` a query returns (NULL as 0).
+pub async fn count(client: &Client, query: &str) -> anyhow::Result<u64> {
+    let value: Option<i64> = client.query_one(query, &[]).await?.get(0);
+    Ok(value.unwrap_or(0) as u64)
+}
+
 /// Waits until sink `sink` has delivered `rows` rows: every row through
 /// its query, then committed (`CHECKPOINT`), then no committed epoch
 /// waiting for delivery.
