@@ -53,6 +53,15 @@ pub fn render(db: &Database) -> String {
             .to_string(),
     );
     metric(
+        "weir_oldest_retained_epoch",
+        "gauge",
+        "The oldest committed epoch the state store keeps (--retained-manifests, --retain-history).",
+        counters
+            .oldest_retained_epoch
+            .load(Ordering::Relaxed)
+            .to_string(),
+    );
+    metric(
         "weir_point_reads_total",
         "counter",
         "Prepared point reads served without the planner since start.",

@@ -282,6 +282,10 @@ fn show(
             .load(Ordering::Relaxed)
             .to_string(),
         "objects_written" => counters.objects.load(Ordering::Relaxed).to_string(),
+        "oldest_retained_epoch" => counters
+            .oldest_retained_epoch
+            .load(Ordering::Relaxed)
+            .to_string(),
         "bytes_written" => counters.bytes.load(Ordering::Relaxed).to_string(),
         "time zone" => session.settings.lock().get("timezone")?.to_owned(),
         other => session.settings.lock().get(other)?.to_owned(),

@@ -30,6 +30,7 @@ mod compact;
 mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod faulty;
+mod history;
 mod key_index;
 mod layout;
 mod manifest;

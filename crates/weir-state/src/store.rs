@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
@@ -16,6 +17,7 @@ use tracing::{debug, warn};
 use crate::codec;
 use crate::compact::{self, CompactedBase};
 use crate::error::{StateError, StateResult};
+use crate::history::{self, History};
 use crate::layout::{self, data_path, manifest_path};
 use crate::manifest::{
     DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
@@ -27,6 +29,10 @@ use crate::table::{DeltaBatches, StateTable, TableSpec};
 pub struct StoreConfig {
     /// How many recent manifests (and the files they name) are kept.
     pub retained_manifests: usize,
+    /// How long older committed epochs stay in the store after their
+    /// commit, beyond the newest `retained_manifests` (zero: not at all),
+    /// so that a changefeed can resume from any of them.
+    pub retain_history: Duration,
     /// A table's delta chain is merged into a new base once it has this
     /// many deltas and they weigh an eighth of its base, or eight times as
     /// many deltas ...
@@ -55,6 +61,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             retained_manifests: 3,
+            retain_history: Duration::ZERO,
             max_deltas: 64,
             min_compaction_bytes: 1 << 20,
         }
@@ -178,7 +185,9 @@ pub struct StateStore {
     root: Path,
     config: StoreConfig,
     /// Manifests still kept, oldest first; the last one is the newest commit.
-    retained: VecDeque<Manifest>,
+    retained: VecDeque<Retained>,
+    /// Older epochs kept for `retain_history`.
+    history: History,
     /// Each live table's spec, as last committed.
     specs: HashMap<TableId, TableSpec>,
     /// Merged bases waiting for the next commit to name them.
@@ -206,6 +215,7 @@ impl StateStore {
             root,
             config,
             retained: VecDeque::new(),
+            history: History::default(),
             specs: HashMap::new(),
             installed: HashMap::new(),
             pinned: HashMap::new(),
@@ -214,7 +224,24 @@ impl StateStore {
 
     /// The newest committed manifest.
     pub(crate) fn newest(&self) -> Option<&Manifest> {
-        self.retained.back()
+        self.retained.back().map(|r| &r.manifest)
+    }
+
+    /// The epochs the store keeps beyond its retained manifests
+    /// (`StoreConfig::retain_history`): how many, and the oldest one with
+    /// its commit time.
+    pub fn history(&self) -> (usize, Option<(u64, SystemTime)>) {
+        (self.history.len(), self.history.oldest())
+    }
+
+    /// The oldest committed epoch the store still keeps (in the history
+    /// or among the retained manifests): how far back a changefeed can
+    /// resume.
+    pub fn oldest_epoch(&self) -> Option<u64> {
+        self.history
+            .oldest()
+            .map(|(epoch, _)| epoch)
+            .or_else(|| self.retained.front().map(|r| r.manifest.epoch))
     }
 
     /// A live table's spec, once a commit (since this store was opened)
@@ -271,14 +298,23 @@ impl StateStore {
     pub async fn recover(&mut self) -> StateResult<Option<Manifest>> {
         let manifests = self.manifests_newest_first().await?;
         let mut retained = VecDeque::new();
+        let mut older = Vec::new();
         let mut garbage = Vec::new();
-        for path in manifests {
+        let now = SystemTime::now();
+        for (path, committed_at) in manifests {
             if retained.len() >= self.config.retained_manifests {
-                garbage.push(path);
+                if committed_at + self.config.retain_history > now {
+                    older.push((path, committed_at));
+                } else {
+                    garbage.push(path);
+                }
                 continue;
             }
             match self.read_manifest(&path).await {
-                Ok(manifest) => retained.push_front(manifest),
+                Ok(manifest) => retained.push_front(Retained {
+                    manifest,
+                    committed_at,
+                }),
                 // A manifest that cannot be parsed was never committed by
                 // this format; keep it for inspection and use an older one.
                 // Any other failure (the store is unreachable) stops
@@ -290,22 +326,57 @@ impl StateStore {
             }
         }
         self.retained = retained;
+        self.history = self.recover_history(older).await?;
         for path in garbage {
             self.delete(&path).await;
         }
         self.sweep_unreferenced().await?;
-        Ok(self.retained.back().cloned())
+        Ok(self.newest().cloned())
     }
 
-    /// Paths of every manifest object, newest epoch first.
-    async fn manifests_newest_first(&self) -> StateResult<Vec<Path>> {
-        let mut manifests: Vec<Path> = self
+    /// The history from the manifests older than the retained ones but
+    /// within `retain_history` (newest first, with their commit times):
+    /// each is read for the objects it names that no newer manifest does.
+    /// One that cannot be parsed is left out (and its objects with it,
+    /// unless a newer one names them).
+    async fn recover_history(&self, older: Vec<(Path, SystemTime)>) -> StateResult<History> {
+        let mut history = History::default();
+        let mut named: HashSet<String> = self.named_by_retained();
+        let store = self.store.clone();
+        let mut manifests = futures::stream::iter(older.into_iter().map(|(path, at)| {
+            let store = store.clone();
+            async move {
+                let manifest = read_manifest(store.as_ref(), &path).await;
+                (path, at, manifest)
+            }
+        }))
+        .buffered(16);
+        while let Some((path, at, manifest)) = manifests.next().await {
+            match manifest {
+                Ok(manifest) => {
+                    let objects = history::not_named(manifest.paths(), &named);
+                    named.extend(objects.iter().cloned());
+                    history.keep_older(manifest.epoch, at, objects);
+                }
+                Err(e @ StateError::Corrupt { .. }) => {
+                    warn!(%path, error = %e, "skipping unreadable manifest")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(history)
+    }
+
+    /// Every manifest object and its commit time (when the store last
+    /// wrote it), newest epoch first.
+    async fn manifests_newest_first(&self) -> StateResult<Vec<(Path, SystemTime)>> {
+        let mut manifests: Vec<(Path, SystemTime)> = self
             .store
             .list(Some(&self.root.clone().join(layout::MANIFEST_DIR)))
-            .map_ok(|meta| meta.location)
+            .map_ok(|meta| (meta.location, meta.last_modified.into()))
             .try_collect()
             .await?;
-        manifests.sort_by_key(|p| std::cmp::Reverse(layout::epoch_of(p)));
+        manifests.sort_by_key(|(p, _)| std::cmp::Reverse(layout::epoch_of(p)));
         Ok(manifests)
     }
 
@@ -313,7 +384,7 @@ impl StateStore {
     /// (unlike [`StateStore::recover`], which also deletes garbage).
     pub async fn newest_manifest(&self) -> StateResult<Option<Manifest>> {
         let manifests = self.manifests_newest_first().await?;
-        for path in manifests {
+        for (path, _) in manifests {
             match self.read_manifest(&path).await {
                 Ok(manifest) => return Ok(Some(manifest)),
                 Err(StateError::Corrupt { .. }) => continue,
@@ -400,11 +471,23 @@ impl StateStore {
         Ok(())
     }
 
+    /// Every object a retained manifest, the history or a merge in
+    /// progress still needs.
     fn referenced(&self) -> HashSet<String> {
         self.retained
             .iter()
-            .flat_map(|m| m.paths())
+            .flat_map(|r| r.manifest.paths())
+            .chain(self.history.objects())
             .chain(self.pinned.values().flat_map(|t| t.paths()))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Every object a retained manifest names.
+    fn named_by_retained(&self) -> HashSet<String> {
+        self.retained
+            .iter()
+            .flat_map(|r| r.manifest.paths())
             .map(str::to_owned)
             .collect()
     }
@@ -480,7 +563,7 @@ impl StateStore {
     /// the newest; the same epoch may be committed again.
     pub async fn commit(&mut self, delta: &EpochDelta) -> StateResult<(Manifest, CommitStats)> {
         let epoch = delta.epoch;
-        let previous = self.retained.back();
+        let previous = self.retained.back().map(|r| &r.manifest);
         let data = data_path(&self.root, epoch, 0);
         let data_name = self.relative(&data);
         let mut buffer = Vec::new();
@@ -562,7 +645,10 @@ impl StateStore {
         stats.objects += 1;
         stats.bytes += json.len() as u64;
         self.put(&manifest_path(&self.root, epoch), json).await?;
-        self.retained.push_back(manifest.clone());
+        self.retained.push_back(Retained {
+            manifest: manifest.clone(),
+            committed_at: SystemTime::now(),
+        });
         self.specs.retain(|id, _| delta.tables.contains_key(id));
         for path in stale {
             self.delete(&path).await;
@@ -573,27 +659,64 @@ impl StateStore {
 
     /// Drops manifests beyond the retained count and deletes the objects
     /// only they named.
+    /// With a history window, moves them into the history instead, and
+    /// lets go of the history's epochs older than the window.
     async fn prune(&mut self) {
         let mut expired = Vec::new();
         while self.retained.len() > self.config.retained_manifests {
             expired.extend(self.retained.pop_front());
         }
-        if expired.is_empty() {
-            return;
-        }
-        let referenced = self.referenced();
-        for manifest in expired {
-            self.delete(&manifest_path(&self.root, manifest.epoch))
-                .await;
-            let unreferenced: HashSet<&str> = manifest
-                .paths()
-                .filter(|p| !referenced.contains(*p))
-                .collect();
-            for path in unreferenced {
-                self.delete(&self.absolute(path)).await;
+        if !expired.is_empty() {
+            if self.config.retain_history.is_zero() {
+                let referenced = self.referenced();
+                for old in expired {
+                    self.delete(&manifest_path(&self.root, old.manifest.epoch))
+                        .await;
+                    for path in history::not_named(old.manifest.paths(), &referenced) {
+                        self.delete(&self.absolute(&path)).await;
+                    }
+                }
+            } else {
+                // Pinned objects are filed too: the history may outlive
+                // the merge that reads them.
+                let named = self.named_by_retained();
+                for old in expired {
+                    let objects = history::not_named(old.manifest.paths(), &named);
+                    self.history
+                        .keep(old.manifest.epoch, old.committed_at, objects);
+                }
             }
         }
+        self.expire_history(SystemTime::now()).await;
     }
+
+    /// Deletes the manifests of the history's epochs committed more than
+    /// `retain_history` before `now`, and the objects only they named
+    /// (those a merge in progress reads go when it ends).
+    pub(crate) async fn expire_history(&mut self, now: SystemTime) {
+        let expired = self.history.expire(now, self.config.retain_history);
+        if expired.epochs.is_empty() {
+            return;
+        }
+        let pinned: HashSet<&str> = self.pinned.values().flat_map(|t| t.paths()).collect();
+        for epoch in expired.epochs {
+            self.delete(&manifest_path(&self.root, epoch)).await;
+        }
+        for path in expired
+            .objects
+            .iter()
+            .filter(|p| !pinned.contains(p.as_str()))
+        {
+            self.delete(&self.absolute(path)).await;
+        }
+    }
+}
+
+/// A retained manifest and when it was committed.
+#[derive(Debug)]
+struct Retained {
+    manifest: Manifest,
+    committed_at: SystemTime,
 }
 
 /// The object store and root path a location names: a local folder
@@ -759,6 +882,7 @@ mod tests {
             retained_manifests: 2,
             max_deltas: 4,
             min_compaction_bytes: 1 << 30,
+            ..StoreConfig::default()
         };
         let location = dir.path().to_str().unwrap();
         let mut store = StateStore::open(location, config.clone()).unwrap();
@@ -815,6 +939,88 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn history_keeps_older_epochs_readable_until_its_window_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retained_manifests: 2,
+            retain_history: Duration::from_secs(3600),
+            max_deltas: 2,
+            min_compaction_bytes: 1 << 30,
+        };
+        let location = dir.path().to_str().unwrap();
+        let mut store = StateStore::open(location, config.clone()).unwrap();
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        // The table's rows after each epoch.
+        let mut after = BTreeMap::new();
+        for epoch in 1..=12u64 {
+            table
+                .write(&[], Some(&rows(&[epoch as i32], "v")))
+                .unwrap()
+                .unwrap();
+            let delta = EpochDelta {
+                epoch,
+                sources: BTreeMap::new(),
+                sinks: BTreeMap::new(),
+                catalog: serde_json::json!({}),
+                tables: BTreeMap::from([(7, change(&mut table))]),
+            };
+            store.commit(&delta).await.unwrap();
+            after.insert(epoch, contents(&table));
+            // Merges replace bases and deltas that older epochs named.
+            let snapshot = table.snapshot();
+            for job in store.compaction_jobs(|_| Some(snapshot.clone())) {
+                let base = store.compactor().compact(&job).await.unwrap();
+                store.install(base).await;
+            }
+        }
+        assert_eq!(objects(dir.path(), "manifest"), 12);
+        assert_eq!(store.history().0, 10);
+        // Every epoch reads back as it was, also after a restart.
+        let mut reopened = StateStore::open(location, config.clone()).unwrap();
+        reopened.recover().await.unwrap();
+        let (kept, oldest) = reopened.history();
+        assert_eq!((kept, oldest.map(|(epoch, _)| epoch)), (10, Some(1)));
+        for epoch in 1..=12u64 {
+            let manifest = reopened
+                .slice_reader()
+                .manifest(epoch)
+                .await
+                .unwrap()
+                .expect("a kept manifest");
+            let loaded = reopened
+                .load_table(spec(), &manifest.tables[&7])
+                .await
+                .unwrap();
+            assert_eq!(contents(&loaded), after[&epoch], "epoch {epoch}");
+        }
+        // Once the window has passed, only the retained manifests and what
+        // they name are left.
+        reopened
+            .expire_history(SystemTime::now() + Duration::from_secs(7200))
+            .await;
+        assert_eq!(reopened.history().0, 0);
+        assert_eq!(objects(dir.path(), "manifest"), 2);
+        let mut named = HashSet::new();
+        for epoch in [11, 12] {
+            let manifest = reopened.slice_reader().manifest(epoch).await.unwrap();
+            named.extend(manifest.unwrap().paths().map(str::to_owned));
+        }
+        assert_eq!(
+            objects(dir.path(), "data") + objects(dir.path(), "base"),
+            named.len(),
+            "exactly the objects the retained manifests name are left"
+        );
+        let mut without = StateStore::open(location, StoreConfig::default()).unwrap();
+        let newest = without.recover().await.unwrap().unwrap();
+        let loaded = without
+            .load_table(spec(), &newest.tables[&7])
+            .await
+            .unwrap();
+        assert_eq!(contents(&loaded), after[&12]);
+    }
+
+    #[tokio::test]
     async fn a_merge_lands_after_later_commits_and_an_unnamed_base_is_swept() {
         let dir = tempfile::tempdir().unwrap();
         let location = dir.path().to_str().unwrap();
@@ -822,6 +1028,7 @@ mod tests {
             retained_manifests: 2,
             max_deltas: 2,
             min_compaction_bytes: 1 << 30,
+            ..StoreConfig::default()
         };
         let mut store = StateStore::open(location, config.clone()).unwrap();
         store.recover().await.unwrap();

@@ -106,6 +106,13 @@ pub struct ServeArgs {
     /// `SUBSCRIBE ... AS OF epoch` can resume from any epoch kept.
     #[arg(long, default_value_t = 3)]
     pub retained_manifests: usize,
+    /// How long older committed epochs are kept too (`30s`, `10m`, `1h`;
+    /// `0`: not kept): their manifests and the state objects they name
+    /// stay in the store for this long after their commit, so that a
+    /// `SUBSCRIBE ... AS OF epoch` can resume from any epoch of that
+    /// window. The store grows by what the epochs of the window wrote.
+    #[arg(long, default_value = "0")]
+    pub retain_history: String,
     /// The key `CREATE SECRET` seals secrets with (32 bytes, made at the
     /// first `CREATE SECRET` if missing); default: `secret.key` in
     /// --data-dir. The state store holds only sealed secrets: keep this
@@ -238,6 +245,10 @@ impl Config {
         }
         let store = StoreConfig {
             retained_manifests: args.retained_manifests,
+            retain_history: match args.retain_history.trim() {
+                "0" => Duration::ZERO,
+                text => parse_duration(text).context("--retain-history")?,
+            },
             ..StoreConfig::default()
         };
         Ok(Config {
@@ -253,7 +264,7 @@ impl Config {
     }
 }
 
-/// Parses `250ms`, `1s`, `2m` or a bare number of seconds.
+/// Parses `250ms`, `1s`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
@@ -267,7 +278,8 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
         "ms" => value / 1000.0,
         "s" => value,
         "m" | "min" => value * 60.0,
-        other => bail!("{text}: unknown unit {other:?} (use ms, s or m)"),
+        "h" => value * 3600.0,
+        other => bail!("{text}: unknown unit {other:?} (use ms, s, m or h)"),
     };
     if !(seconds > 0.0 && seconds.is_finite()) {
         bail!("{text}: must be positive");
@@ -284,8 +296,9 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("1h").is_err());
+        assert!(parse_duration("1d").is_err());
         assert!(parse_duration("abc").is_err());
     }
 

@@ -153,6 +153,9 @@ impl Database {
                     // manifest.
                     *self.committed.write().expect("snapshot lock") = Arc::new(snapshot);
                     *self.last_manifest.write().expect("manifest lock") = Some(Arc::new(manifest));
+                    self.counters
+                        .oldest_retained_epoch
+                        .store(store.oldest_epoch().unwrap_or(epoch), Ordering::Relaxed);
                     break stats;
                 }
                 Err(e) => {

@@ -176,6 +176,9 @@ pub struct CommitCounters {
     /// Epochs committed without going through the stream worker (no view
     /// changed in them) since start.
     pub epochs_without_views: AtomicU64,
+    /// The oldest committed epoch the store keeps (`SUBSCRIBE ... AS OF`
+    /// reaches back to it).
+    pub oldest_retained_epoch: AtomicU64,
 }
 
 /// Tables, epochs and durability.

@@ -210,8 +210,9 @@ async fn retained(db: &Database, reader: &SliceReader, epoch: u64) -> WeirResult
             format!("epoch {epoch} is no longer retained"),
         )
         .with_hint(format!(
-            "The store keeps the newest {} committed epochs (--retained-manifests); subscribe AS OF a newer one, or raise it.",
-            db.store_config().retained_manifests
+            "The store keeps the newest {} committed epochs (--retained-manifests) and those of the last {} s (--retain-history); SHOW oldest_retained_epoch names the oldest kept.",
+            db.store_config().retained_manifests,
+            db.store_config().retain_history.as_secs(),
         ))),
     }
 }

@@ -90,7 +90,9 @@ async fn committed_epoch(client: &Client) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_subscription_sees_every_change_once() {
-    let mut server = TestServer::start_with(&["--retained-manifests", "10000"]).await;
+    // The history window, not the count of retained manifests, keeps
+    // every epoch of the run.
+    let mut server = TestServer::start_with(&["--retain-history", "1h"]).await;
     let admin = server.client().await;
     admin
         .batch_execute(
@@ -193,8 +195,68 @@ async fn a_resumed_subscription_sees_every_change_once() {
         sqlstate(&admin, "SUBSCRIBE by_owner AS OF 1").await,
         "42P01"
     );
+    let oldest = sorted_rows(&admin, "SHOW oldest_retained_epoch").await;
+    assert_eq!(oldest, [[Some("1".to_owned())]], "every epoch is kept");
     assert!(resumes >= 5, "{resumes} resumes");
     assert_eq!(restarts, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_stay_resumable_for_the_history_window() {
+    let server =
+        TestServer::start_with(&["--retained-manifests", "1", "--retain-history", "3s"]).await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let start = committed_epoch(&client).await;
+    for id in 2..=4 {
+        client
+            .batch_execute(&format!("INSERT INTO t VALUES ({id})"))
+            .await
+            .unwrap();
+    }
+    committed_epoch(&client).await;
+    // Within the window: the epoch of the first row is kept, although
+    // only one manifest is retained, and a subscription from it sees the
+    // later rows as changes.
+    client
+        .batch_execute(&format!(
+            "DECLARE feed CURSOR WITH HOLD FOR SUBSCRIBE t WITH (SNAPSHOT = false) AS OF {start}"
+        ))
+        .await
+        .unwrap();
+    let rows = client
+        .simple_query("FETCH 10 feed WITH (TIMEOUT = '2s')")
+        .await
+        .unwrap();
+    let ids: Vec<&str> = rows
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(row.len() - 1),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["2", "3", "4"]);
+    client.batch_execute("CLOSE feed").await.unwrap();
+    // After the window (and a commit to notice it), the epoch is gone.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let newest = committed_epoch(&client).await;
+    let oldest = sorted_rows(&client, "SHOW oldest_retained_epoch").await;
+    let oldest: i64 = oldest[0][0].as_deref().unwrap().parse().unwrap();
+    assert!(
+        oldest > start && oldest <= newest,
+        "{start} < {oldest} <= {newest}"
+    );
+    assert_eq!(
+        sqlstate(&client, &format!("SUBSCRIBE t AS OF {start}")).await,
+        "55000"
+    );
 }
 
 /// The next line a COPY sends, within 20 s.
