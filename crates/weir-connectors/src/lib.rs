@@ -22,6 +22,7 @@
 
 pub mod avro;
 pub mod datagen;
+pub mod dead_letters;
 pub mod files;
 mod generated;
 pub mod kafka;
@@ -54,7 +55,7 @@ pub enum Connector {
 }
 
 /// What a source's definition fixes besides its columns and options.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SourceSetup {
     /// The source's id.
     pub id: u64,
@@ -65,6 +66,9 @@ pub struct SourceSetup {
     /// Its splits, for a connector that asks an outside system (a Kafka
     /// topic's partitions when the source was created).
     pub splits: Option<u32>,
+    /// Where its dead letters go (`bad_records = 'dead_letter'`); `None`
+    /// where the state store is not at hand (such a source is refused).
+    pub dead_letters: Option<dead_letters::DeadLetterBox>,
 }
 
 impl Connector {
@@ -167,13 +171,22 @@ impl Connector {
                     ConnectorError("a Kafka source without its partition count".into())
                 })?;
                 Arc::new(
-                    kafka::KafkaSource::new(setup.id, options, schema, partitions)
-                        .map_err(ConnectorError)?,
+                    kafka::KafkaSource::new(
+                        setup.id,
+                        options,
+                        schema,
+                        partitions,
+                        setup.dead_letters,
+                    )
+                    .map_err(ConnectorError)?,
                 )
             }
             Connector::Files => {
                 let options = files::FileOptions::parse(options).map_err(ConnectorError)?;
-                Arc::new(files::FileSource::new(setup.id, options, schema).map_err(ConnectorError)?)
+                Arc::new(
+                    files::FileSource::new(setup.id, options, schema, setup.dead_letters)
+                        .map_err(ConnectorError)?,
+                )
             }
         })
     }

@@ -7,8 +7,8 @@
 //! A batch's values are decoded together, one value per row. When that
 //! fails (a value that does not parse, or one that is not exactly one
 //! row), each value is decoded alone to find those that do not parse,
-//! which `bad_records = 'skip'` leaves out and counts and `'fail'`
-//! reports; then the rest are decoded together again. So the cost of a
+//! which `bad_records = 'skip'` leaves out and counts, `'dead_letter'`
+//! also keeps (`dead_letters.rs`) and `'fail'` reports; then the rest are decoded together again. So the cost of a
 //! bad record falls on its own batch only.
 
 use std::collections::BTreeMap;
@@ -20,8 +20,10 @@ use datafusion::arrow::compute::{cast_with_options, concat_batches, CastOptions}
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
 
 use crate::avro::AvroFormat;
+use crate::dead_letters::{DeadLetter, DeadLetterBox};
 
 /// How a record's value is encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +48,9 @@ pub struct Values {
     bytes: Vec<u8>,
     /// Where each value ends in `bytes` (after its newline).
     ends: Vec<usize>,
+    /// Whether the values are text, each followed by a newline of ours
+    /// (else binary, as they came).
+    text: bool,
 }
 
 impl Values {
@@ -56,6 +61,7 @@ impl Values {
         self.bytes.extend_from_slice(value);
         self.bytes.push(b'\n');
         self.ends.push(self.bytes.len());
+        self.text = true;
     }
 
     /// How many values it holds.
@@ -86,6 +92,15 @@ impl Values {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
     }
+
+    /// Record `i` as it came (without the newline a text value gets here).
+    pub fn record(&self, i: usize) -> &[u8] {
+        let value = self.value(i);
+        match self.text {
+            true => value.strip_suffix(b"\n").unwrap_or(value),
+            false => value,
+        }
+    }
 }
 
 /// What to do with a record that does not parse (`bad_records`).
@@ -95,6 +110,8 @@ pub enum BadRecords {
     Fail,
     /// The record is left out and counted.
     Skip,
+    /// The record is left out, counted and kept as a dead letter.
+    DeadLetter,
 }
 
 impl BadRecords {
@@ -103,10 +120,71 @@ impl BadRecords {
         match value.to_ascii_lowercase().as_str() {
             "fail" => Ok(BadRecords::Fail),
             "skip" => Ok(BadRecords::Skip),
+            "dead_letter" => Ok(BadRecords::DeadLetter),
             _ => Err(format!(
-                "bad_records = '{value}': use 'fail' (the default) or 'skip'"
+                "bad_records = '{value}': use 'fail' (the default), 'skip' or 'dead_letter'"
             )),
         }
+    }
+}
+
+/// What a source's readers do with records that do not parse: the
+/// option, the source's count, and where dead letters go.
+#[derive(Debug, Clone)]
+pub struct Rejects {
+    /// `bad_records`.
+    pub mode: BadRecords,
+    count: Arc<BadRecordCount>,
+    letters: Option<DeadLetterBox>,
+}
+
+impl Rejects {
+    /// Source `id`'s, with `mode`; `letters` is needed for dead letters.
+    pub fn new(id: u64, mode: BadRecords, letters: Option<DeadLetterBox>) -> Result<Self, String> {
+        if mode == BadRecords::DeadLetter && letters.is_none() {
+            return Err(
+                "bad_records = 'dead_letter' keeps records in the server's state store, \
+                 which this process does not write: a view over such a source cannot run in \
+                 a cluster"
+                    .into(),
+            );
+        }
+        Ok(Rejects {
+            mode,
+            count: BadRecordCount::of_source(id),
+            letters: letters.filter(|_| mode == BadRecords::DeadLetter),
+        })
+    }
+
+    /// Counts `bad` (records of `values`) and, with dead letters, stores
+    /// them before returning; `place(i)` names record `i`'s place as an
+    /// object key that sorts in the source's order and as text.
+    pub async fn keep(
+        &self,
+        values: &Values,
+        bad: &[BadRecord],
+        place: impl Fn(usize) -> (String, String),
+    ) -> Result<(), DataFusionError> {
+        self.count.add(bad, |i| place(i).1);
+        let Some(letters) = self.letters.as_ref().filter(|_| !bad.is_empty()) else {
+            return Ok(());
+        };
+        let kept = bad
+            .iter()
+            .map(|b| {
+                let (key, place) = place(b.index);
+                DeadLetter {
+                    key,
+                    place,
+                    error: b.error.clone(),
+                    value: values.record(b.index).to_vec(),
+                }
+            })
+            .collect();
+        letters
+            .put(kept)
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("storing dead letters: {e}")))
     }
 }
 

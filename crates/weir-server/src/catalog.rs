@@ -118,7 +118,8 @@ impl SourceDef {
         db: &crate::database::Database,
         catalog: &Catalog,
     ) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
-        self.connector_with(&self.resolved_options(db, catalog)?)
+        let letters = crate::dead_letters::all(db).folder(self.id);
+        self.connector_with(&self.resolved_options(db, catalog)?, Some(letters))
     }
 
     /// Its options with the values of the secrets they name, as a
@@ -148,10 +149,12 @@ impl SourceDef {
     }
 
     /// The connector that reads it with `options` (its own, secrets'
-    /// values in place of their references).
+    /// values in place of their references), its dead letters (if it keeps
+    /// them) in `dead_letters`.
     pub fn connector_with(
         &self,
         options: &BTreeMap<String, String>,
+        dead_letters: Option<weir_connectors::dead_letters::DeadLetterBox>,
     ) -> WeirResult<Arc<dyn weir_stream::runtime::Source>> {
         let connector = weir_connectors::Connector::named(&self.connector).ok_or_else(|| {
             WeirError::unsupported(format!("connector \"{}\" is not supported", self.connector))
@@ -165,6 +168,7 @@ impl SourceDef {
                     created_micros: self.created_micros,
                     version: self.generator_version,
                     splits: self.splits,
+                    dead_letters,
                 },
             )
             .map_err(|e| WeirError::new(SqlState("22023"), e.to_string()))

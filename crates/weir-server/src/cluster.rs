@@ -121,7 +121,7 @@ impl ViewBuilder for Planner {
                     )));
                 }
                 let connector = def
-                    .connector_with(&def.options)
+                    .connector_with(&def.options, None)
                     .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
                 sources.insert(name.clone(), connector);
             }

@@ -33,6 +33,7 @@ mod copy_out;
 mod cursor;
 pub mod database;
 mod ddl;
+mod dead_letters;
 mod dml;
 pub mod error;
 mod event_time;

@@ -1,5 +1,5 @@
 //! PostgreSQL functions DataFusion does not provide: `width_bucket`,
-//! `quote_literal`, `div`, `sign` and `age`.
+//! `quote_literal`, `div`, `sign`, `age`, `convert_from` and `convert_to`.
 
 use std::sync::Arc;
 
@@ -30,6 +30,126 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(div());
     ctx.register_udf(sign());
     ctx.register_udf(age());
+    ctx.register_udf(convert_from());
+    ctx.register_udf(convert_to());
+}
+
+/// The encodings `convert_from` and `convert_to` know, by PostgreSQL's
+/// names (and their aliases).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Encoding {
+    Utf8,
+    Latin1,
+}
+
+impl Encoding {
+    fn named(name: &str, role: &str) -> Result<Encoding> {
+        let normal: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_uppercase();
+        match normal.as_str() {
+            "UTF8" | "UNICODE" | "SQLASCII" => Ok(Encoding::Utf8),
+            "LATIN1" | "ISO88591" => Ok(Encoding::Latin1),
+            _ => Err(DataFusionError::External(Box::new(WeirError::new(
+                SqlState("22023"),
+                format!("invalid {role} encoding name \"{name}\""),
+            )))),
+        }
+    }
+}
+
+/// `convert_from(bytea, encoding)`: the bytes as text of that encoding
+/// (22021 for bytes that are not).
+fn convert_from() -> ScalarUDF {
+    udf(
+        "convert_from",
+        vec![DataType::Binary, DataType::Utf8],
+        DataType::Utf8,
+        |args| {
+            let names = args[1].as_string::<i32>();
+            let texts = args[0]
+                .as_binary::<i32>()
+                .iter()
+                .zip(names.iter())
+                .map(|(bytes, name)| {
+                    let (Some(bytes), Some(name)) = (bytes, name) else {
+                        return Ok(None);
+                    };
+                    Ok(Some(match Encoding::named(name, "source")? {
+                        Encoding::Latin1 => bytes.iter().map(|&b| b as char).collect(),
+                        Encoding::Utf8 => match std::str::from_utf8(bytes) {
+                            Ok(text) => text.to_owned(),
+                            Err(e) => {
+                                let bad = &bytes[e.valid_up_to()..];
+                                let shown: Vec<String> = bad
+                                    .iter()
+                                    .take(e.error_len().unwrap_or(bad.len()).max(1))
+                                    .map(|b| format!("{b:02x}"))
+                                    .collect();
+                                return Err(DataFusionError::External(Box::new(WeirError::new(
+                                    SqlState("22021"),
+                                    format!(
+                                        "invalid byte sequence for encoding \"UTF8\": 0x{}",
+                                        shown.join(" 0x")
+                                    ),
+                                ))));
+                            }
+                        },
+                    }))
+                })
+                .collect::<Result<StringArray>>()?;
+            Ok(Arc::new(texts))
+        },
+    )
+}
+
+/// `convert_to(text, encoding)`: the text's bytes in that encoding (22P05
+/// for a character it cannot hold).
+fn convert_to() -> ScalarUDF {
+    udf(
+        "convert_to",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Binary,
+        |args| {
+            let names = args[1].as_string::<i32>();
+            let bytes = args[0]
+                .as_string::<i32>()
+                .iter()
+                .zip(names.iter())
+                .map(|(text, name)| {
+                    let (Some(text), Some(name)) = (text, name) else {
+                        return Ok(None);
+                    };
+                    Ok(Some(match Encoding::named(name, "destination")? {
+                        Encoding::Utf8 => text.as_bytes().to_vec(),
+                        Encoding::Latin1 => text
+                            .chars()
+                            .map(|c| {
+                                u8::try_from(u32::from(c)).map_err(|_| {
+                                    DataFusionError::External(Box::new(WeirError::new(
+                                        SqlState("22P05"),
+                                        format!(
+                                            "character with byte sequence 0x{} in encoding \"UTF8\" has no equivalent in encoding \"LATIN1\"",
+                                            c.to_string()
+                                                .bytes()
+                                                .map(|b| format!("{b:02x}"))
+                                                .collect::<Vec<_>>()
+                                                .join(" 0x")
+                                        ),
+                                    )))
+                                })
+                            })
+                            .collect::<Result<Vec<u8>>>()?,
+                    }))
+                })
+                .collect::<Result<Vec<Option<Vec<u8>>>>>()?;
+            Ok(Arc::new(datafusion::arrow::array::BinaryArray::from_iter(
+                bytes,
+            )))
+        },
+    )
 }
 
 /// A function of `args.len()` arguments, each cast to its type in `args`

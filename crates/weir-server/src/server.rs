@@ -67,6 +67,10 @@ async fn accept_connections(
         db.clone(),
         shutdown.clone(),
     ));
+    tokio::spawn(crate::dead_letters::run_sweeper(
+        db.clone(),
+        shutdown.clone(),
+    ));
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),

@@ -32,6 +32,9 @@
 //!   not parse since the server started (left out with `bad_records =
 //!   'skip'`), and where the last one was (partition and offset, or file
 //!   and byte) and its error;
+//! - `weir_dead_letters`: the records of sources with `bad_records =
+//!   'dead_letter'` that did not parse (source, place, error, value), read
+//!   from the state store (`dead_letters.rs`);
 //! - `weir_source_files`: each file source: the files in its log at the
 //!   epoch the query reads, their bytes, the listings and failed
 //!   listings since the server started, and the last failure's error;
@@ -65,6 +68,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_cdc_tables",
     "weir_source_errors",
     "weir_source_files",
+    "weir_dead_letters",
     "weir_views",
 ];
 
@@ -86,6 +90,7 @@ pub fn table(
         "weir_cdc_tables" => Some(cdc_tables(db, snapshot)),
         "weir_source_errors" => Some(source_errors(snapshot)),
         "weir_source_files" => Some(source_files(db, snapshot)),
+        "weir_dead_letters" => Some(Ok(crate::dead_letters::table(db, snapshot))),
         "weir_views" => Some(views(snapshot)),
         _ => None,
     }

@@ -8,6 +8,8 @@ use crate::manifest::TableId;
 pub(crate) const MANIFEST_DIR: &str = "manifest";
 pub(crate) const DATA_DIR: &str = "data";
 pub(crate) const BASE_DIR: &str = "base";
+/// Sources' dead letters, a folder per source (written by the readers).
+pub(crate) const DEAD_LETTER_DIR: &str = "dead_letters";
 
 pub(crate) fn manifest_path(root: &Path, epoch: u64) -> Path {
     root.clone().join(MANIFEST_DIR).join(format!("{epoch:020}"))

@@ -118,6 +118,16 @@ pub struct SliceReader {
 }
 
 impl SliceReader {
+    /// The store and the folder sources keep their dead letters in
+    /// (`bad_records = 'dead_letter'`): beside the state, outside what
+    /// manifests name, so garbage collection leaves it alone.
+    pub fn dead_letters(&self) -> (Arc<dyn ObjectStore>, Path) {
+        (
+            self.store.clone(),
+            self.root.clone().join(layout::DEAD_LETTER_DIR),
+        )
+    }
+
     /// The batch stored at `slice`, with the schema it was written with.
     pub async fn read(&self, slice: &FileSlice) -> StateResult<RecordBatch> {
         codec::decode_stored(&read_range(self.store.as_ref(), &self.root, slice).await?)

@@ -43,7 +43,8 @@ use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 pub use log::{file_log, forget_file_log, FileLog, LoggedFile};
 pub use options::{FileFormat, FileOptions, S3Settings};
 
-use crate::records::BadRecordCount;
+use crate::dead_letters::DeadLetterBox;
+use crate::records::Rejects;
 
 /// How many splits a file source is read through.
 pub const SPLITS: u32 = 64;
@@ -141,19 +142,26 @@ pub struct FileSource {
     schema: SchemaRef,
     store: Arc<dyn ObjectStore>,
     log: Arc<FileLog>,
-    bad_count: Arc<BadRecordCount>,
+    rejects: Rejects,
 }
 
 impl FileSource {
-    /// Source `id`: the files `options` names as rows of `schema`.
-    pub fn new(id: u64, options: FileOptions, schema: SchemaRef) -> Result<Self, String> {
+    /// Source `id`: the files `options` names as rows of `schema`, its
+    /// dead letters (if kept) in `letters`.
+    pub fn new(
+        id: u64,
+        options: FileOptions,
+        schema: SchemaRef,
+        letters: Option<DeadLetterBox>,
+    ) -> Result<Self, String> {
         let (store, _) = open_location(&options)?;
+        let rejects = Rejects::new(id, options.bad_records, letters)?;
         Ok(FileSource {
             options,
             schema,
             store,
             log: file_log(id),
-            bad_count: BadRecordCount::of_source(id),
+            rejects,
         })
     }
 }
@@ -184,8 +192,7 @@ impl Source for FileSource {
             splits: from.splits,
             positions,
             max_rows: from.max_batch_rows,
-            bad_records: self.options.bad_records,
-            bad_count: self.bad_count.clone(),
+            rejects: self.rejects.clone(),
             sender,
         };
         Ok(Box::new(reader::FileReader::spawn(task, batches)))

@@ -23,7 +23,7 @@ use super::log::{FileLog, LoggedFile};
 use super::options::FileFormat;
 use super::parquet_object::ParquetObject;
 use super::{file_index, offset_in_file, position, SPLITS};
-use crate::records::{BadRecordCount, BadRecords, Decoder, Values};
+use crate::records::{BadRecords, Decoder, Rejects, Values};
 
 /// How many bytes of a CSV or JSON file one request fetches.
 const CHUNK_BYTES: u64 = 8 << 20;
@@ -89,8 +89,7 @@ pub(super) struct ReadTask {
     pub splits: Vec<u32>,
     pub positions: Vec<u64>,
     pub max_rows: usize,
-    pub bad_records: BadRecords,
-    pub bad_count: Arc<BadRecordCount>,
+    pub rejects: Rejects,
     pub sender: mpsc::Sender<Sent>,
 }
 
@@ -211,20 +210,26 @@ impl ReadTask {
         end: u64,
     ) -> Result<bool, DataFusionError> {
         let (rows, bad) = decoder.decode(&batch.values);
+        let index = file_index(self.positions[slot]);
         if let Some(first) = bad.first() {
-            if self.bad_records == BadRecords::Fail {
+            if self.rejects.mode == BadRecords::Fail {
                 return Err(DataFusionError::Execution(format!(
                     "file \"{}\" byte {}: the record does not parse: {} \
-                     (bad_records = 'skip' leaves such records out)",
+                     (bad_records = 'skip' or 'dead_letter' leaves such records out)",
                     file.path, batch.starts[first.index], first.error
                 )));
             }
-            self.bad_count.add(&bad, |i| {
-                format!("file \"{}\" byte {}", file.path, batch.starts[i])
-            });
+            // Dead letters are stored before the rows after them leave.
+            self.rejects
+                .keep(&batch.values, &bad, |i| {
+                    (
+                        format!("f{index:010}-b{:020}", batch.starts[i]),
+                        format!("file \"{}\" byte {}", file.path, batch.starts[i]),
+                    )
+                })
+                .await?;
         }
         batch.clear();
-        let index = file_index(self.positions[slot]);
         self.positions[slot] = position(index, end);
         if rows.num_rows() == 0 {
             return Ok(true);

@@ -27,6 +27,16 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// The dead-letter box every test source gets.
+fn letters() -> DeadLetterBox {
+    static STORE: std::sync::OnceLock<Arc<dyn ObjectStore>> = std::sync::OnceLock::new();
+    let store = STORE.get_or_init(|| Arc::new(object_store::memory::InMemory::new()));
+    DeadLetterBox::new(
+        store.clone(),
+        object_store::path::Path::from("dead_letters"),
+    )
+}
+
 fn source(dir: &std::path::Path, format: &str, extra: &[(&str, &str)]) -> (u64, FileSource) {
     let mut options: BTreeMap<String, String> = [
         ("path".to_owned(), dir.display().to_string()),
@@ -37,7 +47,11 @@ fn source(dir: &std::path::Path, format: &str, extra: &[(&str, &str)]) -> (u64, 
     options.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let id = next_id();
     let options = FileOptions::parse(&options).expect("options");
-    (id, FileSource::new(id, options, schema()).expect("source"))
+    let letters = letters().folder(id);
+    (
+        id,
+        FileSource::new(id, options, schema(), Some(letters)).expect("source"),
+    )
 }
 
 /// Lists the folder and publishes what the log lacks, as the server does.
@@ -134,6 +148,26 @@ async fn json_lines_skip_bad_records_when_asked() {
         .count
         .load(Ordering::Relaxed);
     assert_eq!(count, 1);
+    assert!(letters()
+        .folder(id)
+        .list()
+        .await
+        .expect("listed")
+        .is_empty());
+    // Kept as dead letters: stored, by place, before the rows after them.
+    let (id, keeping) = source(dir.path(), "json", &[("bad_records", "dead_letter")]);
+    publish_new(id, &keeping).await;
+    let mut reader = open(&keeping, vec![0; SPLITS as usize]);
+    let (ids, _) = read(&mut reader, 2).await;
+    assert_eq!(ids, vec![1, 3]);
+    let kept = letters().folder(id).list().await.expect("listed");
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].value, b"{\"id\": oops}");
+    assert!(
+        kept[0].place.ends_with("a.json\" byte 23"),
+        "{}",
+        kept[0].place
+    );
 }
 
 #[tokio::test]

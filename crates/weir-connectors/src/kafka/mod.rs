@@ -22,7 +22,6 @@ mod metadata;
 mod options;
 mod reader;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -30,7 +29,8 @@ use datafusion::error::DataFusionError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use weir_stream::runtime::{ReadFrom, Source, SourceReader};
 
-use crate::records::{BadRecordCount, Decoder};
+use crate::dead_letters::DeadLetterBox;
+use crate::records::{Decoder, Rejects};
 use metadata::RowShape;
 
 pub use metadata::Include;
@@ -82,25 +82,27 @@ pub struct KafkaSource {
     value_schema: SchemaRef,
     shape: RowShape,
     partitions: u32,
-    bad_records: Arc<BadRecordCount>,
+    rejects: Rejects,
 }
 
 impl KafkaSource {
     /// Source `id`: `options.topic`'s first `partitions` partitions as
-    /// rows of `schema`.
+    /// rows of `schema`, its dead letters (if kept) in `letters`.
     pub fn new(
         id: u64,
         options: KafkaOptions,
         schema: SchemaRef,
         partitions: u32,
+        letters: Option<DeadLetterBox>,
     ) -> Result<Self, String> {
         let (shape, value_schema) = RowShape::new(&schema, &options.include)?;
+        let rejects = Rejects::new(id, options.bad_records, letters)?;
         Ok(KafkaSource {
             options,
             value_schema,
             shape,
             partitions,
-            bad_records: BadRecordCount::of_source(id),
+            rejects,
         })
     }
 }
@@ -121,7 +123,7 @@ impl Source for KafkaSource {
             Decoder::new(self.options.format.clone(), self.value_schema.clone()),
             self.shape.clone(),
             &from,
-            self.bad_records.clone(),
+            self.rejects.clone(),
         )
         .map_err(|e| DataFusionError::Execution(format!("Kafka source: {e}")))?;
         Ok(Box::new(reader))

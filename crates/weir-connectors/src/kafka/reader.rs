@@ -27,7 +27,7 @@ use weir_stream::runtime::{ReadFrom, SourceReader};
 
 use super::metadata::{Origins, RowShape};
 use super::options::{KafkaOptions, Startup};
-use crate::records::{BadRecordCount, BadRecords, Decoder, Values};
+use crate::records::{BadRecords, Decoder, Rejects, Values};
 
 /// How many decoded batches may wait for the view.
 const CHANNEL_BATCHES: usize = 2;
@@ -62,7 +62,7 @@ impl KafkaReader {
         decoder: Decoder,
         shape: RowShape,
         from: &ReadFrom,
-        bad_records: Arc<BadRecordCount>,
+        rejects: Rejects,
     ) -> Result<Self, KafkaError> {
         let consumer: BaseConsumer = options.consumer_config().create()?;
         let positions: Vec<u64> = from
@@ -82,7 +82,8 @@ impl KafkaReader {
             max_rows: from.max_batch_rows.max(1),
             sender,
             started: started.clone(),
-            bad_records,
+            rejects,
+            runtime: tokio::runtime::Handle::current(),
         };
         std::thread::Builder::new()
             .name(format!("weir-kafka-{}", options.topic))
@@ -144,7 +145,9 @@ struct ConsumerThread {
     max_rows: usize,
     sender: mpsc::Sender<Decoded>,
     started: Arc<Mutex<Option<Vec<u64>>>>,
-    bad_records: Arc<BadRecordCount>,
+    rejects: Rejects,
+    /// Where dead letters are stored from this thread.
+    runtime: tokio::runtime::Handle,
 }
 
 impl ConsumerThread {
@@ -277,22 +280,28 @@ impl ConsumerThread {
     /// reader is gone or the source failed.
     fn flush(&mut self, values: &mut Values, origins: &mut Origins) -> bool {
         let (rows, bad) = self.decoder.decode(values);
-        let sent = if bad.is_empty() || self.options.bad_records == BadRecords::Skip {
-            self.bad_records.add(&bad, |i| {
+        let sent = if bad.is_empty() || self.rejects.mode != BadRecords::Fail {
+            // Dead letters are stored before the rows after them leave.
+            let kept = self.runtime.block_on(self.rejects.keep(values, &bad, |i| {
                 let (partition, offset) = origins.place(i);
-                format!("partition {partition} offset {offset}")
+                (
+                    format!("p{partition:05}-o{offset:020}"),
+                    format!("partition {partition} offset {offset}"),
+                )
+            }));
+            let rows = kept.and_then(|()| {
+                self.shape
+                    .assemble(rows, origins, &bad)
+                    .map_err(DataFusionError::from)
             });
-            let rows = self
-                .shape
-                .assemble(rows, origins, &bad)
-                .map_err(DataFusionError::from);
+            let failed = rows.is_err();
             let sent = rows.map(|rows| (rows, self.positions.clone()));
-            self.sender.blocking_send(sent).is_ok()
+            self.sender.blocking_send(sent).is_ok() && !failed
         } else {
             let (partition, offset) = origins.place(bad[0].index);
             let error = DataFusionError::Execution(format!(
                 "Kafka topic \"{}\" partition {partition} offset {offset}: the record does not \
-                 parse: {} (bad_records = 'skip' leaves such records out)",
+                 parse: {} (bad_records = 'skip' or 'dead_letter' leaves such records out)",
                 self.options.topic, bad[0].error
             ));
             let _ = self.sender.blocking_send(Err(error));

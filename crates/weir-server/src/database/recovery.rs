@@ -182,7 +182,7 @@ fn split_positions(
             Some(ReaderPosition::Offset(offset)) => {
                 let options: Vec<(String, String)> = source.options.clone().into_iter().collect();
                 crate::secrets::without_values(catalog, &options)
-                    .and_then(|options| source.connector_with(&options.into_iter().collect()))
+                    .and_then(|options| source.connector_with(&options.into_iter().collect(), None))
                     .ok()
                     .map(|source| source.split_positions(*offset))
             }

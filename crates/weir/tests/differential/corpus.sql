@@ -194,6 +194,9 @@ SELECT translate('hello', 'el', 'ip');
 SELECT regexp_replace('a1b2', '[0-9]', 'X', 'g');
 SELECT quote_ident('a b');
 SELECT quote_literal('it''s');
+SELECT convert_from(decode('c3a9', 'hex'), 'UTF8'), convert_from(decode('e9', 'hex'), 'LATIN1'), convert_to('é', 'LATIN1');
+SELECT convert_from(decode('beef', 'hex'), 'UTF8');
+SELECT convert_to('€', 'LATIN1');
 
 -- Dates, times, timestamps, intervals.
 SELECT '2024-03-05'::date;

@@ -223,11 +223,17 @@ async fn file_sources_skip_or_fail_on_bad_records_and_refuse_what_they_cannot_re
         b"{\"id\": 1, \"name\": \"one\"}\n\n{\"id\": oops}\n{\"id\": \"3\", \"name\": \"three\", \"more\": 1}\n",
     );
     weir.batch_execute(&format!(
-        "{}; {}; {};
+        "{}; {}; {}; {};
          CREATE MATERIALIZED VIEW skipped AS SELECT id, name FROM skipping;
+         CREATE MATERIALIZED VIEW kept AS SELECT id FROM keeping;
          CREATE MATERIALIZED VIEW failed AS SELECT id FROM failing;
          CREATE MATERIALIZED VIEW matched AS SELECT id FROM only_b",
         create_source("skipping", dir, ", format = 'json', bad_records = 'skip'"),
+        create_source(
+            "keeping",
+            dir,
+            ", format = 'json', bad_records = 'dead_letter'"
+        ),
         create_source("failing", dir, ", format = 'json'"),
         create_source(
             "only_b",
@@ -258,6 +264,22 @@ async fn file_sources_skip_or_fail_on_bad_records_and_refuse_what_they_cannot_re
             .is_some_and(|e| e.contains("a.json\" byte 26")),
         "{errors:?}"
     );
+    // With bad_records = 'dead_letter' it is also kept, as it was read;
+    // the skipping source keeps none.
+    wait_rows(
+        &weir,
+        "SELECT id FROM kept",
+        &[row(&["1"]), row(&["3"])],
+        Duration::from_secs(30),
+    )
+    .await;
+    let letters = sorted_rows(
+        &weir,
+        "SELECT source, place LIKE 'file %a.json\" byte 26', value = '{\"id\": oops}'::bytea, \
+         error <> '' FROM weir_dead_letters",
+    )
+    .await;
+    assert_eq!(letters, [row(&["keeping", "t", "t", "t"])]);
     // With bad_records = 'fail' the view stops with the record's place.
     let failed = wait_failure(&weir, "SELECT * FROM failed").await;
     assert!(failed.contains("a.json\" byte 26"), "{failed}");

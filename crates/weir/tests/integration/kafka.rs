@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use tokio_postgres::Client;
 
-use crate::common::{create_views, sorted_rows, sqlstate, TestServer};
+use crate::common::{create_views, sorted_rows, sqlstate, wait_until, TestServer};
 use crate::kafka_broker::Broker;
 use crate::orders::{produce, total_rows};
 use crate::sinks::wait_status;
@@ -71,7 +71,11 @@ async fn a_kafka_source_reads_every_record_once_through_sigkill_cycles() {
     let weir = server.client().await;
     weir.batch_execute(&format!(
         "CREATE SOURCE orders (id bigint, customer text, amount bigint) WITH ({})",
-        source_options(&broker, "orders", ", format = 'json', bad_records = 'skip'")
+        source_options(
+            &broker,
+            "orders",
+            ", format = 'json', bad_records = 'dead_letter'"
+        )
     ))
     .await
     .unwrap();
@@ -119,13 +123,18 @@ async fn a_kafka_source_reads_every_record_once_through_sigkill_cycles() {
         Duration::from_secs(60),
     )
     .await;
-    assert_eq!(
-        sorted_rows(&weir, "SELECT customer, n, total FROM totals").await,
-        total_rows(n, 7)
-    );
+    // Each view reads the topic with readers of its own.
+    wait_rows(
+        &weir,
+        "SELECT customer, n, total FROM totals",
+        &total_rows(n, 7),
+        Duration::from_secs(60),
+    )
+    .await;
 
     // Records that do not parse were left out and counted (since the
-    // server last started).
+    // server last started), and kept as dead letters, each once although
+    // two views' readers read them and the server died while they did.
     let producer = broker.producer();
     for _ in 0..3 {
         Broker::send(&producer, "orders", 1, None, "{\"id\": ").await;
@@ -152,6 +161,54 @@ async fn a_kafka_source_reads_every_record_once_through_sigkill_cycles() {
             .is_some_and(|e| e.contains("partition 1")),
         "{errors:?}"
     );
+    let hex = |text: &str| -> String {
+        let digits: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("\\x{digits}")
+    };
+    // Orders 0, 97, 194, ... each came with a record that is not JSON.
+    let interleaved = (n - 1) / 97 + 1;
+    assert_eq!(
+        sorted_rows(
+            &weir,
+            "SELECT value, count(*), count(DISTINCT place) FROM weir_dead_letters \
+             WHERE source = 'orders' GROUP BY value"
+        )
+        .await,
+        [
+            row(&[
+                &hex("not json {"),
+                &interleaved.to_string(),
+                &interleaved.to_string()
+            ]),
+            row(&[&hex("{\"id\": "), "3", "3"]),
+        ]
+    );
+    let places = sorted_rows(
+        &weir,
+        "SELECT place, error FROM weir_dead_letters WHERE value = '{\"id\": '::bytea",
+    )
+    .await;
+    assert!(
+        places.iter().all(|p| p[0]
+            .as_deref()
+            .is_some_and(|p| p.starts_with("partition 1 offset "))
+            && p[1].as_deref().is_some_and(|e| !e.is_empty())),
+        "{places:?}"
+    );
+    // A dropped source's dead letters go with it.
+    let folder = server.data_dir.join("dead_letters");
+    let stored = || -> usize {
+        let sources = std::fs::read_dir(&folder).into_iter().flatten().flatten();
+        sources
+            .map(|source| std::fs::read_dir(source.path()).map_or(0, |f| f.count()))
+            .sum()
+    };
+    assert_eq!(stored() as u64, interleaved + 3);
+    weir.batch_execute("DROP SOURCE orders CASCADE")
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(10), || stored() == 0).await;
+    assert_eq!(stored(), 0, "the dropped source's dead letters are deleted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
