@@ -499,6 +499,7 @@ impl From<weir_sql::ParseError> for WeirError {
                 WeirError::new(SqlState::CHARACTER_NOT_IN_REPERTOIRE, m)
             }
             weir_sql::ParseError::TooComplex(m) => WeirError::new(SqlState("54001"), m),
+            weir_sql::ParseError::Unsupported(m) => WeirError::unsupported(m),
         }
     }
 }

@@ -25,6 +25,7 @@ mod depth;
 mod escapes;
 mod event_time;
 mod fetch;
+mod format_clause;
 mod numbers;
 mod parse;
 mod pg_forms;

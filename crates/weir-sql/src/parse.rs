@@ -10,6 +10,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::event_time::WatermarkClause;
+use crate::format_clause::{self, Role};
 use crate::subscribe::{Form, Subscribe};
 
 /// A statement that does not parse.
@@ -25,6 +26,9 @@ pub enum ParseError {
     /// Expressions nested too deeply to plan (SQLSTATE 54001).
     #[error("{0}")]
     TooComplex(String),
+    /// A form Weir reads but does not support (SQLSTATE 0A000).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// One parsed statement.
@@ -417,7 +421,7 @@ fn parse_source_statement(tokens: &[&TokenWithSpan]) -> Result<WeirStatement, Pa
             Box::new(statement),
             includes
                 .into_iter()
-                .chain(parse_options(&tokens[i + 1..])?)
+                .chain(with_options(&tokens[i + 1..], Role::Source)?)
                 .collect(),
             watermark,
         )),
@@ -553,6 +557,32 @@ pub(crate) fn parse_one(text: &str) -> Result<Statement, ParseError> {
 /// (`scan.startup.timestamp-millis`), or a quoted string as Flink SQL
 /// writes keys (`'connector' = 'kafka'`), and a value is a string, number
 /// or word.
+/// A source's or sink's `WITH (...)` options from `tokens` (after `WITH`),
+/// with those of a `FORMAT ... ENCODE ...` clause after them.
+pub(crate) fn with_options(
+    tokens: &[&TokenWithSpan],
+    role: Role,
+) -> Result<Vec<(String, String)>, ParseError> {
+    let mut depth = 0;
+    let close = tokens.iter().position(|t| {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => return false,
+        }
+        depth == 0
+    });
+    let Some(close) = close else {
+        return parse_options(tokens);
+    };
+    let options = parse_options(&tokens[..=close])?;
+    let rest = &tokens[close + 1..];
+    if rest.iter().all(|t| matches!(t.token, Token::Whitespace(_))) {
+        return Ok(options);
+    }
+    format_clause::merge(options, format_clause::options(rest, role)?)
+}
+
 pub(crate) fn parse_options(
     tokens: &[&TokenWithSpan],
 ) -> Result<Vec<(String, String)>, ParseError> {
@@ -794,6 +824,88 @@ mod tests {
             "CREATE SINK s FROM WITH (connector = 'blackhole')",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn format_encode_clauses_are_options() {
+        let options = |sql: &str| -> Vec<(String, String)> {
+            match parse(sql).unwrap().remove(0) {
+                WeirStatement::CreateSource(_, options, _) => options,
+                WeirStatement::CreateSink(_, options) => options,
+                other => panic!("{other:?}"),
+            }
+        };
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            options(
+                "CREATE SOURCE s (k int) WITH (connector = 'kafka', topic = 't') \
+                 FORMAT PLAIN ENCODE CSV (without_header = 'true', delimiter = ';')"
+            ),
+            pairs(&[
+                ("connector", "kafka"),
+                ("topic", "t"),
+                ("format", "csv"),
+                ("csv.header", "false"),
+                ("csv.delimiter", ";"),
+            ])
+        );
+        // WITH may say the same, or refine AVRO to Confluent's framing.
+        assert_eq!(
+            options(
+                "CREATE SOURCE s (k int) WITH (connector = 'kafka', format = 'avro-confluent') \
+                 format plain encode avro (avro.schema = '{}')"
+            ),
+            pairs(&[
+                ("connector", "kafka"),
+                ("format", "avro-confluent"),
+                ("avro.schema", "{}"),
+            ])
+        );
+        assert_eq!(
+            options(
+                "CREATE SINK k FROM v WITH (connector = 'kafka', primary_key = 'id') \
+                 FORMAT UPSERT ENCODE JSON"
+            ),
+            pairs(&[
+                ("connector", "kafka"),
+                ("primary_key", "id"),
+                ("type", "upsert"),
+                ("format", "json"),
+            ])
+        );
+        assert_eq!(
+            options("CREATE SINK f AS SELECT 1 WITH (connector = 'filesystem') FORMAT PLAIN ENCODE PARQUET"),
+            pairs(&[
+                ("connector", "filesystem"),
+                ("type", "append-only"),
+                ("format", "parquet"),
+            ])
+        );
+        for (bad, unsupported) in [
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT UPSERT ENCODE JSON", true),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN ENCODE PROTOBUF", true),
+            (
+                "CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN ENCODE AVRO \
+                 (schema.registry = 'http://r')",
+                true,
+            ),
+            ("CREATE SINK k FROM v WITH (connector = 'kafka') FORMAT DEBEZIUM ENCODE JSON", true),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka', format = 'csv') FORMAT PLAIN ENCODE JSON", false),
+            ("CREATE SINK k FROM v WITH (connector = 'kafka', type = 'upsert') FORMAT PLAIN ENCODE JSON", false),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN", false),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka') ENCODE JSON", false),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN ENCODE CSV (without_header = 'maybe')", false),
+        ] {
+            match parse(bad) {
+                Err(ParseError::Unsupported(_)) => assert!(unsupported, "{bad}"),
+                Err(ParseError::Syntax(_)) => assert!(!unsupported, "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 

@@ -2,15 +2,17 @@
 //!
 //! - `CREATE SINK [IF NOT EXISTS] name AS query WITH (connector = '...',
 //!   ...)` and `CREATE SINK name FROM relation WITH (...)` (RisingWave's
-//!   spellings) become the `CREATE MATERIALIZED VIEW` they run as (`FROM
-//!   rel` as `AS SELECT * FROM rel`) and the options;
+//!   spellings), either with `FORMAT PLAIN | UPSERT ENCODE ...` after the
+//!   options (`format_clause.rs`), become the `CREATE MATERIALIZED VIEW`
+//!   they run as (`FROM rel` as `AS SELECT * FROM rel`) and the options;
 //! - `DROP SINK [IF EXISTS] names [CASCADE]` becomes a `DROP MATERIALIZED
 //!   VIEW` of the names.
 
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
-use crate::parse::{parse_one, parse_options, parse_rewritten, ParseError};
+use crate::format_clause::Role;
+use crate::parse::{parse_one, parse_rewritten, with_options, ParseError};
 
 /// `CREATE SINK ...` (`tokens` start with `CREATE SINK`): the view it
 /// runs as and its options.
@@ -33,7 +35,7 @@ pub(crate) fn parse_create_sink(
             "CREATE SINK needs WITH (connector = '...')".into(),
         ));
     };
-    let options = parse_options(&tokens[with + 1..])?;
+    let options = with_options(&tokens[with + 1..], Role::Sink)?;
     let mut text = String::new();
     let mut words_seen = 0;
     let mut body_started = false;
