@@ -233,8 +233,8 @@ fn seal(key: &LessSafeKey, name: &str, value: &[u8]) -> WeirResult<SecretDef> {
     )
     .map_err(|_| WeirError::internal("sealing a secret failed"))?;
     Ok(SecretDef {
-        nonce: hex(&nonce),
-        sealed: hex(&sealed),
+        nonce: hex::encode(nonce),
+        sealed: hex::encode(&sealed),
     })
 }
 
@@ -245,10 +245,11 @@ fn open(key: &LessSafeKey, name: &str, def: &SecretDef) -> WeirResult<String> {
             format!("secret \"{name}\" cannot be opened with this server's secret key"),
         )
     };
-    let nonce: [u8; NONCE_LEN] = unhex(&def.nonce)
+    let nonce: [u8; NONCE_LEN] = hex::decode(&def.nonce)
+        .ok()
         .and_then(|n| n.try_into().ok())
         .ok_or_else(unreadable)?;
-    let mut sealed = unhex(&def.sealed).ok_or_else(unreadable)?;
+    let mut sealed = hex::decode(&def.sealed).map_err(|_| unreadable())?;
     let value = key
         .open_in_place(
             Nonce::assume_unique_for_key(nonce),
@@ -257,20 +258,6 @@ fn open(key: &LessSafeKey, name: &str, def: &SecretDef) -> WeirResult<String> {
         )
         .map_err(|_| unreadable())?;
     String::from_utf8(value.to_vec()).map_err(|_| unreadable())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
@@ -284,7 +271,7 @@ mod tests {
         assert!(load_key(&path, false).is_err(), "no key file yet");
         let key = load_key(&path, true).unwrap();
         let sealed = seal(&key, "pw", b"hunter2").unwrap();
-        assert!(!sealed.sealed.contains(&hex(b"hunter2")));
+        assert!(!sealed.sealed.contains(&hex::encode(b"hunter2")));
         assert_eq!(
             open(&load_key(&path, false).unwrap(), "pw", &sealed).unwrap(),
             "hunter2"
