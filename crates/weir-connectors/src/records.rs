@@ -49,8 +49,10 @@ pub struct Values {
     /// Where each value ends in `bytes` (after its newline).
     ends: Vec<usize>,
     /// Whether the values are text, each followed by a newline of ours
-    /// (else binary, as they came).
+    /// (else binary, each behind a frame of ours).
     text: bool,
+    /// The length of each binary value's frame.
+    frames: Vec<usize>,
 }
 
 impl Values {
@@ -76,6 +78,7 @@ impl Values {
 
     /// Adds one binary value behind `frame`, as is.
     fn push_framed(&mut self, frame: &[u8], value: &[u8]) {
+        self.frames.push(frame.len());
         self.bytes.extend_from_slice(frame);
         self.bytes.extend_from_slice(value);
         self.ends.push(self.bytes.len());
@@ -85,6 +88,7 @@ impl Values {
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
+        self.frames.clear();
     }
 
     /// Value `i`, with its newline (or frame).
@@ -93,12 +97,14 @@ impl Values {
         &self.bytes[start..self.ends[i]]
     }
 
-    /// Record `i` as it came (without the newline a text value gets here).
+    /// Record `i` as it is decoded: a text value without the newline it
+    /// gets here, a binary one without the frame it gets here (an Avro
+    /// datum, without a Confluent header it came with).
     pub fn record(&self, i: usize) -> &[u8] {
         let value = self.value(i);
         match self.text {
             true => value.strip_suffix(b"\n").unwrap_or(value),
-            false => value,
+            false => &value[self.frames.get(i).copied().unwrap_or(0)..],
         }
     }
 }
@@ -461,6 +467,21 @@ mod tests {
         (0..ids.len())
             .map(|i| ids.is_valid(i).then(|| ids.value(i)))
             .collect()
+    }
+
+    #[test]
+    fn records_come_back_without_what_was_added_for_decoding() {
+        let mut text = Values::default();
+        text.push(b"a,b\r\n");
+        text.push(b"{}");
+        assert_eq!((text.record(0), text.record(1)), (&b"a,b"[..], &b"{}"[..]));
+        let mut binary = Values::default();
+        binary.push_framed(b"\xc3\x01frame!!!", b"\x02\x0a");
+        binary.push_framed(&[], b"\x04");
+        assert_eq!(
+            (binary.record(0), binary.record(1)),
+            (&b"\x02\x0a"[..], &b"\x04"[..])
+        );
     }
 
     #[test]

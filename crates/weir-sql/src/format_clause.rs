@@ -3,8 +3,9 @@
 //! connectors take (Flink's names): for a source, `FORMAT PLAIN ENCODE
 //! JSON` is `format = 'json'` (also `CSV`, `AVRO`, `PARQUET`); for a sink,
 //! `FORMAT PLAIN` is `type = 'append-only'` and `FORMAT UPSERT` is `type =
-//! 'upsert'`. `ENCODE CSV`'s `without_header` and `delimiter` become
-//! `csv.header` and `csv.delimiter`; other encode options pass through.
+//! 'upsert'`. `ENCODE CSV`'s `delimiter` becomes `csv.delimiter` and
+//! `without_header = 'false'` becomes `csv.header = 'true'` (`'true'` is
+//! Weir's default: no header line); other encode options pass through.
 
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
@@ -84,7 +85,7 @@ pub(crate) fn options(
     for (key, value) in encode_options {
         options.push(match key.as_str() {
             "without_header" => match value.to_ascii_lowercase().as_str() {
-                "true" => ("csv.header".into(), "false".into()),
+                "true" => continue,
                 "false" => ("csv.header".into(), "true".into()),
                 _ => {
                     return Err(ParseError::Syntax(format!(
@@ -114,12 +115,12 @@ pub(crate) fn merge(
     clause: Vec<(String, String)>,
 ) -> Result<Vec<(String, String)>, ParseError> {
     for (key, value) in clause {
-        match with.iter().find(|(k, _)| *k == key) {
+        match with.iter().find(|(k, _)| canonical(k) == canonical(&key)) {
             // `format = 'avro-confluent'` in WITH refines ENCODE AVRO.
             Some((_, given)) if key == "format" && given.starts_with(value.as_str()) => {}
-            Some((_, given)) if !given.eq_ignore_ascii_case(&value) => {
+            Some((given_key, given)) if !given.eq_ignore_ascii_case(&value) => {
                 return Err(ParseError::Syntax(format!(
-                    "{key} = '{given}' in WITH disagrees with the FORMAT ... ENCODE clause ('{value}')"
+                    "{given_key} = '{given}' in WITH disagrees with the FORMAT ... ENCODE clause ('{value}')"
                 )))
             }
             Some(_) => {}
@@ -127,4 +128,13 @@ pub(crate) fn merge(
         }
     }
     Ok(with)
+}
+
+/// The name connectors know option `key` by, where they take aliases.
+fn canonical(key: &str) -> &str {
+    match key {
+        "value.format" | "encode" => "format",
+        "csv.field-delimiter" => "csv.delimiter",
+        other => other,
+    }
 }

@@ -850,7 +850,6 @@ mod tests {
                 ("connector", "kafka"),
                 ("topic", "t"),
                 ("format", "csv"),
-                ("csv.header", "false"),
                 ("csv.delimiter", ";"),
             ])
         );
@@ -898,6 +897,8 @@ mod tests {
             ("CREATE SOURCE s (k int) WITH (connector = 'kafka', format = 'csv') FORMAT PLAIN ENCODE JSON", false),
             ("CREATE SINK k FROM v WITH (connector = 'kafka', type = 'upsert') FORMAT PLAIN ENCODE JSON", false),
             ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN", false),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka', value.format = 'csv') FORMAT PLAIN ENCODE JSON", false),
+            ("CREATE SOURCE s (k int) WITH (connector = 'kafka', 'csv.field-delimiter' = ',') FORMAT PLAIN ENCODE CSV (delimiter = ';')", false),
             ("CREATE SOURCE s (k int) WITH (connector = 'kafka') ENCODE JSON", false),
             ("CREATE SOURCE s (k int) WITH (connector = 'kafka') FORMAT PLAIN ENCODE CSV (without_header = 'maybe')", false),
         ] {

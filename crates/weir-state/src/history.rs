@@ -57,7 +57,8 @@ impl History {
     pub(crate) fn expire(&mut self, now: SystemTime, window: Duration) -> Expired {
         let mut expired = Expired::default();
         while let Some(&(epoch, at)) = self.epochs.front() {
-            if at + window > now {
+            // A window too long to add to a time never passes.
+            if at.checked_add(window).is_none_or(|until| until > now) {
                 break;
             }
             self.epochs.pop_front();

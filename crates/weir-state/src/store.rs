@@ -313,7 +313,8 @@ impl StateStore {
         let now = SystemTime::now();
         for (path, committed_at) in manifests {
             if retained.len() >= self.config.retained_manifests {
-                if committed_at + self.config.retain_history > now {
+                let until = committed_at.checked_add(self.config.retain_history);
+                if until.is_none_or(|until| until > now) {
                     older.push((path, committed_at));
                 } else {
                     garbage.push(path);
@@ -688,10 +689,16 @@ impl StateStore {
                 }
             } else {
                 // Pinned objects are filed too: the history may outlive
-                // the merge that reads them.
-                let named = self.named_by_retained();
-                for old in expired {
+                // the merge that reads them. Each object goes under the
+                // newest epoch naming it, so newer ones are filed first.
+                let mut named = self.named_by_retained();
+                let mut filed = Vec::with_capacity(expired.len());
+                for old in expired.iter().rev() {
                     let objects = history::not_named(old.manifest.paths(), &named);
+                    named.extend(objects.iter().cloned());
+                    filed.push(objects);
+                }
+                for (old, objects) in expired.into_iter().zip(filed.into_iter().rev()) {
                     self.history
                         .keep(old.manifest.epoch, old.committed_at, objects);
                 }

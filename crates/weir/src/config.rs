@@ -246,7 +246,7 @@ impl Config {
         let store = StoreConfig {
             retained_manifests: args.retained_manifests,
             retain_history: match args.retain_history.trim() {
-                "0" => Duration::ZERO,
+                "0" | "0s" => Duration::ZERO,
                 text => parse_duration(text).context("--retain-history")?,
             },
             ..StoreConfig::default()
@@ -284,7 +284,7 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     if !(seconds > 0.0 && seconds.is_finite()) {
         bail!("{text}: must be positive");
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds).with_context(|| format!("{text}: too long"))
 }
 
 #[cfg(test)]
@@ -299,6 +299,7 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("1d").is_err());
+        assert!(parse_duration("1e300h").is_err());
         assert!(parse_duration("abc").is_err());
     }
 

@@ -211,6 +211,8 @@ impl ReadTask {
     ) -> Result<bool, DataFusionError> {
         let (rows, bad) = decoder.decode(&batch.values);
         let index = file_index(self.positions[slot]);
+        // The file's ordinal in the log names its dead letters.
+        let ordinal = index * u64::from(SPLITS) + u64::from(self.splits[slot]);
         if let Some(first) = bad.first() {
             if self.rejects.mode == BadRecords::Fail {
                 return Err(DataFusionError::Execution(format!(
@@ -223,7 +225,7 @@ impl ReadTask {
             self.rejects
                 .keep(&batch.values, &bad, |i| {
                     (
-                        format!("f{index:010}-b{:020}", batch.starts[i]),
+                        format!("f{ordinal:010}-b{:020}", batch.starts[i]),
                         format!("file \"{}\" byte {}", file.path, batch.starts[i]),
                     )
                 })

@@ -154,20 +154,21 @@ async fn json_lines_skip_bad_records_when_asked() {
         .await
         .expect("listed")
         .is_empty());
-    // Kept as dead letters: stored, by place, before the rows after them.
+    // Kept as dead letters: stored, by place, before the rows after them;
+    // a second file's bad record at the same byte is a letter of its own.
+    std::fs::copy(dir.path().join("a.json"), dir.path().join("b.json")).expect("copied");
     let (id, keeping) = source(dir.path(), "json", &[("bad_records", "dead_letter")]);
     publish_new(id, &keeping).await;
     let mut reader = open(&keeping, vec![0; SPLITS as usize]);
-    let (ids, _) = read(&mut reader, 2).await;
-    assert_eq!(ids, vec![1, 3]);
+    let (ids, _) = read(&mut reader, 4).await;
+    assert_eq!(ids, vec![1, 3, 1, 3]);
     let kept = letters().folder(id).list().await.expect("listed");
-    assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0].value, b"{\"id\": oops}");
-    assert!(
-        kept[0].place.ends_with("a.json\" byte 23"),
-        "{}",
-        kept[0].place
-    );
+    assert_eq!(kept.len(), 2);
+    for (letter, file) in kept.iter().zip(["a.json", "b.json"]) {
+        assert_eq!(letter.value, b"{\"id\": oops}");
+        let place = format!("{file}\" byte 23");
+        assert!(letter.place.ends_with(&place), "{}", letter.place);
+    }
 }
 
 #[tokio::test]
