@@ -57,8 +57,7 @@ impl History {
     pub(crate) fn expire(&mut self, now: SystemTime, window: Duration) -> Expired {
         let mut expired = Expired::default();
         while let Some(&(epoch, at)) = self.epochs.front() {
-            // A window too long to add to a time never passes.
-            if at.checked_add(window).is_none_or(|until| until > now) {
+            if within(window, at, now) {
                 break;
             }
             self.epochs.pop_front();
@@ -85,9 +84,17 @@ impl History {
     }
 
     /// How many epochs are kept.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.epochs.len()
     }
+}
+
+/// Whether an epoch committed at `at` is still within `window` of `now`.
+/// Without a window none is (also when the clock stepped back); a window
+/// too long to add to a time never passes.
+pub(crate) fn within(window: Duration, at: SystemTime, now: SystemTime) -> bool {
+    !window.is_zero() && at.checked_add(window).is_none_or(|until| until > now)
 }
 
 /// The distinct objects of `paths` that are not in `named`.

@@ -237,13 +237,6 @@ impl StateStore {
         self.retained.back().map(|r| &r.manifest)
     }
 
-    /// The epochs the store keeps beyond its retained manifests
-    /// (`StoreConfig::retain_history`): how many, and the oldest one with
-    /// its commit time.
-    pub fn history(&self) -> (usize, Option<(u64, SystemTime)>) {
-        (self.history.len(), self.history.oldest())
-    }
-
     /// The oldest committed epoch the store still keeps (in the history
     /// or among the retained manifests): how far back a changefeed can
     /// resume.
@@ -313,8 +306,7 @@ impl StateStore {
         let now = SystemTime::now();
         for (path, committed_at) in manifests {
             if retained.len() >= self.config.retained_manifests {
-                let until = committed_at.checked_add(self.config.retain_history);
-                if until.is_none_or(|until| until > now) {
+                if history::within(self.config.retain_history, committed_at, now) {
                     older.push((path, committed_at));
                 } else {
                     garbage.push(path);
@@ -353,15 +345,12 @@ impl StateStore {
     async fn recover_history(&self, older: Vec<(Path, SystemTime)>) -> StateResult<History> {
         let mut history = History::default();
         let mut named: HashSet<String> = self.named_by_retained();
-        let store = self.store.clone();
-        let mut manifests = futures::stream::iter(older.into_iter().map(|(path, at)| {
-            let store = store.clone();
-            async move {
-                let manifest = read_manifest(store.as_ref(), &path).await;
+        let mut manifests = futures::stream::iter(older)
+            .map(|(path, at)| async move {
+                let manifest = self.read_manifest(&path).await;
                 (path, at, manifest)
-            }
-        }))
-        .buffered(16);
+            })
+            .buffered(16);
         while let Some((path, at, manifest)) = manifests.next().await {
             match manifest {
                 Ok(manifest) => {
@@ -485,13 +474,14 @@ impl StateStore {
     /// Every object a retained manifest, the history or a merge in
     /// progress still needs.
     fn referenced(&self) -> HashSet<String> {
-        self.retained
-            .iter()
-            .flat_map(|r| r.manifest.paths())
-            .chain(self.history.objects())
-            .chain(self.pinned.values().flat_map(|t| t.paths()))
-            .map(str::to_owned)
-            .collect()
+        let mut referenced = self.named_by_retained();
+        referenced.extend(
+            self.history
+                .objects()
+                .chain(self.pinned.values().flat_map(|t| t.paths()))
+                .map(str::to_owned),
+        );
+        referenced
     }
 
     /// Every object a retained manifest names.
@@ -668,41 +658,28 @@ impl StateStore {
         Ok((manifest, stats))
     }
 
-    /// Drops manifests beyond the retained count and deletes the objects
-    /// only they named.
-    /// With a history window, moves them into the history instead, and
-    /// lets go of the history's epochs older than the window.
+    /// Moves the manifests beyond the retained count into the history,
+    /// then lets go of the history's epochs older than the window (at once
+    /// without one), deleting their manifests and the objects only they
+    /// named.
     async fn prune(&mut self) {
         let mut expired = Vec::new();
         while self.retained.len() > self.config.retained_manifests {
             expired.extend(self.retained.pop_front());
         }
-        if !expired.is_empty() {
-            if self.config.retain_history.is_zero() {
-                let referenced = self.referenced();
-                for old in expired {
-                    self.delete(&manifest_path(&self.root, old.manifest.epoch))
-                        .await;
-                    for path in history::not_named(old.manifest.paths(), &referenced) {
-                        self.delete(&self.absolute(&path)).await;
-                    }
-                }
-            } else {
-                // Pinned objects are filed too: the history may outlive
-                // the merge that reads them. Each object goes under the
-                // newest epoch naming it, so newer ones are filed first.
-                let mut named = self.named_by_retained();
-                let mut filed = Vec::with_capacity(expired.len());
-                for old in expired.iter().rev() {
-                    let objects = history::not_named(old.manifest.paths(), &named);
-                    named.extend(objects.iter().cloned());
-                    filed.push(objects);
-                }
-                for (old, objects) in expired.into_iter().zip(filed.into_iter().rev()) {
-                    self.history
-                        .keep(old.manifest.epoch, old.committed_at, objects);
-                }
-            }
+        // Pinned objects are filed too: the history may outlive the merge
+        // that reads them. Each object goes under the newest epoch naming
+        // it, so newer manifests are filed first.
+        let mut named = self.named_by_retained();
+        let mut filed = Vec::with_capacity(expired.len());
+        for old in expired.iter().rev() {
+            let objects = history::not_named(old.manifest.paths(), &named);
+            named.extend(objects.iter().cloned());
+            filed.push(objects);
+        }
+        for (old, objects) in expired.into_iter().zip(filed.into_iter().rev()) {
+            self.history
+                .keep(old.manifest.epoch, old.committed_at, objects);
         }
         self.expire_history(SystemTime::now()).await;
     }
@@ -992,12 +969,12 @@ mod tests {
             }
         }
         assert_eq!(objects(dir.path(), "manifest"), 12);
-        assert_eq!(store.history().0, 10);
+        assert_eq!(store.history.len(), 10);
         // Every epoch reads back as it was, also after a restart.
         let mut reopened = StateStore::open(location, config.clone()).unwrap();
         reopened.recover().await.unwrap();
-        let (kept, oldest) = reopened.history();
-        assert_eq!((kept, oldest.map(|(epoch, _)| epoch)), (10, Some(1)));
+        let (kept, oldest) = (reopened.history.len(), reopened.oldest_epoch());
+        assert_eq!((kept, oldest), (10, Some(1)));
         for epoch in 1..=12u64 {
             let manifest = reopened
                 .slice_reader()
@@ -1016,7 +993,7 @@ mod tests {
         reopened
             .expire_history(SystemTime::now() + Duration::from_secs(7200))
             .await;
-        assert_eq!(reopened.history().0, 0);
+        assert_eq!(reopened.history.len(), 0);
         assert_eq!(objects(dir.path(), "manifest"), 2);
         let mut named = HashSet::new();
         for epoch in [11, 12] {
