@@ -48,10 +48,8 @@ pub struct Values {
     bytes: Vec<u8>,
     /// Where each value ends in `bytes` (after its newline).
     ends: Vec<usize>,
-    /// Whether the values are text, each followed by a newline of ours
-    /// (else binary, each behind a frame of ours).
-    text: bool,
-    /// The length of each binary value's frame.
+    /// The length of each binary value's frame; empty for text values
+    /// (each followed by a newline of ours).
     frames: Vec<usize>,
 }
 
@@ -63,7 +61,6 @@ impl Values {
         self.bytes.extend_from_slice(value);
         self.bytes.push(b'\n');
         self.ends.push(self.bytes.len());
-        self.text = true;
     }
 
     /// How many values it holds.
@@ -102,9 +99,9 @@ impl Values {
     /// datum, without a Confluent header it came with).
     pub fn record(&self, i: usize) -> &[u8] {
         let value = self.value(i);
-        match self.text {
-            true => value.strip_suffix(b"\n").unwrap_or(value),
-            false => &value[self.frames.get(i).copied().unwrap_or(0)..],
+        match self.frames.get(i) {
+            Some(&frame) => &value[frame..],
+            None => value.strip_suffix(b"\n").unwrap_or(value),
         }
     }
 }
@@ -138,15 +135,23 @@ impl BadRecords {
 /// option, the source's count, and where dead letters go.
 #[derive(Debug, Clone)]
 pub struct Rejects {
-    /// `bad_records`.
-    pub mode: BadRecords,
+    mode: BadRecords,
+    /// What the source reads, before a record's place in errors
+    /// (`Kafka topic "t" `; empty where the place says it).
+    subject: String,
     count: Arc<BadRecordCount>,
     letters: Option<DeadLetterBox>,
 }
 
 impl Rejects {
-    /// Source `id`'s, with `mode`; `letters` is needed for dead letters.
-    pub fn new(id: u64, mode: BadRecords, letters: Option<DeadLetterBox>) -> Result<Self, String> {
+    /// Source `id`'s, reading `subject`, with `mode`; `letters` is needed
+    /// for dead letters.
+    pub fn new(
+        id: u64,
+        subject: String,
+        mode: BadRecords,
+        letters: Option<DeadLetterBox>,
+    ) -> Result<Self, String> {
         if mode == BadRecords::DeadLetter && letters.is_none() {
             return Err(
                 "bad_records = 'dead_letter' keeps records in the server's state store, \
@@ -157,22 +162,36 @@ impl Rejects {
         }
         Ok(Rejects {
             mode,
+            subject,
             count: BadRecordCount::of_source(id),
             letters: letters.filter(|_| mode == BadRecords::DeadLetter),
         })
     }
 
-    /// Counts `bad` (records of `values`) and, with dead letters, stores
-    /// them before returning; `place(i)` names record `i`'s place as an
+    /// Handles `bad` (records of `values`) as `bad_records` says: fails
+    /// with the first one, or counts them and, with dead letters, stores
+    /// them before returning. `place(i)` names record `i`'s place as an
     /// object key that sorts in the source's order and as text.
-    pub async fn keep(
+    pub async fn handle(
         &self,
         values: &Values,
         bad: &[BadRecord],
         place: impl Fn(usize) -> (String, String),
     ) -> Result<(), DataFusionError> {
+        let Some(first) = bad.first() else {
+            return Ok(());
+        };
+        if self.mode == BadRecords::Fail {
+            return Err(DataFusionError::Execution(format!(
+                "{}{}: the record does not parse: {} \
+                 (bad_records = 'skip' or 'dead_letter' leaves such records out)",
+                self.subject,
+                place(first.index).1,
+                first.error
+            )));
+        }
         self.count.add(bad, |i| place(i).1);
-        let Some(letters) = self.letters.as_ref().filter(|_| !bad.is_empty()) else {
+        let Some(letters) = &self.letters else {
             return Ok(());
         };
         let kept = bad

@@ -155,7 +155,7 @@ impl FileSource {
         letters: Option<DeadLetterBox>,
     ) -> Result<Self, String> {
         let (store, _) = open_location(&options)?;
-        let rejects = Rejects::new(id, options.bad_records, letters)?;
+        let rejects = Rejects::new(id, String::new(), options.bad_records, letters)?;
         Ok(FileSource {
             options,
             schema,

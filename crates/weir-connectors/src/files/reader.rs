@@ -23,7 +23,7 @@ use super::log::{FileLog, LoggedFile};
 use super::options::FileFormat;
 use super::parquet_object::ParquetObject;
 use super::{file_index, offset_in_file, position, SPLITS};
-use crate::records::{BadRecords, Decoder, Rejects, Values};
+use crate::records::{Decoder, Rejects, Values};
 
 /// How many bytes of a CSV or JSON file one request fetches.
 const CHUNK_BYTES: u64 = 8 << 20;
@@ -213,24 +213,15 @@ impl ReadTask {
         let index = file_index(self.positions[slot]);
         // The file's ordinal in the log names its dead letters.
         let ordinal = index * u64::from(SPLITS) + u64::from(self.splits[slot]);
-        if let Some(first) = bad.first() {
-            if self.rejects.mode == BadRecords::Fail {
-                return Err(DataFusionError::Execution(format!(
-                    "file \"{}\" byte {}: the record does not parse: {} \
-                     (bad_records = 'skip' or 'dead_letter' leaves such records out)",
-                    file.path, batch.starts[first.index], first.error
-                )));
-            }
-            // Dead letters are stored before the rows after them leave.
-            self.rejects
-                .keep(&batch.values, &bad, |i| {
-                    (
-                        format!("f{ordinal:010}-b{:020}", batch.starts[i]),
-                        format!("file \"{}\" byte {}", file.path, batch.starts[i]),
-                    )
-                })
-                .await?;
-        }
+        // Dead letters are stored before the rows after them leave.
+        self.rejects
+            .handle(&batch.values, &bad, |i| {
+                (
+                    format!("f{ordinal:010}-b{:020}", batch.starts[i]),
+                    format!("file \"{}\" byte {}", file.path, batch.starts[i]),
+                )
+            })
+            .await?;
         batch.clear();
         self.positions[slot] = position(index, end);
         if rows.num_rows() == 0 {

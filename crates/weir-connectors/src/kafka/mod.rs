@@ -96,7 +96,8 @@ impl KafkaSource {
         letters: Option<DeadLetterBox>,
     ) -> Result<Self, String> {
         let (shape, value_schema) = RowShape::new(&schema, &options.include)?;
-        let rejects = Rejects::new(id, options.bad_records, letters)?;
+        let subject = format!("Kafka topic \"{}\" ", options.topic);
+        let rejects = Rejects::new(id, subject, options.bad_records, letters)?;
         Ok(KafkaSource {
             options,
             value_schema,

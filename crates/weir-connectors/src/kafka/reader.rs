@@ -27,7 +27,7 @@ use weir_stream::runtime::{ReadFrom, SourceReader};
 
 use super::metadata::{Origins, RowShape};
 use super::options::{KafkaOptions, Startup};
-use crate::records::{BadRecords, Decoder, Rejects, Values};
+use crate::records::{Decoder, Rejects, Values};
 
 /// How many decoded batches may wait for the view.
 const CHANNEL_BATCHES: usize = 2;
@@ -280,33 +280,24 @@ impl ConsumerThread {
     /// reader is gone or the source failed.
     fn flush(&mut self, values: &mut Values, origins: &mut Origins) -> bool {
         let (rows, bad) = self.decoder.decode(values);
-        let sent = if bad.is_empty() || self.rejects.mode != BadRecords::Fail {
-            // Dead letters are stored before the rows after them leave.
-            let kept = self.runtime.block_on(self.rejects.keep(values, &bad, |i| {
+        // Dead letters are stored before the rows after them leave.
+        let handled = self
+            .runtime
+            .block_on(self.rejects.handle(values, &bad, |i| {
                 let (partition, offset) = origins.place(i);
                 (
                     format!("p{partition:05}-o{offset:020}"),
                     format!("partition {partition} offset {offset}"),
                 )
             }));
-            let rows = kept.and_then(|()| {
-                self.shape
-                    .assemble(rows, origins, &bad)
-                    .map_err(DataFusionError::from)
-            });
-            let failed = rows.is_err();
-            let sent = rows.map(|rows| (rows, self.positions.clone()));
-            self.sender.blocking_send(sent).is_ok() && !failed
-        } else {
-            let (partition, offset) = origins.place(bad[0].index);
-            let error = DataFusionError::Execution(format!(
-                "Kafka topic \"{}\" partition {partition} offset {offset}: the record does not \
-                 parse: {} (bad_records = 'skip' or 'dead_letter' leaves such records out)",
-                self.options.topic, bad[0].error
-            ));
-            let _ = self.sender.blocking_send(Err(error));
-            false
-        };
+        let rows = handled.and_then(|()| {
+            self.shape
+                .assemble(rows, origins, &bad)
+                .map_err(DataFusionError::from)
+        });
+        let failed = rows.is_err();
+        let sent = rows.map(|rows| (rows, self.positions.clone()));
+        let sent = self.sender.blocking_send(sent).is_ok() && !failed;
         values.clear();
         origins.clear();
         sent
