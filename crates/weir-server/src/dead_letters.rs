@@ -17,6 +17,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use tokio::sync::watch;
 use tracing::warn;
 use weir_connectors::dead_letters::DeadLetterBox;
+use weir_connectors::records::BadRecords;
 use weir_state::TableId;
 
 use crate::catalog::SourceDef;
@@ -32,7 +33,8 @@ pub fn all(db: &Database) -> DeadLetterBox {
 fn keeps_dead_letters(def: &SourceDef) -> bool {
     def.options
         .get("bad_records")
-        .is_some_and(|mode| mode.eq_ignore_ascii_case("dead_letter"))
+        .and_then(|mode| BadRecords::parse(mode).ok())
+        == Some(BadRecords::DeadLetter)
 }
 
 /// `weir_dead_letters`: every stored dead letter of the sources in the
@@ -111,7 +113,7 @@ impl TableProvider for DeadLettersTable {
 
 /// Deletes the dead letters of sources that no longer exist: at start
 /// (a source dropped just before a crash), then whenever a commit drops
-/// one, until `shutdown`.
+/// one that kept them, until `shutdown`.
 pub async fn run_sweeper(db: Arc<Database>, mut shutdown: watch::Receiver<bool>) {
     let root = all(&db);
     let mut committed = db.subscribe_committed();
@@ -122,6 +124,7 @@ pub async fn run_sweeper(db: Arc<Database>, mut shutdown: watch::Receiver<bool>)
             .catalog
             .sources
             .values()
+            .filter(|def| keeps_dead_letters(def))
             .map(|def| def.id)
             .collect();
         let gone: Vec<TableId> = match &known {

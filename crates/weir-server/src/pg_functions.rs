@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chrono::Datelike;
 use datafusion::arrow::array::IntervalMonthDayNanoArray;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int32Array, StringArray,
+    Array, ArrayRef, AsArray, BinaryArray, Decimal128Array, Float64Array, Int32Array, StringArray,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
@@ -43,6 +43,8 @@ enum Encoding {
 }
 
 impl Encoding {
+    /// The encoding `name` stands for; `role` ("source", "destination")
+    /// for the error.
     fn named(name: &str, role: &str) -> Result<Encoding> {
         let normal: String = name
             .chars()
@@ -52,52 +54,76 @@ impl Encoding {
         match normal.as_str() {
             "UTF8" | "UNICODE" | "SQLASCII" => Ok(Encoding::Utf8),
             "LATIN1" | "ISO88591" => Ok(Encoding::Latin1),
-            _ => Err(DataFusionError::External(Box::new(WeirError::new(
-                SqlState("22023"),
+            _ => Err(sql_error(
+                "22023",
                 format!("invalid {role} encoding name \"{name}\""),
-            )))),
+            )),
+        }
+    }
+
+    /// `bytes` as text of this encoding (22021 for bytes that are not).
+    fn decode(self, bytes: &[u8]) -> Result<String> {
+        match self {
+            Encoding::Latin1 => Ok(bytes.iter().map(|&b| b as char).collect()),
+            Encoding::Utf8 => std::str::from_utf8(bytes).map(str::to_owned).map_err(|e| {
+                let bad = &bytes[e.valid_up_to()..];
+                let len = e.error_len().unwrap_or(bad.len()).max(1);
+                sql_error(
+                    "22021",
+                    format!(
+                        "invalid byte sequence for encoding \"UTF8\": {}",
+                        byte_sequence(&bad[..len])
+                    ),
+                )
+            }),
+        }
+    }
+
+    /// `text` in this encoding (22P05 for a character it cannot hold).
+    fn encode(self, text: &str) -> Result<Vec<u8>> {
+        match self {
+            Encoding::Utf8 => Ok(text.as_bytes().to_vec()),
+            Encoding::Latin1 => text
+                .chars()
+                .map(|c| {
+                    u8::try_from(u32::from(c)).map_err(|_| {
+                        sql_error(
+                            "22P05",
+                            format!(
+                                "character with byte sequence {} in encoding \"UTF8\" has no \
+                                 equivalent in encoding \"LATIN1\"",
+                                byte_sequence(c.to_string().as_bytes())
+                            ),
+                        )
+                    })
+                })
+                .collect(),
         }
     }
 }
 
-/// `convert_from(bytea, encoding)`: the bytes as text of that encoding
-/// (22021 for bytes that are not).
+/// Bytes as PostgreSQL shows them in encoding errors: `0xc3 0xa9`.
+fn byte_sequence(bytes: &[u8]) -> String {
+    let shown: Vec<String> = bytes.iter().map(|b| format!("0x{b:02x}")).collect();
+    shown.join(" ")
+}
+
+/// `convert_from(bytea, encoding)`: the bytes as text of that encoding.
 fn convert_from() -> ScalarUDF {
     udf(
         "convert_from",
         vec![DataType::Binary, DataType::Utf8],
         DataType::Utf8,
         |args| {
-            let names = args[1].as_string::<i32>();
             let texts = args[0]
                 .as_binary::<i32>()
                 .iter()
-                .zip(names.iter())
-                .map(|(bytes, name)| {
-                    let (Some(bytes), Some(name)) = (bytes, name) else {
-                        return Ok(None);
-                    };
-                    Ok(Some(match Encoding::named(name, "source")? {
-                        Encoding::Latin1 => bytes.iter().map(|&b| b as char).collect(),
-                        Encoding::Utf8 => match std::str::from_utf8(bytes) {
-                            Ok(text) => text.to_owned(),
-                            Err(e) => {
-                                let bad = &bytes[e.valid_up_to()..];
-                                let shown: Vec<String> = bad
-                                    .iter()
-                                    .take(e.error_len().unwrap_or(bad.len()).max(1))
-                                    .map(|b| format!("{b:02x}"))
-                                    .collect();
-                                return Err(DataFusionError::External(Box::new(WeirError::new(
-                                    SqlState("22021"),
-                                    format!(
-                                        "invalid byte sequence for encoding \"UTF8\": 0x{}",
-                                        shown.join(" 0x")
-                                    ),
-                                ))));
-                            }
-                        },
-                    }))
+                .zip(args[1].as_string::<i32>().iter())
+                .map(|pair| match pair {
+                    (Some(bytes), Some(name)) => {
+                        Encoding::named(name, "source")?.decode(bytes).map(Some)
+                    }
+                    _ => Ok(None),
                 })
                 .collect::<Result<StringArray>>()?;
             Ok(Arc::new(texts))
@@ -105,49 +131,25 @@ fn convert_from() -> ScalarUDF {
     )
 }
 
-/// `convert_to(text, encoding)`: the text's bytes in that encoding (22P05
-/// for a character it cannot hold).
+/// `convert_to(text, encoding)`: the text's bytes in that encoding.
 fn convert_to() -> ScalarUDF {
     udf(
         "convert_to",
         vec![DataType::Utf8, DataType::Utf8],
         DataType::Binary,
         |args| {
-            let names = args[1].as_string::<i32>();
             let bytes = args[0]
                 .as_string::<i32>()
                 .iter()
-                .zip(names.iter())
-                .map(|(text, name)| {
-                    let (Some(text), Some(name)) = (text, name) else {
-                        return Ok(None);
-                    };
-                    Ok(Some(match Encoding::named(name, "destination")? {
-                        Encoding::Utf8 => text.as_bytes().to_vec(),
-                        Encoding::Latin1 => text
-                            .chars()
-                            .map(|c| {
-                                u8::try_from(u32::from(c)).map_err(|_| {
-                                    DataFusionError::External(Box::new(WeirError::new(
-                                        SqlState("22P05"),
-                                        format!(
-                                            "character with byte sequence 0x{} in encoding \"UTF8\" has no equivalent in encoding \"LATIN1\"",
-                                            c.to_string()
-                                                .bytes()
-                                                .map(|b| format!("{b:02x}"))
-                                                .collect::<Vec<_>>()
-                                                .join(" 0x")
-                                        ),
-                                    )))
-                                })
-                            })
-                            .collect::<Result<Vec<u8>>>()?,
-                    }))
+                .zip(args[1].as_string::<i32>().iter())
+                .map(|pair| match pair {
+                    (Some(text), Some(name)) => {
+                        Encoding::named(name, "destination")?.encode(text).map(Some)
+                    }
+                    _ => Ok(None),
                 })
                 .collect::<Result<Vec<Option<Vec<u8>>>>>()?;
-            Ok(Arc::new(datafusion::arrow::array::BinaryArray::from_iter(
-                bytes,
-            )))
+            Ok(Arc::new(BinaryArray::from_iter(bytes)))
         },
     )
 }
@@ -233,10 +235,12 @@ fn width_bucket() -> ScalarUDF {
 }
 
 fn invalid(message: &str) -> DataFusionError {
-    DataFusionError::External(Box::new(WeirError::new(
-        SqlState("2201G"),
-        message.to_owned(),
-    )))
+    sql_error("2201G", message.to_owned())
+}
+
+/// An error with SQLSTATE `state`, as a function returns it.
+fn sql_error(state: &'static str, message: String) -> DataFusionError {
+    DataFusionError::External(Box::new(WeirError::new(SqlState(state), message)))
 }
 
 /// `quote_literal(text)`: the text as a string literal (`'it''s'`; with a

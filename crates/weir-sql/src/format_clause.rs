@@ -20,6 +20,24 @@ pub(crate) enum Role {
     Sink,
 }
 
+impl Role {
+    /// The formats it takes, for errors.
+    fn takes(self) -> &'static str {
+        match self {
+            Role::Source => "source takes FORMAT PLAIN",
+            Role::Sink => "sink takes FORMAT PLAIN or FORMAT UPSERT",
+        }
+    }
+
+    /// The encodings it reads or writes, for errors.
+    fn encodes(self) -> &'static str {
+        match self {
+            Role::Source => "source reads JSON, CSV, AVRO or PARQUET",
+            Role::Sink => "sink writes JSON (Kafka) or PARQUET (files)",
+        }
+    }
+}
+
 /// The options the clause in `tokens` (from `FORMAT` on) stands for.
 pub(crate) fn options(
     tokens: &[&TokenWithSpan],
@@ -54,15 +72,8 @@ pub(crate) fn options(
         (Role::Sink, "UPSERT") => options.push(("type".into(), "upsert".into())),
         (_, other) => {
             return Err(ParseError::Unsupported(format!(
-                "FORMAT {other} is not supported: a {} takes FORMAT PLAIN{}",
-                match role {
-                    Role::Source => "source",
-                    Role::Sink => "sink",
-                },
-                match role {
-                    Role::Source => "",
-                    Role::Sink => " or FORMAT UPSERT",
-                }
+                "FORMAT {other} is not supported: a {}",
+                role.takes()
             )))
         }
     }
@@ -74,10 +85,7 @@ pub(crate) fn options(
         (_, other) => {
             return Err(ParseError::Unsupported(format!(
                 "ENCODE {other} is not supported here: a {}",
-                match role {
-                    Role::Source => "source reads JSON, CSV, AVRO or PARQUET",
-                    Role::Sink => "sink writes JSON (Kafka) or PARQUET (files)",
-                }
+                role.encodes()
             )))
         }
     };
