@@ -108,6 +108,10 @@ impl<G: RowGenerator> Source for PacedSource<G> {
             .map(|split| row_of(split, from.positions[split as usize]))
             .min()
             .unwrap_or(0);
+        let bound = |split: u32| match &from.until {
+            Some(until) => until.get(split as usize).copied().unwrap_or(0),
+            None => u64::MAX,
+        };
         Ok(Box::new(PacedReader {
             generator: self.generator.clone(),
             columns: from.columns,
@@ -116,14 +120,36 @@ impl<G: RowGenerator> Source for PacedSource<G> {
             splits: from
                 .splits
                 .iter()
-                .map(|&split| (split, from.positions[split as usize]))
+                .map(|&split| Split {
+                    split,
+                    position: from.positions[split as usize],
+                    until: bound(split),
+                })
                 .collect(),
+            bounded: from.until.is_some(),
             started: Instant::now(),
             first,
             tick: Box::pin(tokio::time::sleep(Duration::ZERO)),
             waiting: false,
         }))
     }
+
+    fn reads_bounded(&self) -> bool {
+        true
+    }
+
+    fn projects(&self) -> bool {
+        true
+    }
+}
+
+/// A split a [`PacedReader`] reads.
+struct Split {
+    split: u32,
+    /// Its rows read.
+    position: u64,
+    /// Where the reader stops reading it (`u64::MAX`: never).
+    until: u64,
 }
 
 /// A running reader of a [`PacedSource`].
@@ -133,8 +159,10 @@ struct PacedReader<G> {
     max_batch_rows: u64,
     /// The row after the last (`u64::MAX`: unbounded).
     end: u64,
-    /// The splits it reads, each with its position.
-    splits: Vec<(u32, u64)>,
+    /// The splits it reads.
+    splits: Vec<Split>,
+    /// Whether it reads to bounds: rows before them are due at once.
+    bounded: bool,
     /// When the reader opened, with the source at row `first`: rows fall
     /// due from then on.
     started: Instant,
@@ -147,17 +175,22 @@ struct PacedReader<G> {
 impl<G: RowGenerator> PacedReader<G> {
     /// The row before which every row is due now.
     fn due(&self) -> u64 {
+        if self.bounded {
+            return self.end;
+        }
         let elapsed = self.started.elapsed().as_secs_f64();
         let due = self.first as f64 + elapsed * self.generator.per_second() as f64;
         (due as u64).min(self.end)
     }
 
-    /// Its split whose next row comes first, and that row.
+    /// Its split whose next row comes first (of those not at their
+    /// bound), and that row.
     fn next_row(&self) -> Option<(usize, u64)> {
         self.splits
             .iter()
             .enumerate()
-            .map(|(i, &(split, position))| (i, row_of(split, position)))
+            .filter(|(_, s)| s.position < s.until)
+            .map(|(i, s)| (i, row_of(s.split, s.position)))
             .min_by_key(|&(_, row)| row)
     }
 }
@@ -174,11 +207,14 @@ impl<G: RowGenerator> Stream for PacedReader<G> {
             let due = this.due();
             if due > row {
                 let block_end = (row / BLOCK_ROWS + 1) * BLOCK_ROWS;
-                let count = (due.min(block_end) - row).min(this.max_batch_rows);
+                let split = &mut this.splits[i];
+                let count = (due.min(block_end) - row)
+                    .min(this.max_batch_rows)
+                    .min(split.until - split.position);
+                split.position += count;
                 let rows = this
                     .generator
                     .generate(row..row + count, this.columns.as_deref());
-                this.splits[i].1 += count;
                 if rows.num_rows() > 0 {
                     return Poll::Ready(Some(Ok(rows)));
                 }
@@ -202,7 +238,7 @@ impl<G: RowGenerator> Stream for PacedReader<G> {
 
 impl<G: RowGenerator> SourceReader for PacedReader<G> {
     fn positions(&self) -> Vec<u64> {
-        self.splits.iter().map(|&(_, position)| position).collect()
+        self.splits.iter().map(|s| s.position).collect()
     }
 }
 
@@ -233,6 +269,7 @@ mod tests {
             splits: (0..SPLITS).collect(),
             columns: None,
             max_batch_rows,
+            until: None,
         }
     }
 
@@ -325,6 +362,7 @@ mod tests {
                         splits: share.clone(),
                         columns: None,
                         max_batch_rows: 5000,
+                        until: None,
                     })
                     .expect("opens");
                 let mut values = Vec::new();
@@ -385,6 +423,7 @@ mod tests {
                     splits: share.clone(),
                     columns: None,
                     max_batch_rows: 8192,
+                    until: None,
                 })
                 .expect("opens")
         };

@@ -11,6 +11,10 @@
 //!   position (rows read, over all the source's splits) at the epoch the
 //!   query reads;
 //! - `weir_source_splits`: the same per split: each split's position;
+//! - `weir_shared_readers`: the source readers running in this process,
+//!   one per share of a source's splits (its first split and how many),
+//!   each with the views it delivers to and the rows it read since it
+//!   started;
 //! - `weir_view_operators`: each running view's operators as of its last
 //!   checkpoint: change rows in and out, state rows and bytes, busy time,
 //!   the instances that run it (summed over them);
@@ -62,6 +66,7 @@ pub const SYSTEM_TABLES: &[&str] = &[
     "weir_state_tables",
     "weir_source_readers",
     "weir_source_splits",
+    "weir_shared_readers",
     "weir_view_operators",
     "weir_view_workers",
     "weir_sink_deliveries",
@@ -84,6 +89,7 @@ pub fn table(
         "weir_state_tables" => Some(state_tables(db)),
         "weir_source_readers" => Some(source_readers(snapshot)),
         "weir_source_splits" => Some(source_splits(snapshot)),
+        "weir_shared_readers" => Some(shared_readers(db)),
         "weir_view_operators" => Some(view_operators(db)),
         "weir_view_workers" => Some(view_workers(db)),
         "weir_sink_deliveries" => Some(sink_deliveries(db)),
@@ -139,6 +145,38 @@ fn source_splits(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.3))),
+        ],
+    )
+}
+
+fn shared_readers(db: &Database) -> Result<Arc<dyn TableProvider>> {
+    let readers = db.shared_readers();
+    mem_table(
+        vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("first_split", DataType::UInt64, false),
+            Field::new("splits", DataType::UInt64, false),
+            Field::new("views", DataType::UInt64, false),
+            Field::new("rows_read", DataType::UInt64, false),
+        ],
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                readers.iter().map(|r| r.source.as_str()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                readers
+                    .iter()
+                    .map(|r| r.splits.first().map_or(0, |&s| u64::from(s))),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                readers.iter().map(|r| r.splits.len() as u64),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                readers.iter().map(|r| r.subscribers as u64),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                readers.iter().map(|r| r.rows_read),
+            )),
         ],
     )
 }

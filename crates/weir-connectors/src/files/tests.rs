@@ -78,6 +78,7 @@ fn open(source: &FileSource, positions: Vec<u64>) -> Box<dyn SourceReader> {
             splits: (0..SPLITS).collect(),
             columns: None,
             max_batch_rows: 2,
+            until: None,
         })
         .expect("opened")
 }

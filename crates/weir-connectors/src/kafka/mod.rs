@@ -129,4 +129,12 @@ impl Source for KafkaSource {
         .map_err(|e| DataFusionError::Execution(format!("Kafka source: {e}")))?;
         Ok(Box::new(reader))
     }
+
+    fn reads_bounded(&self) -> bool {
+        true
+    }
+
+    fn starts_at_head(&self) -> bool {
+        matches!(self.options.startup, options::Startup::Latest)
+    }
 }

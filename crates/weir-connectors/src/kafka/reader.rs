@@ -48,10 +48,22 @@ pub(super) struct KafkaReader {
     /// After the last batch returned; before the first, what the thread
     /// pinned as it opened (see `started`).
     positions: Vec<u64>,
+    /// Where a bounded read stops, per split it reads.
+    until: Option<Vec<u64>>,
     /// The positions the thread pinned for partitions read for the first
     /// time, once it has.
     started: Arc<Mutex<Option<Vec<u64>>>>,
     returned: bool,
+}
+
+impl KafkaReader {
+    /// Whether a bounded read has read every split to its bound.
+    fn reached_bounds(&self) -> bool {
+        self.until.as_ref().is_some_and(|until| {
+            let positions = self.positions();
+            positions.iter().zip(until).all(|(at, until)| at >= until)
+        })
+    }
 }
 
 impl KafkaReader {
@@ -70,6 +82,12 @@ impl KafkaReader {
             .iter()
             .map(|&s| from.positions[s as usize])
             .collect();
+        let until: Option<Vec<u64>> = from.until.as_ref().map(|until| {
+            from.splits
+                .iter()
+                .map(|&s| until.get(s as usize).copied().unwrap_or(0))
+                .collect()
+        });
         let (sender, batches) = mpsc::channel(CHANNEL_BATCHES);
         let started = Arc::new(Mutex::new(None));
         let thread = ConsumerThread {
@@ -79,6 +97,7 @@ impl KafkaReader {
             shape,
             splits: from.splits.clone(),
             positions: positions.clone(),
+            until: until.clone(),
             max_rows: from.max_batch_rows.max(1),
             sender,
             started: started.clone(),
@@ -92,6 +111,7 @@ impl KafkaReader {
         Ok(KafkaReader {
             batches,
             positions,
+            until,
             started,
             returned: false,
         })
@@ -103,6 +123,9 @@ impl Stream for KafkaReader {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
+            if self.reached_bounds() {
+                return Poll::Ready(None);
+            }
             return match self.batches.poll_recv(cx) {
                 Poll::Ready(Some(Ok((rows, positions)))) => {
                     self.positions = positions;
@@ -142,6 +165,9 @@ struct ConsumerThread {
     shape: RowShape,
     splits: Vec<u32>,
     positions: Vec<u64>,
+    /// Where a bounded read stops, per split: records at or after it are
+    /// left for the shared reader.
+    until: Option<Vec<u64>>,
     max_rows: usize,
     sender: mpsc::Sender<Decoded>,
     started: Arc<Mutex<Option<Vec<u64>>>>,
@@ -175,12 +201,16 @@ impl ConsumerThread {
                     let Some(&i) = index.get(&message.partition()) else {
                         continue;
                     };
+                    let position = message.offset() as u64 + 2;
+                    if self.until.as_ref().is_some_and(|until| position > until[i]) {
+                        continue;
+                    }
                     self.decoder
                         .push(&mut values, message.payload().unwrap_or_default());
                     let key = self.shape.includes_key().then(|| message.key()).flatten();
                     let timestamp = message.timestamp().to_millis();
                     origins.push(message.partition(), message.offset(), timestamp, key);
-                    self.positions[i] = message.offset() as u64 + 2;
+                    self.positions[i] = position;
                     values.len() < self.max_rows
                 }
                 Some(Err(error)) => {

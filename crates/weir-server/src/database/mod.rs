@@ -325,6 +325,11 @@ impl Database {
         self.runtime.status().view_workers()
     }
 
+    /// The shared source readers running in this process.
+    pub fn shared_readers(&self) -> Vec<weir_stream::runtime::SharedReaderFigures> {
+        self.runtime.status().shared_readers()
+    }
+
     /// Rows into and out of every view since the server started.
     pub fn view_counters(&self) -> BTreeMap<String, ViewCounters> {
         self.runtime.status().view_counters()

@@ -18,7 +18,8 @@
 //! | module | holds |
 //! |---|---|
 //! | `source` | the [`Source`] trait connectors implement, reader positions |
-//! | `reader` | tasks reading a share of a source's splits for a view, barriers in-band |
+//! | `reader` | tasks delivering a share of a source's splits to a view, barriers in-band |
+//! | `shared` | shared readers: one reader per share of a source, for every view that reads it |
 //! | `view` | a running view: operators, output table (or sink), memory budget |
 //! | `sink` | the [`Sink`] trait a sink's output goes to, and `blackhole` |
 //! | `event_clock` | a view's watermarks, from its instances' event times |
@@ -31,6 +32,7 @@ mod batch;
 mod cluster;
 mod event_clock;
 mod reader;
+mod shared;
 mod sink;
 mod source;
 mod view;
@@ -42,6 +44,7 @@ mod tests;
 
 pub use batch::{ChangeBatch, KeyRouter};
 pub use cluster::serve_process;
+pub use shared::{SharedReaderFigures, SharedReaders};
 pub use sink::{from_log_batch, log_batch, log_schema, Blackhole, EpochLog, Sink, WEIGHT_COLUMN};
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
 pub use view::{
@@ -246,6 +249,8 @@ pub struct RuntimeStatus {
     /// Set when a watermark moved at the last cut: the next barrier
     /// carries it, so an epoch has work even without new rows.
     watermark_moved: std::sync::atomic::AtomicBool,
+    /// The shared source readers of this process.
+    shared_readers: Arc<SharedReaders>,
 }
 
 impl RuntimeStatus {
@@ -273,6 +278,11 @@ impl RuntimeStatus {
     /// checkpoint.
     pub fn view_workers(&self) -> BTreeMap<String, Vec<WorkerFigures>> {
         self.workers.lock().expect("workers lock").clone()
+    }
+
+    /// The shared source readers running in this process.
+    pub fn shared_readers(&self) -> Vec<SharedReaderFigures> {
+        self.shared_readers.figures()
     }
 
     fn note_watermark_moved(&self) {

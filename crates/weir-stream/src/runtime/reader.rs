@@ -1,6 +1,7 @@
-//! Source readers: tasks that each read a set of one source's splits for
-//! one view and send the batches to the stream worker, with barriers
-//! in-band.
+//! Source readers: tasks that each deliver a set of one source's splits
+//! to one view, with barriers in-band. The rows come from the share's
+//! shared reader (`shared.rs`), or from a reader of the view's own while
+//! it catches up with the shared one.
 //!
 //! ```text
 //!  reader task ──Rows──Rows──Barrier(E, position)──Rows──▶ worker
@@ -14,14 +15,27 @@
 //! positions a barrier carries are checkpointed with the epoch, and after
 //! a restart the splits are opened again at exactly those positions.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use weir_state::TableId;
 
+use super::shared::{Join, Joined, ShareKey, SharedBatch, SharedReaders};
 use super::source::{ReadFrom, Source, SourceReader};
 use crate::Result;
+
+/// How many times a feed asks to join its shared reader before it reads
+/// on its own for good.
+const MAX_JOIN_ROUNDS: u32 = 20;
+
+/// How long a feed ahead of its shared reader waits before it asks again.
+const AHEAD_WAIT: Duration = Duration::from_millis(50);
 
 /// How many batches may wait in a reader's channel.
 const CHANNEL_BATCHES: usize = 4;
@@ -45,6 +59,21 @@ pub(super) enum SourceMessage {
     Failed(DataFusionError),
 }
 
+/// What a reader reads: one share of a source's splits for one view.
+pub(super) struct ReaderSpec {
+    /// The source's catalog id and name.
+    pub source_id: TableId,
+    pub name: String,
+    pub source: Arc<dyn Source>,
+    /// Every split's position as checkpointed (one per split of the
+    /// source).
+    pub positions: Vec<u64>,
+    /// The splits it reads.
+    pub splits: Vec<u32>,
+    /// The columns the view reads (`None`: all).
+    pub columns: Option<Vec<bool>>,
+}
+
 /// The worker's end of a running reader; dropping it stops the reader.
 #[derive(Debug)]
 pub(super) struct Reader {
@@ -55,31 +84,37 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    /// Opens `splits` of `source`, every split at its position in
-    /// `positions` (one per split of the source), and reads them on the
-    /// current runtime; `columns`: those the view reads (`None`: all).
-    pub fn spawn(
-        source: &dyn Source,
-        positions: &[u64],
-        splits: Vec<u32>,
-        columns: Option<Vec<bool>>,
-    ) -> Result<Reader> {
-        let all = source.splits();
-        if positions.len() != all as usize {
+    /// Starts reading `spec` on the current runtime, through the shared
+    /// reader of its share in `shared` (see `shared.rs`).
+    pub fn spawn(shared: &Arc<SharedReaders>, spec: ReaderSpec) -> Result<Reader> {
+        let all = spec.source.splits();
+        if spec.positions.len() != all as usize {
             return Err(DataFusionError::Internal(format!(
                 "{} split positions for a source of {all} splits",
-                positions.len()
+                spec.positions.len()
             )));
         }
-        let reader = source.open(ReadFrom {
-            positions: positions.to_vec(),
-            splits,
-            columns,
-            max_batch_rows: MAX_BATCH_ROWS,
-        })?;
+        let key = ShareKey {
+            source: spec.source_id,
+            splits: spec.splits.clone(),
+        };
+        let positions = spec
+            .splits
+            .iter()
+            .map(|&s| spec.positions[s as usize])
+            .collect();
+        let mut feed = Feed {
+            shared: shared.clone(),
+            key,
+            spec,
+            positions,
+            state: FeedState::Idle,
+            rounds: 0,
+        };
+        feed.join()?;
         let (sender, messages) = mpsc::channel(CHANNEL_BATCHES);
         let (barriers, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(read(reader, sender, requests));
+        let task = tokio::spawn(read(feed, sender, requests));
         Ok(Reader {
             messages,
             barriers,
@@ -99,11 +134,172 @@ impl Drop for Reader {
     }
 }
 
-/// The reader's loop: batches as the source yields them, barriers when
+/// One view's share of a source: batches from the shared reader, or
+/// from a reader of its own while it catches up with it.
+struct Feed {
+    shared: Arc<SharedReaders>,
+    key: ShareKey,
+    spec: ReaderSpec,
+    /// The positions of its splits after the last batch it returned.
+    positions: Vec<u64>,
+    state: FeedState,
+    /// How many bounded catch-ups it has read.
+    rounds: u32,
+}
+
+enum FeedState {
+    /// Between a reply and the next request.
+    Idle,
+    /// Waiting for the hub's answer.
+    Joining(oneshot::Receiver<Joined>),
+    /// Ahead of the hub on some split and behind on none: waiting for it
+    /// to pass before asking again.
+    Waiting(Pin<Box<tokio::time::Sleep>>),
+    /// Reading the hub's batches.
+    Subscribed(mpsc::Receiver<SharedBatch>),
+    /// Reading on its own: to the hub's positions (`bounded`), then it
+    /// asks again; or for good.
+    Own {
+        reader: Box<dyn SourceReader>,
+        bounded: bool,
+    },
+    /// The source has no more rows.
+    Finished,
+}
+
+impl Feed {
+    /// Asks the hub of its share to take it.
+    fn join(&mut self) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        let join = Join {
+            positions: self.positions.clone(),
+            columns: self.spec.columns.clone(),
+            at_head: self.spec.source.starts_at_head() && self.positions.iter().all(|&p| p == 0),
+            pause: self.rounds >= 2,
+            reply,
+        };
+        self.shared.join(
+            &self.key,
+            &self.spec.name,
+            &self.spec.source,
+            MAX_BATCH_ROWS,
+            join,
+        )?;
+        self.state = FeedState::Joining(answer);
+        Ok(())
+    }
+
+    /// Opens a reader of its own at its positions, to `until` if given.
+    fn read_own(&mut self, until: Option<Vec<u64>>) -> Result<()> {
+        let mut positions = self.spec.positions.clone();
+        for (&split, &position) in self.spec.splits.iter().zip(&self.positions) {
+            positions[split as usize] = position;
+        }
+        let until = until.map(|share| {
+            let mut all = positions.clone();
+            for (&split, &position) in self.spec.splits.iter().zip(&share) {
+                all[split as usize] = position;
+            }
+            all
+        });
+        let bounded = until.is_some();
+        let reader = self.spec.source.open(ReadFrom {
+            positions,
+            splits: self.spec.splits.clone(),
+            columns: self.spec.columns.clone(),
+            max_batch_rows: MAX_BATCH_ROWS,
+            until,
+        })?;
+        self.state = FeedState::Own { reader, bounded };
+        Ok(())
+    }
+
+    /// Moves toward the shared reader at `hub`: reads on its own to it
+    /// where it is behind, or waits where it is only ahead; after
+    /// [`MAX_JOIN_ROUNDS`], or over a source that cannot bound a read,
+    /// reads on its own for good.
+    fn toward(&mut self, hub: &[u64]) -> Result<()> {
+        self.rounds += 1;
+        if !self.spec.source.reads_bounded() || self.rounds > MAX_JOIN_ROUNDS {
+            return self.read_own(None);
+        }
+        let until: Vec<u64> = self
+            .positions
+            .iter()
+            .zip(hub)
+            .map(|(&at, &hub)| at.max(hub))
+            .collect();
+        if until == self.positions {
+            self.state = FeedState::Waiting(Box::pin(tokio::time::sleep(AHEAD_WAIT)));
+            return Ok(());
+        }
+        self.read_own(Some(until))
+    }
+
+    /// The next batch, `None` once the source has no more. Cancel safe:
+    /// every wait is on something the feed keeps.
+    async fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            match &mut self.state {
+                FeedState::Idle => {
+                    if let Err(e) = self.join() {
+                        return Some(Err(e));
+                    }
+                }
+                FeedState::Joining(answer) => {
+                    let outcome = match answer.await {
+                        // The hub ended as it was asked: ask again.
+                        Err(_) => self.join(),
+                        Ok(Joined::Subscribed { queue, positions }) => {
+                            self.positions = positions;
+                            self.state = FeedState::Subscribed(queue);
+                            Ok(())
+                        }
+                        Ok(Joined::Elsewhere(hub)) => self.toward(&hub),
+                        Ok(Joined::Refused) => self.read_own(None),
+                    };
+                    if let Err(e) = outcome {
+                        return Some(Err(e));
+                    }
+                }
+                FeedState::Waiting(wait) => {
+                    wait.as_mut().await;
+                    self.state = FeedState::Idle;
+                }
+                FeedState::Subscribed(queue) => match queue.recv().await {
+                    Some(Ok((rows, positions))) => {
+                        self.positions = positions.to_vec();
+                        return Some(Ok(rows));
+                    }
+                    Some(Err(message)) => {
+                        return Some(Err(DataFusionError::Execution(message.to_string())))
+                    }
+                    // The hub finished: its source has no more rows.
+                    None => self.state = FeedState::Finished,
+                },
+                FeedState::Own { reader, bounded } => match reader.next().await {
+                    Some(Ok(rows)) => {
+                        self.positions = reader.positions();
+                        return Some(Ok(rows));
+                    }
+                    Some(Err(e)) => return Some(Err(e)),
+                    None if *bounded => {
+                        self.positions = reader.positions();
+                        self.state = FeedState::Idle;
+                    }
+                    None => self.state = FeedState::Finished,
+                },
+                FeedState::Finished => return None,
+            }
+        }
+    }
+}
+
+/// The reader's loop: batches as the feed yields them, barriers when
 /// asked (first: a barrier never waits behind a source with no rows due).
 /// A finished source goes on answering barriers.
 async fn read(
-    mut reader: Box<dyn SourceReader>,
+    mut feed: Feed,
     sender: mpsc::Sender<SourceMessage>,
     mut requests: mpsc::UnboundedReceiver<u64>,
 ) {
@@ -113,9 +309,9 @@ async fn read(
             biased;
             request = requests.recv() => {
                 let Some(epoch) = request else { return };
-                SourceMessage::Barrier { epoch, positions: reader.positions() }
+                SourceMessage::Barrier { epoch, positions: feed.positions.clone() }
             }
-            batch = reader.next(), if !finished => match batch {
+            batch = feed.next(), if !finished => match batch {
                 Some(Ok(rows)) => SourceMessage::Rows(rows),
                 Some(Err(e)) => SourceMessage::Failed(e),
                 None => {

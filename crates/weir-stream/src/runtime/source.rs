@@ -36,6 +36,12 @@ pub struct ReadFrom {
     pub columns: Option<Vec<bool>>,
     /// The most rows one batch may hold.
     pub max_batch_rows: usize,
+    /// Where to stop (one position per split of the source): a bounded
+    /// read, which ends its stream once every split it reads stands there
+    /// and emits the rows before that as fast as it can (a shared reader
+    /// emitted them already). Only for a source that
+    /// [reads bounded](Source::reads_bounded).
+    pub until: Option<Vec<u64>>,
 }
 
 /// A source as `CREATE SOURCE` configured it: a connector with validated
@@ -57,10 +63,34 @@ pub trait Source: Debug + Send + Sync + 'static {
     /// Opens a reader of `from.splits`, each at its position in
     /// `from.positions`.
     fn open(&self, from: ReadFrom) -> Result<Box<dyn SourceReader>>;
+
+    /// Whether a reader honours [`ReadFrom::until`]. A view that starts
+    /// behind the source's shared reader catches up with a bounded read
+    /// and then joins it; over a source that cannot bound a read, it
+    /// keeps a reader of its own.
+    fn reads_bounded(&self) -> bool {
+        false
+    }
+
+    /// Whether [`ReadFrom::columns`] changes what a reader does (a
+    /// generator computes only the columns read): then only views that
+    /// read the same columns share a reader.
+    fn projects(&self) -> bool {
+        false
+    }
+
+    /// Whether a split read for the first time (position 0) starts where
+    /// the source stands now (Kafka's `latest`) rather than at its
+    /// beginning: a view that has read nothing then joins the shared
+    /// reader where it is.
+    fn starts_at_head(&self) -> bool {
+        false
+    }
 }
 
 /// A running reader: a stream of row batches, each in the source's
-/// schema. The stream waits while no rows are due (a rate-limited
+/// schema. Positions only grow, split by split: a reader at positions
+/// `p` has read every row a reader at positions `q <= p` has. The stream waits while no rows are due (a rate-limited
 /// generator, a quiet topic) and ends when a bounded source has no more.
 /// Like any stream it must lose nothing when a `next()` is dropped before
 /// it completes: the runtime drops it to answer a barrier.

@@ -1,6 +1,8 @@
 //! The runtime driven without a server: commands in, parts out.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -18,12 +20,28 @@ use crate::{Dataflow, NodeKind, NodeSpec, StreamPlan};
 
 /// Rows `0..total` of one `bigint` column `n`, through `splits` splits
 /// (split `s` holds the values congruent to `s`); fails after `fail_after`
-/// rows of a reader if set.
-#[derive(Debug)]
+/// rows of a reader if set. Like a topic that grows, only the first
+/// `available` values of each split can be read so far.
+#[derive(Debug, Clone)]
 struct Counter {
     total: u64,
     splits: u32,
     fail_after: Option<u64>,
+    /// How many readers it opened.
+    opened: Arc<AtomicUsize>,
+    available: Arc<AtomicU64>,
+}
+
+impl Counter {
+    fn new(total: u64, splits: u32) -> Self {
+        Counter {
+            total,
+            splits,
+            fail_after: None,
+            opened: Arc::default(),
+            available: Arc::new(AtomicU64::new(u64::MAX)),
+        }
+    }
 }
 
 /// Reads its splits one after the other.
@@ -36,6 +54,9 @@ struct CounterReader {
     read: u64,
     fail_after: Option<u64>,
     max_batch_rows: u64,
+    available: Arc<AtomicU64>,
+    /// The wait while no value is available.
+    idle: Pin<Box<tokio::time::Sleep>>,
 }
 
 fn schema() -> SchemaRef {
@@ -48,11 +69,16 @@ impl Source for Counter {
     }
 
     fn open(&self, from: ReadFrom) -> crate::Result<Box<dyn SourceReader>> {
+        self.opened.fetch_add(1, Ordering::SeqCst);
         let stride = u64::from(self.splits);
         let lengths = from
             .splits
             .iter()
-            .map(|&split| (self.total + stride - 1 - u64::from(split)) / stride)
+            .map(|&split| {
+                let length = (self.total + stride - 1 - u64::from(split)) / stride;
+                let until = from.until.as_ref().map_or(u64::MAX, |u| u[split as usize]);
+                length.min(until)
+            })
             .collect();
         Ok(Box::new(CounterReader {
             splits: from
@@ -65,14 +91,20 @@ impl Source for Counter {
             read: 0,
             fail_after: self.fail_after,
             max_batch_rows: from.max_batch_rows as u64,
+            available: self.available.clone(),
+            idle: Box::pin(tokio::time::sleep(Duration::ZERO)),
         }))
+    }
+
+    fn reads_bounded(&self) -> bool {
+        true
     }
 }
 
 impl Stream for CounterReader {
     type Item = crate::Result<RecordBatch>;
 
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if this.fail_after.is_some_and(|n| this.read >= n) {
             return Poll::Ready(Some(Err(DataFusionError::Execution(
@@ -82,8 +114,20 @@ impl Stream for CounterReader {
         let Some(i) = (0..this.splits.len()).find(|&i| this.splits[i].1 < this.lengths[i]) else {
             return Poll::Ready(None);
         };
+        let available = this.available.load(Ordering::SeqCst);
+        let Some(i) =
+            (i..this.splits.len()).find(|&i| this.splits[i].1 < this.lengths[i].min(available))
+        else {
+            // Looks again in a millisecond.
+            let wake = tokio::time::Instant::now() + Duration::from_millis(1);
+            this.idle.as_mut().reset(wake);
+            let _ = this.idle.as_mut().poll(cx);
+            return Poll::Pending;
+        };
         let (split, position) = this.splits[i];
-        let end = (position + this.max_batch_rows.min(100)).min(this.lengths[i]);
+        let end = (position + this.max_batch_rows.min(100))
+            .min(this.lengths[i])
+            .min(available);
         let values = Int64Array::from_iter_values(
             (position..end).map(|k| (k * this.stride + u64::from(split)) as i64),
         );
@@ -195,11 +239,7 @@ async fn a_view_holds_exactly_the_rows_before_its_checkpointed_position() {
     // Two readers share the source's four splits.
     let (runtime, mut parts) = runtime(usize::MAX, 2);
     let total = 20_000;
-    let source = Counter {
-        total,
-        splits: 4,
-        fail_after: None,
-    };
+    let source = Counter::new(total, 4);
     assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
     let key = position_key(10, 2);
     let last = barriers_until(&runtime, &mut parts, |part| {
@@ -253,9 +293,8 @@ async fn a_failing_source_stops_its_view_and_the_part_says_why() {
     for workers in [1, 2] {
         let (runtime, mut parts) = runtime(usize::MAX, workers);
         let source = Counter {
-            total: 1000,
-            splits: 1,
             fail_after: Some(300),
+            ..Counter::new(1000, 1)
         };
         assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
         let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
@@ -282,11 +321,7 @@ async fn a_failing_source_stops_its_view_and_the_part_says_why() {
 async fn a_view_over_its_memory_budget_fails_alone() {
     for workers in [1, 2] {
         let (runtime, mut parts) = runtime(1 << 10, workers);
-        let source = Counter {
-            total: 100_000,
-            splits: 1,
-            fail_after: None,
-        };
+        let source = Counter::new(100_000, 1);
         assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
         let part = barriers_until(&runtime, &mut parts, |part| !part.failures.is_empty()).await;
         let FailureReason::Error(DataFusionError::External(error)) = &part.failures[0].reason
@@ -353,11 +388,7 @@ fn grouped_view(source: Counter) -> ViewRuntime {
 async fn a_view_over_sources_runs_partitioned_and_cuts_exactly() {
     let (runtime, mut parts) = runtime(usize::MAX, 2);
     let total = 30_000;
-    let source = Counter {
-        total,
-        splits: 8,
-        fail_after: None,
-    };
+    let source = Counter::new(total, 8);
     assert!(runtime.send(Command::Start(Box::new(grouped_view(source)), None)));
     grouped_view_cuts_exactly(&runtime, &mut parts, total).await;
 }
@@ -427,11 +458,7 @@ struct GroupedBuilder {
 
 impl ViewBuilder for GroupedBuilder {
     fn build(&self, _definition: &str) -> crate::Result<BuiltView> {
-        let view = grouped_view(Counter {
-            total: self.total,
-            splits: 8,
-            fail_after: None,
-        });
+        let view = grouped_view(Counter::new(self.total, 8));
         let source = view.sources[0].source.clone();
         Ok(BuiltView {
             plan: view.plan,
@@ -473,11 +500,7 @@ async fn a_view_runs_across_two_processes_of_a_cluster() {
         receiver: runtime.start(2),
         next_epoch: 1,
     };
-    let source = Counter {
-        total,
-        splits: 8,
-        fail_after: None,
-    };
+    let source = Counter::new(total, 8);
     assert!(runtime.send(Command::Start(Box::new(grouped_view(source)), None)));
     grouped_view_cuts_exactly(&runtime, &mut parts, total).await;
     let workers = &runtime.status().view_workers()["g"];
@@ -492,4 +515,103 @@ async fn a_view_runs_across_two_processes_of_a_cluster() {
     joined
         .expect("process 1 ran")
         .expect("process 1 shut down cleanly");
+}
+
+/// View `name` (id `id`) of [`view`] over `source`.
+fn view_with_id(name: &str, id: TableId, source: Counter) -> ViewRuntime {
+    let mut view = view(name, source);
+    view.id = id;
+    view
+}
+
+/// Sends barriers until views 10 and 12 over `total` values of `splits`
+/// splits hold them all, checking at every cut that each holds exactly
+/// the values before its positions.
+async fn both_views_read_everything(runtime: &Runtime, parts: &mut Parts, total: u64, splits: u64) {
+    barriers_until(runtime, parts, |part| {
+        let mut done = true;
+        for id in [10, 12] {
+            let positions = &part.positions[&position_key(id, 2)];
+            let mut expected: Vec<i64> = (0..splits)
+                .flat_map(|split| {
+                    (0..positions[split as usize]).map(move |k| (k * splits + split) as i64)
+                })
+                .collect();
+            expected.sort_unstable();
+            let stored = part.snapshots[&id].stored_rows().expect("rows");
+            let column = stored
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("n");
+            let mut held: Vec<i64> = column.values().to_vec();
+            held.sort_unstable();
+            assert_eq!(held, expected, "view {id} at epoch {}", part.epoch);
+            done &= positions.iter().sum::<u64>() == total;
+        }
+        done
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_at_the_same_positions_share_one_reader() {
+    // One worker reads the four splits as one share; two, two shares.
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(usize::MAX, workers);
+        let total = 20_000;
+        let source = Counter::new(total, 4);
+        source.available.store(0, Ordering::SeqCst);
+        for (name, id) in [("a", 10), ("b", 12)] {
+            let view = view_with_id(name, id, source.clone());
+            assert!(runtime.send(Command::Start(Box::new(view), None)));
+        }
+        barriers_until(&runtime, &mut parts, |_| true).await;
+        source.available.store(u64::MAX, Ordering::SeqCst);
+        both_views_read_everything(&runtime, &mut parts, total, 4).await;
+        // One reader per share, delivering to both views.
+        assert_eq!(source.opened.load(Ordering::SeqCst), workers);
+        let shared = runtime.status().shared_readers();
+        assert_eq!(shared.len(), workers, "{shared:?}");
+        for reader in &shared {
+            assert_eq!((reader.source.as_str(), reader.subscribers), ("s", 2));
+        }
+        assert_eq!(shared.iter().map(|r| r.rows_read).sum::<u64>(), total);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_created_later_catches_up_and_then_shares_the_reader() {
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(usize::MAX, workers);
+        let total = 20_000;
+        let source = Counter::new(total, 4);
+        // The first view reads what the source has so far.
+        source.available.store(1000, Ordering::SeqCst);
+        let first = view_with_id("a", 10, source.clone());
+        assert!(runtime.send(Command::Start(Box::new(first), None)));
+        barriers_until(&runtime, &mut parts, |part| {
+            part.positions[&position_key(10, 2)].iter().sum::<u64>() == 4000
+        })
+        .await;
+        // The second starts at the beginning: it reads to where the shared
+        // reader stands on its own, then joins it.
+        let second = view_with_id("b", 12, source.clone());
+        assert!(runtime.send(Command::Start(Box::new(second), None)));
+        barriers_until(&runtime, &mut parts, |part| {
+            part.positions
+                .get(&position_key(12, 2))
+                .is_some_and(|p| p.iter().sum::<u64>() == 4000)
+        })
+        .await;
+        source.available.store(u64::MAX, Ordering::SeqCst);
+        both_views_read_everything(&runtime, &mut parts, total, 4).await;
+        // Per share: the shared reader and the second view's catch-up.
+        assert_eq!(source.opened.load(Ordering::SeqCst), 2 * workers);
+        let shared = runtime.status().shared_readers();
+        assert_eq!(shared.len(), workers, "{shared:?}");
+        assert!(shared.iter().all(|r| r.subscribers == 2), "{shared:?}");
+        // The shared readers read every value once.
+        assert_eq!(shared.iter().map(|r| r.rows_read).sum::<u64>(), total);
+    }
 }

@@ -41,7 +41,8 @@ use weir_state::{DeltaBatches, TableChange, TableId};
 
 use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
 use super::event_clock::EventClock;
-use super::reader::{Reader, SourceMessage};
+use super::reader::{Reader, ReaderSpec, SourceMessage};
+use super::shared::SharedReaders;
 use super::source::{deal_splits, position_key};
 use super::view::{
     catch_up, check_memory, deliver, full_state, within_budget, RelationChanges, SourceInput,
@@ -484,7 +485,8 @@ impl Worker {
         }
         let mut readers = Vec::new();
         for input in &view.sources {
-            match spawn_readers(&view.name, view.id, input, self.config.workers) {
+            let shared = &self.status.shared_readers;
+            match spawn_readers(shared, &view.name, view.id, input, self.config.workers) {
                 Ok(spawned) => readers.extend(spawned),
                 Err(e) => {
                     let source = input.name.clone();
@@ -895,6 +897,7 @@ impl Worker {
 /// Starts the readers of one source of a view: `workers` of them, each
 /// reading a share of the source's splits from its checkpointed position.
 fn spawn_readers(
+    shared: &Arc<SharedReaders>,
     view: &str,
     view_id: TableId,
     input: &SourceInput,
@@ -907,10 +910,15 @@ fn spawn_readers(
         .enumerate()
     {
         let reader = Reader::spawn(
-            input.source.as_ref(),
-            &input.positions,
-            share.clone(),
-            input.columns.clone(),
+            shared,
+            ReaderSpec {
+                source_id: input.source_id,
+                name: input.name.clone(),
+                source: input.source.clone(),
+                positions: input.positions.clone(),
+                splits: share.clone(),
+                columns: input.columns.clone(),
+            },
         )?;
         readers.push(ReaderInput {
             view: view.to_owned(),

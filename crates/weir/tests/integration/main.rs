@@ -22,6 +22,7 @@ mod protocol;
 mod psql;
 mod reference_postgres;
 mod s3;
+mod shared_readers;
 mod sinks;
 mod slt;
 mod sources;

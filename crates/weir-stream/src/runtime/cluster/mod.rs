@@ -60,7 +60,7 @@ use tracing::{debug, info};
 use weir_state::TableId;
 
 use super::batch::{ChangeBatch, KeyRouter};
-use super::reader::{Reader, SourceMessage};
+use super::reader::{Reader, ReaderSpec, SourceMessage};
 use super::source::{deal_splits, position_key, Source};
 use super::view::SourceInput;
 use super::wire::{IpcBatch, WireChanges, WireDelta, WireError, WireFailure};
@@ -486,7 +486,7 @@ impl WorkerLoop {
                     index: worker.index(),
                     process: self.process,
                 };
-                match start_view(worker, &start, self.builder.as_deref(), id) {
+                match start_view(worker, &start, self.builder.as_deref(), id, &self.status) {
                     Ok(running) => self.views.push(running),
                     Err(e) => {
                         // Every worker fails alike (the same plan and
@@ -669,6 +669,7 @@ fn start_view(
     view: &ViewStart,
     builder: Option<&dyn ViewBuilder>,
     id: WorkerId,
+    status: &RuntimeStatus,
 ) -> Result<WorkerView> {
     let planned = plan_of(view, builder);
     let (plan, connectors) = match planned {
@@ -887,10 +888,15 @@ fn start_view(
     for (feed, (input, source)) in feeds.iter_mut().zip(view.sources.iter().zip(&connectors)) {
         feed.input.advance_to(view.epoch);
         let read = Reader::spawn(
-            source.as_ref(),
-            &input.positions,
-            feed.splits.clone(),
-            input.columns.clone(),
+            &status.shared_readers,
+            ReaderSpec {
+                source_id: input.source_id,
+                name: input.name.clone(),
+                source: source.clone(),
+                positions: input.positions.clone(),
+                splits: feed.splits.clone(),
+                columns: input.columns.clone(),
+            },
         );
         match read {
             Ok(reader) => feed.reader = Some(reader),
