@@ -310,6 +310,23 @@ mod tests {
         assert_eq!(resumed.positions(), source.split_positions(10));
     }
 
+    #[tokio::test]
+    async fn a_bounded_read_stops_at_its_bound_without_waiting_for_the_rate() {
+        // One row a second: unbounded, the rows after the first would take
+        // minutes; a shared reader emitted them already.
+        let source = source(&[("rows_per_second", "1"), ("fields.n.kind", "sequence")]);
+        let offset = 3 * BLOCK_ROWS + 5;
+        let mut from = from(&source, 3, 1000);
+        from.until = Some(source.split_positions(offset));
+        let mut reader = source.open(from).expect("opens");
+        let started = std::time::Instant::now();
+        let values = read_all(&mut reader).await;
+        assert!(started.elapsed() < Duration::from_secs(30));
+        let want: Vec<i64> = (4..=offset as i64).collect();
+        assert_eq!(values, want);
+        assert_eq!(reader.positions(), source.split_positions(offset));
+    }
+
     #[test]
     fn an_offset_becomes_the_positions_of_the_rows_before_it() {
         let source = sequence(1);

@@ -67,7 +67,7 @@ struct PendingView {
     queue: PendingQueue,
 }
 
-/// A reader owned by one view: one of the readers of a source's splits.
+/// One view's feed of a share of a source's splits (see `reader.rs`).
 struct ReaderInput {
     view: String,
     source: String,
