@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use weir_state::TableId;
 
 use super::shared::{Join, Joined, ShareKey, SharedBatch, SharedReaders};
-use super::source::{ReadFrom, Source, SourceReader};
+use super::source::{set_share, ReadFrom, Source, SourceReader};
 use crate::Result;
 
 /// How many times a feed asks to join its shared reader before it reads
@@ -182,7 +182,7 @@ impl Feed {
             &self.key,
             &self.spec.name,
             &self.spec.source,
-            MAX_BATCH_ROWS,
+            self.read_from(None),
             join,
         )?;
         self.state = FeedState::Joining(answer);
@@ -191,27 +191,30 @@ impl Feed {
 
     /// Opens a reader of its own at its positions, to `until` if given.
     fn read_own(&mut self, until: Option<Vec<u64>>) -> Result<()> {
+        let bounded = until.is_some();
+        let reader = self.spec.source.open(self.read_from(until.as_deref()))?;
+        self.state = FeedState::Own { reader, bounded };
+        Ok(())
+    }
+
+    /// A read of its splits from where it stands (the others where its
+    /// view last checkpointed them: where a paced source stands), to
+    /// `until` (one per split it reads) if given.
+    fn read_from(&self, until: Option<&[u64]>) -> ReadFrom {
         let mut positions = self.spec.positions.clone();
-        for (&split, &position) in self.spec.splits.iter().zip(&self.positions) {
-            positions[split as usize] = position;
-        }
+        set_share(&mut positions, &self.spec.splits, &self.positions);
         let until = until.map(|share| {
             let mut all = positions.clone();
-            for (&split, &position) in self.spec.splits.iter().zip(&share) {
-                all[split as usize] = position;
-            }
+            set_share(&mut all, &self.spec.splits, share);
             all
         });
-        let bounded = until.is_some();
-        let reader = self.spec.source.open(ReadFrom {
+        ReadFrom {
             positions,
             splits: self.spec.splits.clone(),
             columns: self.spec.columns.clone(),
             max_batch_rows: MAX_BATCH_ROWS,
             until,
-        })?;
-        self.state = FeedState::Own { reader, bounded };
-        Ok(())
+        }
     }
 
     /// Moves toward the shared reader at `hub`: reads on its own to it

@@ -31,7 +31,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use weir_state::TableId;
 
-use super::source::{ReadFrom, Source, SourceReader};
+use super::source::{set_share, ReadFrom, Source, SourceReader};
 use crate::Result;
 
 /// How many batches may wait in a subscriber's queue.
@@ -138,16 +138,18 @@ impl SharedReaders {
         figures
     }
 
-    /// Asks the hub of `key` to take a feed. Without a hub, one starts at
-    /// the feed's positions, reading `source` (named `name`), with the
-    /// feed subscribed. The reply comes on `join.reply` (dropped if the
-    /// hub ended meanwhile: the feed asks again).
+    /// Asks the hub of `key` to take a feed. Without a hub, one starts
+    /// reading `source` (named `name`) as `from` says (the feed's
+    /// positions, and every other split's as its view last checkpointed
+    /// them: where a paced source stands), with the feed subscribed. The
+    /// reply comes on `join.reply` (dropped if the hub ended meanwhile:
+    /// the feed asks again).
     pub(super) fn join(
         self: &Arc<Self>,
         key: &ShareKey,
         name: &str,
         source: &Arc<dyn Source>,
-        max_batch_rows: usize,
+        mut from: ReadFrom,
         join: Join,
     ) -> Result<()> {
         let mut hubs = self.hubs.lock().expect("hubs lock");
@@ -159,9 +161,10 @@ impl SharedReaders {
             },
             None => join,
         };
-        let columns = join.columns.clone().filter(|_| source.projects());
+        from.columns = from.columns.filter(|_| source.projects());
+        from.until = None;
         let positions = Arc::new(join.positions.clone());
-        let reader = open(source, &key.splits, &positions, &columns, max_batch_rows)?;
+        let reader = source.open(from.clone())?;
         let (requests, receiver) = mpsc::unbounded_channel();
         let id = self.next_hub.fetch_add(1, Ordering::SeqCst);
         let figures = Arc::new(HubFigures::default());
@@ -171,8 +174,7 @@ impl SharedReaders {
             registry: self.clone(),
             source: source.clone(),
             reader,
-            columns,
-            max_batch_rows,
+            from,
             positions,
             pause_until: None,
             subscribers: Vec::new(),
@@ -192,27 +194,6 @@ impl SharedReaders {
     }
 }
 
-/// Opens a reader of `splits` at `positions` (one per split of them).
-fn open(
-    source: &Arc<dyn Source>,
-    splits: &[u32],
-    positions: &[u64],
-    columns: &Option<Vec<bool>>,
-    max_batch_rows: usize,
-) -> Result<Box<dyn SourceReader>> {
-    let mut all = vec![0; source.splits() as usize];
-    for (&split, &position) in splits.iter().zip(positions) {
-        all[split as usize] = position;
-    }
-    source.open(ReadFrom {
-        positions: all,
-        splits: splits.to_vec(),
-        columns: columns.clone(),
-        max_batch_rows,
-        until: None,
-    })
-}
-
 /// The columns two views read between them (`None`: all).
 fn union(a: &Option<Vec<bool>>, b: &Option<Vec<bool>>) -> Option<Vec<bool>> {
     match (a, b) {
@@ -228,10 +209,9 @@ struct Hub {
     registry: Arc<SharedReaders>,
     source: Arc<dyn Source>,
     reader: Box<dyn SourceReader>,
-    /// The columns its subscribers read, for a source that computes only
-    /// those (`None`: all).
-    columns: Option<Vec<bool>>,
-    max_batch_rows: usize,
+    /// How it opened its reader; its columns: those its subscribers read,
+    /// for a source that computes only those (`None`: all).
+    from: ReadFrom,
     /// The share's positions after the last batch read.
     positions: Arc<Vec<u64>>,
     /// Set while it waits for a feed that is catching up (at most
@@ -290,17 +270,13 @@ impl Hub {
         let subscribes = join.at_head || join.positions == *here;
         if subscribes && !self.reads_columns(&join.columns) {
             // Read on from here with its columns too.
-            let columns = union(&self.columns, &join.columns);
-            match open(
-                &self.source,
-                &self.key.splits,
-                &here,
-                &columns,
-                self.max_batch_rows,
-            ) {
+            let mut from = self.from.clone();
+            from.columns = union(&from.columns, &join.columns);
+            set_share(&mut from.positions, &self.key.splits, &here);
+            match self.source.open(from.clone()) {
                 Ok(reader) => {
                     self.reader = reader;
-                    self.columns = columns;
+                    self.from = from;
                 }
                 // The feed reads on its own (and fails there, if it must).
                 Err(_) => {
@@ -335,7 +311,7 @@ impl Hub {
 
     /// Whether it computes every column of `columns`.
     fn reads_columns(&self, columns: &Option<Vec<bool>>) -> bool {
-        match (&self.columns, columns) {
+        match (&self.from.columns, columns) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(read), Some(wanted)) => wanted.iter().zip(read).all(|(w, r)| !w || *r),
@@ -369,15 +345,18 @@ impl Hub {
         if !requests.is_empty() {
             return false;
         }
-        if hubs.get(&self.key).is_some_and(|hub| hub.id == self.id) {
-            hubs.remove(&self.key);
-        }
+        self.remove_from(&mut hubs);
         true
     }
 
     /// Leaves the registry (the source failed): later feeds open it anew.
     fn leave_registry(&self) {
-        let mut hubs = self.registry.hubs.lock().expect("hubs lock");
+        self.remove_from(&mut self.registry.hubs.lock().expect("hubs lock"));
+    }
+
+    /// Removes its own entry from the registry's `hubs` (a newer hub of
+    /// its share may stand there).
+    fn remove_from(&self, hubs: &mut HashMap<ShareKey, HubHandle>) {
         if hubs.get(&self.key).is_some_and(|hub| hub.id == self.id) {
             hubs.remove(&self.key);
         }

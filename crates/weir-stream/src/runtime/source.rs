@@ -112,6 +112,14 @@ pub fn deal_splits(splits: u32, readers: usize) -> Vec<Vec<u32>> {
     dealt
 }
 
+/// Sets the positions of `splits` in `all` (one per split of the source)
+/// to `share` (one per split of `splits`).
+pub(super) fn set_share(all: &mut [u64], splits: &[u32], share: &[u64]) {
+    for (&split, &position) in splits.iter().zip(share) {
+        all[split as usize] = position;
+    }
+}
+
 /// The key of a view's reader position in the manifest.
 pub fn position_key(view: TableId, source: TableId) -> String {
     format!("{view}/{source}")

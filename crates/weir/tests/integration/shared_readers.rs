@@ -44,11 +44,32 @@ async fn views_over_one_source_share_its_readers() {
     }
     every_share_feeds_every_view(&client, "after creation").await;
     check_views(&client, "after creation").await;
+    // The source runs on: a shared reader opened again must pace from
+    // where the whole source stands, not from its beginning (which would
+    // hold it back as long as the source has run).
+    tokio::time::sleep(Duration::from_secs(8)).await;
     drop(client);
 
     server.restart_after_kill().await;
     let client = server.client().await;
     check_views(&client, "after a restart").await;
+    let read = || async {
+        let rows = column(
+            &client,
+            "SELECT position FROM weir_source_readers WHERE view = 'per_k'",
+        )
+        .await;
+        rows[0].as_ref().unwrap().parse::<u64>().unwrap()
+    };
+    let resumed = read().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while read().await < resumed + 20_000 {
+        assert!(
+            Instant::now() < deadline,
+            "after a restart the source did not move on at its rate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     every_share_feeds_every_view(&client, "after a restart").await;
     check_views(&client, "after a restart, shared").await;
     server.kill();
