@@ -7,6 +7,7 @@
 //! target/release/weir-bench views --connections 8 --batches 50 --rows 500
 //! target/release/weir-bench checkpoints --seconds 20
 //! target/release/weir-bench stream --query agg --rows 12000000
+//! target/release/weir-bench shared --views 3 --rows 30000000
 //! target/release/weir-bench nexmark --query q5 --events 10000000
 //! target/release/weir-bench cdc --snapshot-rows 1000000 --changes 1000000
 //! target/release/weir-bench kafka --broker /var/tmp/weir-nisshi/bin/nisshi --records 1000000
@@ -22,6 +23,7 @@ mod pg_sink;
 mod postgres;
 mod reads;
 mod server;
+mod shared;
 mod sources;
 mod stream;
 mod views;
@@ -89,6 +91,26 @@ enum Bench {
         rows: u64,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Shared readers: several views over one datagen source (one shared
+    /// reader) against the same views each over its own identical source
+    /// (a reader each); reports source rows per CPU-second and peak memory.
+    Shared {
+        /// Views: agg, max and window in turn.
+        #[arg(long, default_value_t = 3)]
+        views: usize,
+        /// Rows the source produces.
+        #[arg(long, default_value_t = 30_000_000)]
+        rows: u64,
+        /// Runs per configuration, alternating; the median is reported.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// The server's checkpoint interval.
+        #[arg(long, default_value = "1s")]
+        checkpoint_interval: String,
+        /// The server's `--workers`.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
     },
     /// Nexmark: one query of `sql-tests/nexmark` as a view over the nexmark
     /// connector's streams, until every event went through it; the same
@@ -289,6 +311,22 @@ async fn main() -> anyhow::Result<()> {
         } => commit(connections, statements).await,
         Bench::Stream { query, rows, run } => {
             stream::run(&stream::datagen_workload(&query, rows)?, &run.into()).await
+        }
+        Bench::Shared {
+            views,
+            rows,
+            repeat,
+            checkpoint_interval,
+            workers,
+        } => {
+            shared::run(&shared::SharedLoad {
+                views,
+                rows,
+                repeat,
+                checkpoint_interval,
+                workers,
+            })
+            .await
         }
         Bench::Nexmark {
             query,

@@ -112,17 +112,23 @@ pub fn find_query<'a>(queries: &[(&str, &'a str)], name: &str) -> anyhow::Result
         })
 }
 
-/// The datagen workload: query `name` of [`QUERIES`] over `rows` rows.
-pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
-    let query = find_query(QUERIES, name)?;
-    let mut setup = format!(
-        "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
+/// `CREATE SOURCE name ...`: the bid-shaped datagen source of issue 9,
+/// `rows` rows generated as fast as its readers take them.
+pub fn bid_source(name: &str, rows: u64) -> String {
+    format!(
+        "CREATE SOURCE {name} (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
            date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',
            total_rows = '{rows}', seed = '7', fields.auction.min = '1', fields.auction.max = '{AUCTIONS}',
            fields.bidder.min = '1', fields.bidder.max = '1000000', fields.price.min = '1',
            fields.price.max = '10000000', fields.channel.length = '8', fields.url.length = '48',
            fields.extra.length = '16');"
-    );
+    )
+}
+
+/// The datagen workload: query `name` of [`QUERIES`] over `rows` rows.
+pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
+    let query = find_query(QUERIES, name)?;
+    let mut setup = bid_source("bid", rows);
     let join = name == "join";
     if join {
         setup.push_str(&format!(
@@ -337,10 +343,10 @@ async fn measure(
             .get(&source)
             .with_context(|| format!("the view reads an unexpected source {source}"))?;
     }
-    let http = reqwest_free_metrics(&metrics);
+    let http = MetricsPage::new(&metrics);
     let mut polls = 0u64;
     loop {
-        let rows_in = http.source_rows_in().await?;
+        let rows_in = http.source_rows_in("v").await?;
         if rows_in >= source_rows {
             break;
         }
@@ -352,7 +358,7 @@ async fn measure(
         // that never come.
         polls += 1;
         if polls.is_multiple_of(20) {
-            ensure_running(&client).await?;
+            ensure_running(&client, "v").await?;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -391,17 +397,17 @@ async fn measure(
     })
 }
 
-/// Fails if view or sink `v` stopped being maintained, with its error.
-async fn ensure_running(client: &Client) -> anyhow::Result<()> {
+/// Fails if view or sink `view` stopped being maintained, with its error.
+pub async fn ensure_running(client: &Client, view: &str) -> anyhow::Result<()> {
     let failed = client
         .query_opt(
-            "SELECT sqlstate, error FROM weir_views WHERE view = 'v' AND failed",
-            &[],
+            "SELECT sqlstate, error FROM weir_views WHERE view = $1 AND failed",
+            &[&view],
         )
         .await?;
     if let Some(row) = failed {
         let (sqlstate, error): (String, String) = (row.get(0), row.get(1));
-        bail!("the view failed: {error} (SQLSTATE {sqlstate})");
+        bail!("view {view} failed: {error} (SQLSTATE {sqlstate})");
     }
     Ok(())
 }
@@ -476,26 +482,28 @@ async fn commit_percentiles(client: &Client) -> anyhow::Result<(f64, f64)> {
     Ok((at(0.5), at(0.99)))
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
 /// A reader of the server's `/metrics` page over plain HTTP/1.0.
-struct MetricsPage {
+pub struct MetricsPage {
     address: String,
 }
 
-fn reqwest_free_metrics(address: &str) -> MetricsPage {
-    MetricsPage {
-        address: address.to_string(),
-    }
-}
-
 impl MetricsPage {
-    /// Source rows into view `v` since the server started.
-    async fn source_rows_in(&self) -> anyhow::Result<u64> {
+    /// The page served at `address` (host:port).
+    pub fn new(address: &str) -> MetricsPage {
+        MetricsPage {
+            address: address.to_string(),
+        }
+    }
+
+    /// Source rows into view `view` since the server started.
+    pub async fn source_rows_in(&self, view: &str) -> anyhow::Result<u64> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut socket = tokio::net::TcpStream::connect(&self.address).await?;
         socket
@@ -505,7 +513,11 @@ impl MetricsPage {
         socket.read_to_string(&mut page).await?;
         Ok(page
             .lines()
-            .find_map(|line| line.strip_prefix("weir_view_source_rows_total{view=\"v\"} "))
+            .find_map(|line| {
+                line.strip_prefix("weir_view_source_rows_total{view=\"")?
+                    .strip_prefix(view)?
+                    .strip_prefix("\"} ")
+            })
             .map(|n| n.trim().parse())
             .transpose()?
             .unwrap_or(0))
