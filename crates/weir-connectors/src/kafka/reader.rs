@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use futures::Stream;
@@ -122,26 +123,23 @@ impl Stream for KafkaReader {
     type Item = weir_stream::Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if self.reached_bounds() {
-                return Poll::Ready(None);
+        if self.reached_bounds() {
+            return Poll::Ready(None);
+        }
+        match self.batches.poll_recv(cx) {
+            Poll::Ready(Some(Ok((rows, positions)))) => {
+                self.positions = positions;
+                self.returned = true;
+                // Records that were all bad, and offsets that hold no
+                // record (`skip_markers`), come as a batch without rows:
+                // the runtime takes the positions only.
+                Poll::Ready(Some(Ok(rows)))
             }
-            return match self.batches.poll_recv(cx) {
-                Poll::Ready(Some(Ok((rows, positions)))) => {
-                    self.positions = positions;
-                    self.returned = true;
-                    // Records that were all bad move the positions only.
-                    if rows.num_rows() == 0 {
-                        continue;
-                    }
-                    Poll::Ready(Some(Ok(rows)))
-                }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => Poll::Ready(Some(Err(DataFusionError::Execution(
-                    "the Kafka reader stopped".into(),
-                )))),
-                Poll::Pending => Poll::Pending,
-            };
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(Some(Err(DataFusionError::Execution(
+                "the Kafka reader stopped".into(),
+            )))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -222,7 +220,12 @@ impl ConsumerThread {
                     warn!(topic = %self.options.topic, %error, "Kafka consumer error; retrying");
                     true
                 }
-                None => false,
+                None => {
+                    if values.is_empty() && self.skip_markers() && !self.send_positions() {
+                        return;
+                    }
+                    false
+                }
             };
             // A full batch, or nothing more waiting: hand over what has
             // arrived.
@@ -230,6 +233,38 @@ impl ConsumerThread {
                 return;
             }
         }
+    }
+
+    /// Moves the positions past offsets that hold no record, once the
+    /// consumer stands after them: transaction markers (a topic a
+    /// transactional producer, such as an exactly-once sink, writes to)
+    /// and records compaction removed. Without it a reader's position
+    /// would stay at its last record while a position pinned from the
+    /// partition's end (`latest`, `timestamp`) stands after the marker,
+    /// and a bounded read to that position would never end. True if a
+    /// position moved (a batch without rows then reports it).
+    fn skip_markers(&mut self) -> bool {
+        let Ok(consumed) = self.consumer.position() else {
+            return false;
+        };
+        let mut moved = false;
+        for (i, &split) in self.splits.iter().enumerate() {
+            let Some(Offset::Offset(next)) = consumed
+                .find_partition(&self.options.topic, split as i32)
+                .map(|p| p.offset())
+            else {
+                continue;
+            };
+            let mut position = next as u64 + 1;
+            if let Some(until) = &self.until {
+                position = position.min(until[i]);
+            }
+            if position > self.positions[i] {
+                self.positions[i] = position;
+                moved = true;
+            }
+        }
+        moved
     }
 
     /// Pins where unread partitions start and assigns every partition at
@@ -304,6 +339,15 @@ impl ConsumerThread {
             }
         }
         Ok(())
+    }
+
+    /// Sends the positions alone, in a batch without rows; false once
+    /// the reader is gone.
+    fn send_positions(&self) -> bool {
+        let none = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        self.sender
+            .blocking_send(Ok((none, self.positions.clone())))
+            .is_ok()
     }
 
     /// Decodes the gathered values and sends their rows; false once the

@@ -272,7 +272,9 @@ impl Feed {
                 FeedState::Subscribed(queue) => match queue.recv().await {
                     Some(Ok((rows, positions))) => {
                         self.positions = positions.to_vec();
-                        return Some(Ok(rows));
+                        if rows.num_rows() > 0 {
+                            return Some(Ok(rows));
+                        }
                     }
                     Some(Err(message)) => {
                         return Some(Err(DataFusionError::Execution(message.to_string())))
@@ -283,7 +285,9 @@ impl Feed {
                 FeedState::Own { reader, bounded } => match reader.next().await {
                     Some(Ok(rows)) => {
                         self.positions = reader.positions();
-                        return Some(Ok(rows));
+                        if rows.num_rows() > 0 {
+                            return Some(Ok(rows));
+                        }
                     }
                     Some(Err(e)) => return Some(Err(e)),
                     None if *bounded => {

@@ -92,6 +92,9 @@ pub trait Source: Debug + Send + Sync + 'static {
 /// schema. Positions only grow, split by split: a reader at positions
 /// `p` has read every row a reader at positions `q <= p` has. The stream waits while no rows are due (a rate-limited
 /// generator, a quiet topic) and ends when a bounded source has no more.
+/// A batch without rows (of any schema) says only that the positions
+/// moved past offsets that hold no row (a Kafka transaction marker): the
+/// runtime takes the positions and passes no batch on.
 /// Like any stream it must lose nothing when a `next()` is dropped before
 /// it completes: the runtime drops it to answer a barrier.
 pub trait SourceReader: Stream<Item = Result<RecordBatch>> + Send + Unpin {

@@ -26,6 +26,10 @@ use crate::{Dataflow, NodeKind, NodeSpec, StreamPlan};
 struct Counter {
     total: u64,
     splits: u32,
+    /// Positions after each split's last value that hold none, as a Kafka
+    /// partition that ends in a transaction marker: the reader passes
+    /// them with a batch without rows.
+    gap: u64,
     fail_after: Option<u64>,
     /// How many readers it opened.
     opened: Arc<AtomicUsize>,
@@ -37,6 +41,7 @@ impl Counter {
         Counter {
             total,
             splits,
+            gap: 0,
             fail_after: None,
             opened: Arc::default(),
             available: Arc::new(AtomicU64::new(u64::MAX)),
@@ -50,6 +55,9 @@ struct CounterReader {
     splits: Vec<(u32, u64)>,
     /// Each split's number of values.
     lengths: Vec<u64>,
+    /// Where each split ends: after its values and the gap, or at the
+    /// read's bound.
+    ends: Vec<u64>,
     stride: u64,
     read: u64,
     fail_after: Option<u64>,
@@ -71,14 +79,20 @@ impl Source for Counter {
     fn open(&self, from: ReadFrom) -> crate::Result<Box<dyn SourceReader>> {
         self.opened.fetch_add(1, Ordering::SeqCst);
         let stride = u64::from(self.splits);
-        let lengths = from
+        let until = |split: u32| from.until.as_ref().map_or(u64::MAX, |u| u[split as usize]);
+        let lengths: Vec<u64> = from
             .splits
             .iter()
             .map(|&split| {
                 let length = (self.total + stride - 1 - u64::from(split)) / stride;
-                let until = from.until.as_ref().map_or(u64::MAX, |u| u[split as usize]);
-                length.min(until)
+                length.min(until(split))
             })
+            .collect();
+        let ends = from
+            .splits
+            .iter()
+            .zip(&lengths)
+            .map(|(&split, length)| (length + self.gap).min(until(split)))
             .collect();
         Ok(Box::new(CounterReader {
             splits: from
@@ -87,6 +101,7 @@ impl Source for Counter {
                 .map(|&split| (split, from.positions[split as usize]))
                 .collect(),
             lengths,
+            ends,
             stride,
             read: 0,
             fail_after: self.fail_after,
@@ -111,9 +126,17 @@ impl Stream for CounterReader {
                 "the counter broke".into(),
             ))));
         }
-        let Some(i) = (0..this.splits.len()).find(|&i| this.splits[i].1 < this.lengths[i]) else {
+        let Some(i) = (0..this.splits.len()).find(|&i| this.splits[i].1 < this.ends[i]) else {
             return Poll::Ready(None);
         };
+        if let Some(i) = (0..this.splits.len())
+            .find(|&i| this.splits[i].1 >= this.lengths[i] && this.splits[i].1 < this.ends[i])
+        {
+            // Past the values: the gap moves the position, with no rows
+            // (and, like Kafka's reader, no columns).
+            this.splits[i].1 = this.ends[i];
+            return Poll::Ready(Some(Ok(RecordBatch::new_empty(Arc::new(Schema::empty())))));
+        }
         let available = this.available.load(Ordering::SeqCst);
         let Some(i) =
             (i..this.splits.len()).find(|&i| this.splits[i].1 < this.lengths[i].min(available))
@@ -522,6 +545,38 @@ fn view_with_id(name: &str, id: TableId, source: Counter) -> ViewRuntime {
     let mut view = view(name, source);
     view.id = id;
     view
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_past_offsets_without_rows_reach_the_views_and_end_a_catch_up() {
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(usize::MAX, workers);
+        let mut source = Counter::new(400, 4);
+        source.gap = 3;
+        let at_end = |id: TableId| {
+            move |part: &ViewPart| {
+                part.positions
+                    .get(&position_key(id, 2))
+                    .is_some_and(|p| p == &vec![103; 4])
+            }
+        };
+        let first = view_with_id("a", 10, source.clone());
+        assert!(runtime.send(Command::Start(Box::new(first), None)));
+        let part = barriers_until(&runtime, &mut parts, at_end(10)).await;
+        assert_eq!(
+            part.snapshots[&10].stored_rows().expect("rows").num_rows(),
+            400
+        );
+        // The second view catches up to the shared reader's positions,
+        // which stand past the gap: its bounded read ends there.
+        let second = view_with_id("b", 12, source.clone());
+        assert!(runtime.send(Command::Start(Box::new(second), None)));
+        let part = barriers_until(&runtime, &mut parts, at_end(12)).await;
+        assert_eq!(
+            part.snapshots[&12].stored_rows().expect("rows").num_rows(),
+            400
+        );
+    }
 }
 
 /// Sends barriers until views 10 and 12 over `total` values of `splits`

@@ -490,6 +490,100 @@ pub(crate) fn upserted(records: &[(Option<String>, Option<String>)]) -> BTreeMap
     state
 }
 
+/// A transactional producer (an exactly-once sink, Weir's own included)
+/// ends every transaction with a marker, an offset that holds no record.
+/// A source's position moves past the markers once its consumer has, so
+/// that it meets a position pinned at the partition's end (`latest`), and
+/// a view created later catches up to the shared reader and joins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_over_transactional_topics_stand_past_the_markers() {
+    let broker = Broker::start().await;
+    broker.create_topic("moves", 1).await;
+    let batch = |first: i32| -> Vec<String> {
+        (first..first + 10)
+            .map(|id| format!(r#"{{"id": {id}, "amount": {}}}"#, id % 7))
+            .collect()
+    };
+    broker
+        .send_in_transactions("moves", &[batch(0), batch(10), batch(20)])
+        .await;
+    let high = broker.high_watermark("moves", 0);
+    // 30 records and 3 markers.
+    assert_eq!(high, 33);
+    let server = TestServer::start().await;
+    let weir = server.client().await;
+    weir.batch_execute(&format!(
+        "CREATE SOURCE moves (id int, amount int) WITH ({}); \
+         CREATE MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(amount) AS total FROM moves",
+        source_options(&broker, "moves", ", format = 'json'")
+    ))
+    .await
+    .unwrap();
+    let expected_totals = [row(&["30", "85"])];
+    wait_rows(
+        &weir,
+        "SELECT n, total FROM totals",
+        &expected_totals,
+        Duration::from_secs(30),
+    )
+    .await;
+    // The position is the next offset plus one: after the last marker,
+    // not after the last record (32).
+    let position = "SELECT CAST(position AS TEXT) FROM weir_source_readers WHERE view = 'totals'";
+    let after_the_marker = [row(&[&(high + 1).to_string()])];
+    wait_rows(&weir, position, &after_the_marker, Duration::from_secs(30)).await;
+
+    // A view created now reads the records on its own up to the shared
+    // readers' positions and then shares them (a reader per worker).
+    weir.batch_execute("CREATE MATERIALIZED VIEW ids AS SELECT id FROM moves")
+        .await
+        .unwrap();
+    wait_rows(
+        &weir,
+        "SELECT CAST(count(*) AS TEXT), CAST(count(DISTINCT id) AS TEXT) FROM ids",
+        &[row(&["30", "30"])],
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_rows(
+        &weir,
+        "SELECT DISTINCT CAST(views AS TEXT) FROM weir_shared_readers WHERE source = 'moves'",
+        &[row(&["2"])],
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // Another transaction: both views read it once, and stand past its
+    // marker.
+    broker.send_in_transactions("moves", &[batch(30)]).await;
+    let high = broker.high_watermark("moves", 0);
+    assert_eq!(high, 44);
+    wait_rows(
+        &weir,
+        "SELECT n, total FROM totals",
+        &[row(&["40", "115"])],
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_rows(
+        &weir,
+        "SELECT CAST(count(*) AS TEXT) FROM ids",
+        &[row(&["40"])],
+        Duration::from_secs(30),
+    )
+    .await;
+    let both = "SELECT view, CAST(position AS TEXT) FROM weir_source_readers \
+                WHERE source = 'moves'";
+    let at = (high + 1).to_string();
+    wait_rows(
+        &weir,
+        both,
+        &[row(&["ids", &at]), row(&["totals", &at])],
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_sinks_deliver_each_committed_epoch_once_through_sigkill_cycles() {
     let broker = Broker::start().await;

@@ -16,7 +16,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common::free_port;
@@ -186,6 +186,37 @@ impl Broker {
             .send(record, Duration::from_secs(30))
             .await
             .unwrap_or_else(|(e, _)| panic!("producing to {topic}: {e}"));
+    }
+
+    /// Writes each of `transactions` to partition 0 of `topic` in a
+    /// Kafka transaction of its own, which ends with a commit marker: an
+    /// offset that holds no record.
+    pub async fn send_in_transactions(&self, topic: &str, transactions: &[Vec<String>]) {
+        let producer: FutureProducer = self
+            .config()
+            .set("transactional.id", format!("weir-tests-{topic}"))
+            .set("linger.ms", "1")
+            .create()
+            .unwrap();
+        let timeout = Duration::from_secs(30);
+        producer.init_transactions(timeout).unwrap();
+        for records in transactions {
+            producer.begin_transaction().unwrap();
+            for record in records {
+                Self::send(&producer, topic, 0, None, record.as_str()).await;
+            }
+            producer.commit_transaction(timeout).unwrap();
+        }
+    }
+
+    /// The high watermark of `partition` of `topic`: the offset after its
+    /// last record or marker.
+    pub fn high_watermark(&self, topic: &str, partition: i32) -> i64 {
+        let consumer: BaseConsumer = self.config().create().unwrap();
+        consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(30))
+            .unwrap()
+            .1
     }
 
     /// Every committed record of `topic` as (key, value), partition by
