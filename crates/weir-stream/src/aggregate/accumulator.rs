@@ -30,6 +30,7 @@ use datafusion::arrow::datatypes::{
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::EmitTo;
@@ -201,8 +202,22 @@ pub(crate) enum LinearKind {
     Avg,
 }
 
-/// Running sums, in the type DataFusion sums in (wrapping on integer
-/// overflow, as DataFusion's `sum` does).
+/// The error of a `numeric` sum beyond what 128 bits hold (22003).
+fn numeric_overflow() -> DataFusionError {
+    DataFusionError::ArrowError(
+        Box::new(ArrowError::ComputeError(
+            "numeric field overflow: a sum passed 1.7e38 in magnitude, the most Weir's numeric holds"
+                .into(),
+        )),
+        None,
+    )
+}
+
+/// Running sums, in the type DataFusion sums in: integers wrap on
+/// overflow, as DataFusion's `sum` does (a `bigint` sum is a `numeric`,
+/// below, and `integer` sums cannot reach `bigint`'s limits); a `numeric`
+/// sum that leaves the 128 bits it is held in fails with 22003 rather
+/// than wrapping to a wrong value.
 #[derive(Debug)]
 enum Sums {
     I64(Vec<i64>),
@@ -266,8 +281,18 @@ impl Sums {
             Sums::U64(sums) => add!(sums, UInt64Type, |s: u64, v: u64, w: i64| s
                 .wrapping_add(v.wrapping_mul(w as u64))),
             Sums::F64(sums) => add!(sums, Float64Type, |s: f64, v: f64, w: i64| s + v * w as f64),
-            Sums::D128(sums, _) => add!(sums, Decimal128Type, |s: i128, v: i128, w: i64| s
-                .wrapping_add(v.wrapping_mul(w as i128))),
+            Sums::D128(sums, _) => {
+                let values = arg.as_primitive::<Decimal128Type>().values();
+                for (i, (&g, &w)) in groups.iter().zip(weights).enumerate() {
+                    if included(mask, nulls, i) {
+                        let slot = &mut sums[g as usize];
+                        *slot = values[i]
+                            .checked_mul(i128::from(w))
+                            .and_then(|v| slot.checked_add(v))
+                            .ok_or_else(numeric_overflow)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
