@@ -558,7 +558,7 @@ SELECT nspname FROM pg_namespace WHERE nspname = 'public';
 SELECT count(*) > 0 FROM pg_catalog.pg_tables WHERE tablename = 'words';
 -- differs: catalog and session-function columns are `text`, not PostgreSQL's `name` type
 SELECT conname, contype FROM pg_constraint WHERE conrelid = 'orders'::regclass;
--- differs: `pg_index` has no rows for primary keys yet, and `regclass` casts show OIDs
+-- differs: `regclass` casts show OIDs where PostgreSQL shows the relation's name
 SELECT indexrelid::regclass, indisprimary FROM pg_index WHERE indrelid = 'orders'::regclass;
 SELECT column_name, column_default FROM information_schema.columns WHERE table_name = 'words' ORDER BY ordinal_position;
 -- differs: `information_schema.columns` has no character lengths and types its numeric columns `bigint`

@@ -4,7 +4,8 @@
 //! same reads written so that they scan (`id + 0 = k`), both at one epoch
 //! (inside a transaction block). Prepared point reads, which skip the
 //! planner after their first execution (`point_read.rs`), are compared
-//! the same way.
+//! the same way; and indexes through SIGKILL cycles, read while another
+//! connection writes.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -317,6 +318,96 @@ async fn lookups_match_scans_under_random_writes() {
         );
     }
     assert_eq!(point_reads(port) - skipped, 49);
+}
+
+/// Indexes through SIGKILL cycles, read while another connection writes:
+/// after each restart the indexes are still there and used, and inside a
+/// transaction block every read through a key or index agrees with the
+/// same read by scan, and a read repeated at the block's end finds what it
+/// found at its start, although the writer committed in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_survive_sigkill_and_reads_in_a_block_see_one_epoch() {
+    let mut server = TestServer::start().await;
+    server
+        .client()
+        .await
+        .batch_execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, g INT, s TEXT, v BIGINT); \
+             CREATE INDEX t_g ON t (g); \
+             CREATE INDEX t_s_g ON t (s, g); \
+             CREATE MATERIALIZED VIEW mv AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g; \
+             CREATE INDEX mv_n ON mv (n)",
+        )
+        .await
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let (mut changed, mut written_in_blocks, mut reads) = (0, 0, 0);
+    for cycle in 0..4u64 {
+        let client = server.client().await;
+        for _ in 0..100 {
+            changed += random_write(&client, &mut rng).await.1 as usize;
+        }
+        client.batch_execute("FLUSH; BEGIN").await.unwrap();
+        let (first, _) = random_read(&mut rng);
+        let at_start = sorted_rows(&client, &first).await;
+        // Another connection writes while the block reads.
+        let writer = server.client().await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writing = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut rng = StdRng::seed_from_u64(100 + cycle);
+                let mut done = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) || done < 20 {
+                    done += random_write(&writer, &mut rng).await.1 as usize;
+                    if done % 10 == 0 {
+                        writer.batch_execute("FLUSH").await.unwrap();
+                    }
+                }
+                done
+            }
+        });
+        for _ in 0..25 {
+            let (indexed, scanned) = random_read(&mut rng);
+            assert_eq!(
+                sorted_rows(&client, &indexed).await,
+                sorted_rows(&client, &scanned).await,
+                "cycle {cycle}: {indexed}"
+            );
+            reads += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        written_in_blocks += writing.await.unwrap();
+        assert_eq!(
+            sorted_rows(&client, &first).await,
+            at_start,
+            "cycle {cycle}: {first} moved inside the block"
+        );
+        client.batch_execute("COMMIT").await.unwrap();
+        server.restart_after_kill().await;
+        let client = server.client().await;
+        let indexes = sorted_rows(
+            &client,
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             WHERE c.relname IN ('t_g', 't_s_g', 'mv_n')",
+        )
+        .await;
+        assert_eq!(indexes.len(), 3, "cycle {cycle}: {indexes:?}");
+        let plan = sorted_rows(&client, "EXPLAIN SELECT id FROM t WHERE g = 3").await;
+        assert!(
+            plan.iter()
+                .flatten()
+                .flatten()
+                .any(|p| p.contains("LookupExec")),
+            "cycle {cycle}: {plan:?}"
+        );
+    }
+    assert!(changed > 200, "only {changed} writes changed a row");
+    assert!(
+        written_in_blocks >= 80,
+        "only {written_in_blocks} writes during the blocks"
+    );
+    assert_eq!(reads, 100);
 }
 
 /// Reads served without the planner so far (`weir_point_reads_total`).

@@ -177,6 +177,29 @@ Access method: heap
         out.contains("View definition:") && out.contains("GROUP BY customer"),
         "{out}"
     );
+    // Indexes made with CREATE INDEX, on a table and on a view, are
+    // listed too, and under their table's \d.
+    client
+        .batch_execute(
+            "CREATE INDEX orders_customer ON orders (customer); \
+             CREATE INDEX totals_total ON totals (total)",
+        )
+        .await
+        .unwrap();
+    let listed = described(&server, "\\di");
+    for (index, on) in [("orders_customer", "orders"), ("totals_total", "totals")] {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.contains(&format!(" {index} ")) && l.trim_end().ends_with(on)),
+            "{listed}"
+        );
+    }
+    let described_orders = described(&server, "\\d orders");
+    assert!(
+        described_orders.contains("\"orders_customer\" btree (customer)"),
+        "{described_orders}"
+    );
     // A dropped key's objects go with its table.
     client.batch_execute("DROP TABLE pairs").await.unwrap();
     assert!(!described(&server, "\\di").contains("pairs_pkey"));
