@@ -278,6 +278,7 @@ pub fn session_context(
     crate::unknown_literals::register(&ctx)?;
     ctx.register_udf(version_udf());
     ctx.register_udaf(crate::average::udaf());
+    ctx.register_udaf(crate::numeric_sum::udaf());
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
     ctx.register_udf(
