@@ -12,7 +12,9 @@
 //! comparison of two intervals into a comparison of their lengths (exact
 //! in a 128-bit decimal), and a difference of two timestamps into its
 //! justified form, and `date ± interval` into a timestamp's (DataFusion
-//! keeps a date and drops the interval's time). DataFusion cannot multiply or divide an interval by a
+//! keeps a date and drops the interval's time), reading a date compared
+//! with such a timestamp, or subtracted from or `BETWEEN` them, as its
+//! midnight (type coercion, before, had made both sides dates). DataFusion cannot multiply or divide an interval by a
 //! number at all; [`IntervalArithmetic`] plans `interval * n` and
 //! `interval / n` as PostgreSQL's `interval_mul` computes them (fractions
 //! of months spill into days, of days into time).
@@ -31,8 +33,8 @@ use datafusion::common::{DFSchema, DataFusionError, Result};
 use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    Between, BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::BinaryOperator as SqlOperator;
@@ -238,6 +240,12 @@ fn is_interval(t: &DataType) -> bool {
 }
 
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    if let Expr::Between(between) = &e {
+        return dates_between_timestamps(between, schema).map(|rewritten| match rewritten {
+            Some(rewritten) => Transformed::yes(rewritten),
+            None => Transformed::no(e),
+        });
+    }
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
@@ -288,6 +296,30 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             Box::new(at_midnight(right, &r)?),
         ))));
     }
+    // A date compared with (or subtracted from) a `date ± interval`
+    // rewritten above: type coercion made both dates, the right side is
+    // now a timestamp, so the date is read as its midnight, as PostgreSQL
+    // reads it.
+    let date_and_timestamp =
+        |a: &DataType, b: &DataType| *a == DataType::Date32 && matches!(b, DataType::Timestamp(..));
+    if (comparison || *op == Operator::Minus)
+        && (date_and_timestamp(&l, &r) || date_and_timestamp(&r, &l))
+    {
+        let as_timestamp = |e: &Expr, t: &DataType, other: &DataType| -> Result<Expr> {
+            if t == &DataType::Date32 {
+                e.clone().cast_to(other, schema)
+            } else {
+                Ok(e.clone())
+            }
+        };
+        let rewritten = Expr::BinaryExpr(BinaryExpr::new(
+            Box::new(as_timestamp(left, &l, &r)?),
+            *op,
+            Box::new(as_timestamp(right, &r, &l)?),
+        ));
+        // A difference of two timestamps is justified, below.
+        return rewrite(rewritten, schema).map(|t| Transformed::yes(t.data));
+    }
     let timestamps = matches!(l, DataType::Timestamp(..)) && matches!(r, DataType::Timestamp(..));
     if *op == Operator::Minus && timestamps {
         return Ok(Transformed::yes(
@@ -295,6 +327,36 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         ));
     }
     Ok(Transformed::no(e))
+}
+
+/// `BETWEEN` whose bounds or value mix dates with timestamps (a bound
+/// `date ± interval` that [`rewrite`] made a timestamp), with the dates
+/// read as their midnights; `None` if it does not mix them.
+fn dates_between_timestamps(between: &Between, schema: &DFSchema) -> Result<Option<Expr>> {
+    let parts = [&between.expr, &between.low, &between.high];
+    let types: Vec<DataType> = parts
+        .iter()
+        .map(|e| e.get_type(schema))
+        .collect::<Result<_>>()?;
+    let Some(timestamp) = types.iter().find(|t| matches!(t, DataType::Timestamp(..))) else {
+        return Ok(None);
+    };
+    if !types.contains(&DataType::Date32) {
+        return Ok(None);
+    }
+    let [expr, low, high] = parts.map(|e| -> Result<Box<Expr>> {
+        Ok(Box::new(if e.get_type(schema)? == DataType::Date32 {
+            e.as_ref().clone().cast_to(timestamp, schema)?
+        } else {
+            e.as_ref().clone()
+        }))
+    });
+    Ok(Some(Expr::Between(Between {
+        expr: expr?,
+        negated: between.negated,
+        low: low?,
+        high: high?,
+    })))
 }
 
 impl AnalyzerRule for PostgresIntervals {
