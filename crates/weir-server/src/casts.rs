@@ -17,6 +17,9 @@
 //!   seconds); Arrow's parser wants them.
 //! - text to interval and to bytea: PostgreSQL's input forms
 //!   ([`crate::text_input`]).
+//! - text to an array: PostgreSQL's `{1,2,NULL}` ([`crate::array_input`]),
+//!   each element read as text cast to the element type is; Arrow reads
+//!   the whole text as one element.
 //! - float to text: PostgreSQL's output form (`1`, `1e+16`, `Infinity`).
 //! - timestamps to text: PostgreSQL's output form (`2024-03-05
 //!   10:00:00+01`), a `timestamptz` in the session's time zone.
@@ -71,6 +74,8 @@ enum Step {
     TextToInterval,
     /// Text to bytea: hex (`\x0102`) or escaped.
     TextToBytea,
+    /// Text to an array, in PostgreSQL's `{...}` form.
+    TextToArray,
     /// A float to text, written as PostgreSQL writes floats.
     FloatToText,
     /// A timestamp to text, written as PostgreSQL writes timestamps.
@@ -110,6 +115,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TextToTimestamp => "weir_text_to_timestamp",
             Step::TextToInterval => "weir_text_to_interval",
             Step::TextToBytea => "weir_text_to_bytea",
+            Step::TextToArray => "weir_text_to_array",
             Step::FloatToText => "weir_float_to_text",
             Step::TimestampToText => "weir_timestamp_to_text",
             Step::RegtypeToText => "weir_regtype_to_text",
@@ -147,6 +153,11 @@ impl ScalarUDFImpl for CastStep {
                 ),
                 Step::TextToInterval => text_to_interval(input, &self.output),
                 Step::TextToBytea => text_to_bytea(input, &self.output),
+                Step::TextToArray => text_to_array(
+                    input,
+                    &self.output,
+                    args.config_options.execution.time_zone.as_deref(),
+                ),
                 Step::FloatToText => float_to_text(input, &self.output),
                 Step::RegtypeToText => Ok(cast(&crate::regtype::names(input)?, &self.output)?),
                 Step::RegtypeToNumber => Ok(cast(input, &self.output)?),
@@ -328,6 +339,64 @@ fn text_to_bytea(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
     Ok(strict_cast(&(Arc::new(bytes) as ArrayRef), output)?)
 }
 
+/// Text cast to an array of `output`'s element type: 22P02 for text that
+/// is no array literal, 0A000 for an array of arrays; the elements as
+/// text cast to the element type ([`text_to`]).
+fn text_to_array(input: &ArrayRef, output: &DataType, zone: Option<&str>) -> Result<ArrayRef> {
+    use crate::array_input::{parse_array, ArrayInputError};
+    use datafusion::arrow::array::{ListArray, StringArray};
+    use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
+    let DataType::List(element) = output else {
+        return Ok(strict_cast(input, output)?);
+    };
+    let text = cast(input, &DataType::Utf8)?;
+    let mut offsets: Vec<i32> = Vec::with_capacity(text.len() + 1);
+    offsets.push(0);
+    let mut elements: Vec<Option<String>> = Vec::new();
+    for value in text.as_string::<i32>().iter() {
+        if let Some(value) = value {
+            let refused = |e| match e {
+                ArrayInputError::Malformed => WeirError::new(
+                    SqlState::INVALID_TEXT_REPRESENTATION,
+                    format!("malformed array literal: \"{value}\""),
+                ),
+                ArrayInputError::Nested => WeirError::unsupported(format!(
+                    "multidimensional arrays are not supported: \"{value}\""
+                )),
+            };
+            elements.extend(
+                parse_array(value).map_err(|e| DataFusionError::External(Box::new(refused(e))))?,
+            );
+        }
+        let end = i32::try_from(elements.len())
+            .map_err(|_| DataFusionError::Execution("array elements past 2^31".into()))?;
+        offsets.push(end);
+    }
+    let elements: ArrayRef = Arc::new(StringArray::from(elements));
+    let values = text_to(&elements, element.data_type(), zone)?;
+    let present = NullBuffer::from_iter(text.as_string::<i32>().iter().map(|v| v.is_some()));
+    Ok(Arc::new(ListArray::try_new(
+        element.clone(),
+        OffsetBuffer::new(offsets.into()),
+        values,
+        Some(present),
+    )?))
+}
+
+/// Text cast to `to`, each value read as this module reads text of that
+/// type (an array's elements).
+fn text_to(input: &ArrayRef, to: &DataType, zone: Option<&str>) -> Result<ArrayRef> {
+    match to {
+        t if is_float(t) => text_to_float(input, t),
+        DataType::Decimal128(..) => text_to_numeric(input, to),
+        DataType::Timestamp(..) => text_to_timestamp(input, to, zone),
+        DataType::Interval(_) => text_to_interval(input, to),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => text_to_bytea(input, to),
+        DataType::List(_) => text_to_array(input, to, zone),
+        _ => Ok(strict_cast(input, to)?),
+    }
+}
+
 /// A float cast to text as PostgreSQL writes floats (`1`, `1e+16`,
 /// `Infinity`), which is also how Weir sends them; Arrow writes `1.0`,
 /// `1e16` and `inf`.
@@ -429,6 +498,8 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
         )
     {
         CastStep::udf(Step::TextToBytea, to).call(vec![*inner])
+    } else if is_text(from) && matches!(to, DataType::List(_)) {
+        CastStep::udf(Step::TextToArray, to).call(vec![*inner])
     } else if matches!(from, DataType::Timestamp(..)) && is_text(&to) {
         CastStep::udf(Step::TimestampToText, to).call(vec![*inner])
     } else if is_float(from) && is_text(&to) {

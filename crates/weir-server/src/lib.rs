@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod aggregates;
+mod array_input;
 mod auth;
 mod average;
 mod casts;
@@ -53,6 +54,7 @@ pub mod metrics;
 mod mview;
 mod numeric_display;
 mod numeric_div;
+mod numeric_sum;
 #[cfg(test)]
 mod numeric_wire;
 mod panics;

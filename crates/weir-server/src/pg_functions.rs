@@ -1,5 +1,6 @@
 //! PostgreSQL functions DataFusion does not provide: `width_bucket`,
-//! `quote_literal`, `div`, `sign`, `age`, `convert_from` and `convert_to`.
+//! `quote_literal`, `div`, `sign`, `age`, `convert_from` and `convert_to`;
+//! and `array_length` as PostgreSQL's (NULL for an empty array).
 
 use std::sync::Arc;
 
@@ -32,6 +33,69 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(age());
     ctx.register_udf(convert_from());
     ctx.register_udf(convert_to());
+    ctx.register_udf(ScalarUDF::new_from_impl(ArrayLength::default()));
+}
+
+/// `array_length(array, dimension)`: DataFusion's, but NULL where it is
+/// 0 (PostgreSQL's empty array has no dimensions, so no length in any),
+/// and an `integer`, as in PostgreSQL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ArrayLength {
+    inner: Arc<ScalarUDF>,
+}
+
+impl Default for ArrayLength {
+    fn default() -> Self {
+        ArrayLength {
+            inner: datafusion::functions_nested::length::array_length_udf(),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ArrayLength {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        // DataFusion's returns its own type, which it checks.
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let own = self.inner.return_type(&types)?;
+        args.return_field = Arc::new(datafusion::arrow::datatypes::Field::new(
+            self.name(),
+            own,
+            true,
+        ));
+        let lengths = self.inner.invoke_with_args(args)?.into_array(rows)?;
+        let lengths = cast(&lengths, &DataType::Int32)?;
+        let lengths: Int32Array = lengths
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+            .iter()
+            .map(|n| n.filter(|&n| n != 0))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(lengths)))
+    }
 }
 
 /// The encodings `convert_from` and `convert_to` know, by PostgreSQL's

@@ -71,8 +71,13 @@ fn category(data_type: &DataType) -> Category {
 
 /// Whether a value of type `from` may be stored in a column of type `to`
 /// (PostgreSQL's assignment casts, roughly): within a category, from text
-/// (text literals convert, or fail with 22P02), and from anything to text.
+/// (text literals convert, or fail with 22P02), from anything to text,
+/// and between arrays whose elements are assignable (`ARRAY[1]`, a
+/// `bigint[]`, into an `integer[]` column).
 pub fn assignable(from: &DataType, to: &DataType) -> bool {
+    if let (DataType::List(from), DataType::List(to)) = (from, to) {
+        return assignable(from.data_type(), to.data_type());
+    }
     let (from_cat, to_cat) = (category(from), category(to));
     from == to
         || from_cat == Category::Unknown
@@ -98,6 +103,12 @@ mod tests {
         assert!(!assignable(&DataType::Boolean, &DataType::Int32));
         assert!(!assignable(&DataType::Int32, &DataType::Boolean));
         assert!(!assignable(&DataType::Date32, &DataType::Float64));
+        let list = |t: DataType| DataType::new_list(t, true);
+        assert!(assignable(&list(DataType::Int64), &list(DataType::Int32)));
+        assert!(!assignable(
+            &list(DataType::Boolean),
+            &list(DataType::Int32)
+        ));
         assert_eq!(pg_type_name(&DataType::Int32), "integer");
     }
 }

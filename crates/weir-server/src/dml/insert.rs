@@ -174,6 +174,7 @@ pub(super) fn replace_default_keyword(
     use datafusion::sql::sqlparser::parser::Parser;
     let mut query = Box::new(query.clone());
     if let SetExpr::Values(values) = query.body.as_mut() {
+        let several_rows = values.rows.len() > 1;
         for row in values.rows.iter_mut() {
             for (expr, &column) in row.iter_mut().zip(columns) {
                 let is_default = matches!(expr, SqlExpr::Identifier(i)
@@ -186,10 +187,48 @@ pub(super) fn replace_default_keyword(
                         .map_err(|e| WeirError::internal(format!("stored default {sql}: {e}")))?;
                 }
                 assign_numeric(expr, &def.columns[column].data_type);
+                if several_rows {
+                    assign_text_literal(expr, &def.columns[column].data_type);
+                }
             }
         }
     }
     Ok(query)
+}
+
+/// A text literal of a `VALUES` list of several rows, cast to its
+/// column's type when that is not text: PostgreSQL reads such a literal
+/// as a value of its column's type, while a query's `VALUES` list unifies
+/// each column's rows to one type first, and fails on text beside
+/// another type (`VALUES (ARRAY[1]), ('{4,5}')`).
+fn assign_text_literal(expr: &mut SqlExpr, column_type: &DataType) {
+    use datafusion::sql::sqlparser::ast::{CastKind, Value};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let SqlExpr::Value(value) = expr else {
+        return;
+    };
+    let text = matches!(
+        value.value,
+        Value::SingleQuotedString(_) | Value::EscapedStringLiteral(_)
+    );
+    if !text || matches!(column_type, DataType::Utf8 | DataType::Decimal128(..)) {
+        return;
+    }
+    let name = crate::types::pg_type_name(column_type);
+    let Ok(data_type) = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&name)
+        .and_then(|mut p| p.parse_data_type())
+    else {
+        return;
+    };
+    *expr = SqlExpr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(expr.clone()),
+        data_type,
+        array: false,
+        format: None,
+    };
 }
 
 /// A value of a `VALUES` list for a `numeric` column, cast to the
