@@ -277,6 +277,10 @@ pub struct MaterializedViewDef {
     /// `None`: the rows are stored with a count, keyed by all columns.
     #[serde(default)]
     pub key: Option<Vec<usize>>,
+    /// Further orders its rows can be looked up by, not unique: a join's
+    /// keys, a top-N's `ORDER BY` (`StreamPlan::output_lookup_orders`).
+    #[serde(default)]
+    pub lookup_orders: Vec<Vec<usize>>,
     /// `EMIT ON WINDOW CLOSE`: its windows' rows appear once, final.
     #[serde(default)]
     pub emit_on_window_close: bool,
@@ -519,8 +523,9 @@ impl Catalog {
     }
 
     /// The orders the rows of table or materialized view `name` can be
-    /// looked up by: its primary key or view key (unique), then its
-    /// indexes.
+    /// looked up by: its primary key or view key (unique), a view's
+    /// lookup orders (named after their columns: `top_by_price`), then
+    /// its indexes.
     pub fn orders(&self, name: &str) -> Vec<crate::lookup::Order> {
         let key = match (self.tables.get(name), self.materialized_views.get(name)) {
             (Some(table), _) if !table.primary_key.is_empty() => Some(crate::lookup::Order {
@@ -533,6 +538,22 @@ impl Catalog {
             }),
             _ => None,
         };
+        let view_orders = self
+            .materialized_views
+            .get(name)
+            .into_iter()
+            .flat_map(|view| {
+                view.lookup_orders.iter().map(|columns| {
+                    let names: Vec<&str> = columns
+                        .iter()
+                        .map(|&c| view.columns[c].name.as_str())
+                        .collect();
+                    crate::lookup::Order {
+                        name: format!("{name}_by_{}", names.join("_")),
+                        columns: columns.clone(),
+                    }
+                })
+            });
         let indexes = self
             .indexes
             .values()
@@ -541,7 +562,7 @@ impl Catalog {
                 name: i.name.clone(),
                 columns: i.columns.clone(),
             });
-        key.into_iter().chain(indexes).collect()
+        key.into_iter().chain(view_orders).chain(indexes).collect()
     }
 
     /// Names of every relation a query can read (tables, views, sources;

@@ -63,6 +63,8 @@ pub struct PlannedView {
     pub depends_on: Vec<String>,
     /// The output's unique key, if it has one with columns.
     pub key: Option<Vec<usize>>,
+    /// Further orders the output can be looked up by.
+    pub lookup_orders: Vec<Vec<usize>>,
 }
 
 /// The watermark a view running `plan` passes on to the views that read
@@ -221,6 +223,7 @@ pub(crate) async fn plan_view_in(
         .filter(|k| !k.is_empty());
     Ok(PlannedView {
         key,
+        lookup_orders: plan_stream.output_lookup_orders(),
         plan: plan_stream,
         columns,
         sources,
@@ -435,6 +438,7 @@ pub async fn create(
         failed: None,
         append_only: planned.plan.nodes.last().is_some_and(|n| n.append_only),
         key: planned.key.clone(),
+        lookup_orders: planned.lookup_orders.clone(),
         emit_on_window_close,
         sink: sink.clone(),
         watermark,
@@ -815,6 +819,7 @@ async fn rebuild(
         }
         entry.append_only = planned.plan.nodes.last().is_some_and(|n| n.append_only);
         entry.key = planned.key.clone();
+        entry.lookup_orders = planned.lookup_orders.clone();
         entry.watermark = output_watermark(&planned.plan, &entry.columns);
         working.catalog_changed();
         snapshot.catalog = Arc::new(working.catalog.clone());

@@ -109,6 +109,15 @@ pub enum NodeKind {
     },
 }
 
+/// The input columns `exprs` are, if each is a plain column and there is
+/// at least one.
+fn column_indices<'a>(exprs: impl Iterator<Item = &'a PhysicalExprRef>) -> Option<Vec<usize>> {
+    let columns = exprs
+        .map(|e| e.downcast_ref::<Column>().map(Column::index))
+        .collect::<Option<Vec<usize>>>()?;
+    (!columns.is_empty()).then_some(columns)
+}
+
 /// One bound of a temporal filter: a row is in from its time on
 /// (`from`) or until its time (else). The time is `value` (a timestamp
 /// or date over the input's rows), one microsecond later if `plus_one`.
@@ -396,6 +405,94 @@ impl StreamPlan {
             };
             self.nodes[i].key = key;
         }
+    }
+
+    /// Orders worth looking the output's rows up by besides its key (see
+    /// [`Self::derive_keys`], which must run first): lists of columns
+    /// that many rows may share, so that an equality on their leading
+    /// columns reads few rows. Orders the key starts with, or another
+    /// order does, are left out.
+    ///
+    /// - a join's output is ordered by each side's equality-key columns,
+    ///   and by its inputs' orders (a semi or anti join by its side's);
+    /// - a top-N's by its `ORDER BY` columns and its input's orders;
+    /// - filters, watermarks, window functions and per-partition top-N
+    ///   keep their input's, a projection the leading columns of each
+    ///   that it passes through unchanged;
+    /// - aggregates (whose group columns are the key), unions, constant
+    ///   and unnested rows have none.
+    pub fn output_lookup_orders(&self) -> Vec<Vec<usize>> {
+        let mut orders: Vec<Vec<Vec<usize>>> = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let input = |port: usize| orders[node.inputs[port]].clone();
+            let own: Vec<Vec<usize>> = match &node.kind {
+                NodeKind::Filter { .. }
+                | NodeKind::TemporalFilter { .. }
+                | NodeKind::Watermark { .. }
+                | NodeKind::ProcTime
+                | NodeKind::GroupTopN(_)
+                | NodeKind::Window(_) => input(0),
+                NodeKind::TopN(top) => {
+                    let by = column_indices(top.order.iter().map(|s| &s.expr));
+                    input(0).into_iter().chain(by).collect()
+                }
+                NodeKind::Project { exprs } => input(0)
+                    .into_iter()
+                    .filter_map(|order| {
+                        let passed: Vec<usize> = order
+                            .iter()
+                            .map_while(|&column| {
+                                exprs.iter().position(|e| {
+                                    e.downcast_ref::<Column>()
+                                        .is_some_and(|c| c.index() == column)
+                                })
+                            })
+                            .collect();
+                        (!passed.is_empty()).then_some(passed)
+                    })
+                    .collect(),
+                NodeKind::Join(join) => {
+                    let left_width = self.nodes[node.inputs[0]].schema.fields().len();
+                    let left = input(0)
+                        .into_iter()
+                        .chain(column_indices(join.left_keys.iter()));
+                    let right = input(1)
+                        .into_iter()
+                        .chain(column_indices(join.right_keys.iter()));
+                    match join.join_type {
+                        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                            left.collect()
+                        }
+                        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => {
+                            right.collect()
+                        }
+                        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => left
+                            .chain(right.map(|o| o.into_iter().map(|c| c + left_width).collect()))
+                            .collect(),
+                    }
+                }
+                NodeKind::Source { .. }
+                | NodeKind::Aggregate(_)
+                | NodeKind::Union
+                | NodeKind::Values { .. }
+                | NodeKind::Unnest { .. } => Vec::new(),
+            };
+            orders.push(own);
+        }
+        let key = self
+            .nodes
+            .last()
+            .and_then(|n| n.key.clone())
+            .unwrap_or_default();
+        let mut kept: Vec<Vec<usize>> = Vec::new();
+        for order in orders.pop().unwrap_or_default() {
+            let covered = |by: &Vec<usize>| by.starts_with(&order);
+            if !key.starts_with(&order) && !kept.iter().any(covered) {
+                kept.retain(|k| !order.starts_with(k));
+                kept.push(order);
+            }
+        }
+        kept
     }
 
     /// The columns of `relation` the plan reads, as a mask over its

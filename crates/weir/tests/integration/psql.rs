@@ -75,6 +75,19 @@ async fn meta_commands_describe_the_catalog() {
         "{out}"
     );
 
+    let (ok, out, err) = psql(&server, &["-c", "\\dv"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("big_orders") && out.contains("view") && !out.contains("spend"),
+        "\\dv lists only views: {out}"
+    );
+
+    // No user functions: an empty list, as PostgreSQL's, not an error.
+    let (ok, out, err) = psql(&server, &["-c", "\\df"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("List of functions"), "{out}");
+    assert!(out.contains("(0 rows)"), "{out}");
+
     let (ok, out, err) = psql(&server, &["-c", "\\l"]);
     assert!(ok, "{err}");
     assert!(out.contains("weir"), "{out}");
