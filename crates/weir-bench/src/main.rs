@@ -175,9 +175,9 @@ enum Bench {
     },
     /// Serving reads: pgbench with prepared statements (point reads on a
     /// table key, a view key and a secondary index, and a 10-row range) at
-    /// each client count, against Weir and PostgreSQL; the view-key read
-    /// again under a datagen write load, with epoch commit latency; and
-    /// the memory of idle connections. Needs pgbench and PostgreSQL.
+    /// each client count, against Weir and PostgreSQL; the point and range
+    /// reads again under a datagen write load, with epoch commit latency;
+    /// and the memory of idle connections. Needs pgbench and PostgreSQL.
     Reads {
         /// Client counts.
         #[arg(long, value_delimiter = ',', default_values_t = [16usize, 200])]
