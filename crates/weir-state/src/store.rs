@@ -600,7 +600,7 @@ impl StateStore {
             if let Some(compacted) = self.installed.remove(&id) {
                 if !compact::apply(&mut files, &compacted) {
                     // The chain changed under the merge: the base is stale.
-                    stale.push(self.absolute(&compacted.base.path));
+                    stale.push(compacted.base.path);
                 }
             }
             self.specs.insert(id, change.spec.clone());
@@ -651,8 +651,12 @@ impl StateStore {
             committed_at: SystemTime::now(),
         });
         self.specs.retain(|id, _| delta.tables.contains_key(id));
-        for path in stale {
-            self.delete(&path).await;
+        // A stale base is deleted unless something still names its path
+        // (the store never writes one path twice, but deleting a named
+        // object would lose a table).
+        let referenced = self.referenced();
+        for path in stale.iter().filter(|p| !referenced.contains(*p)) {
+            self.delete(&self.absolute(path)).await;
         }
         self.prune().await;
         Ok((manifest, stats))
