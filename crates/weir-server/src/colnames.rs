@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
-    DataType as SqlType, Expr, Ident, Query, SelectItem, SetExpr, Statement, TimezoneInfo,
+    DataType as SqlType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, Query,
+    SelectItem, SetExpr, Statement, TimezoneInfo,
 };
 
 /// `schema` with PostgreSQL's column names for `statement`'s output, where
@@ -141,6 +142,22 @@ fn figure_with_strength(expr: &Expr) -> Option<(String, Strength)> {
     match expr {
         Expr::Identifier(ident) => named(&crate::catalog::normalize_ident(ident)),
         Expr::CompoundIdentifier(parts) => named(&crate::catalog::normalize_ident(parts.last()?)),
+        // `x::regtype` of a non-text `x`, as datafusion-pg-catalog rewrote
+        // it (`regtype.rs`): named as the cast is.
+        Expr::Function(f) if f.name.to_string() == "weir_regtype" => {
+            let FunctionArguments::List(list) = &f.args else {
+                return None;
+            };
+            match list.args.first() {
+                Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))) => {
+                    match figure_with_strength(arg) {
+                        Some((name, Strength::Named)) => Some((name, Strength::Named)),
+                        _ => Some(("regtype".to_owned(), Strength::TypeName)),
+                    }
+                }
+                _ => None,
+            }
+        }
         Expr::Function(f) => named(&f.name.0.last()?.as_ident()?.value.to_lowercase()),
         Expr::Cast {
             expr, data_type, ..

@@ -941,6 +941,12 @@ async fn describe(
             schema: returned,
         });
     };
+    for (index, wire) in crate::parameters::oid_parameters(sql) {
+        if wire_types.len() <= index {
+            wire_types.resize(index + 1, None);
+        }
+        wire_types[index] = Some(wire);
+    }
     for (name, t) in plan.get_parameter_types()? {
         if let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
             if n > 0 {

@@ -1,7 +1,8 @@
 //! `regtype`: a type's OID, written as the type's name.
 //!
 //! `to_regtype(name)` gives the `pg_type` OID of a type name, or NULL, as a
-//! `regtype` ([`regtype_field`]); `pg_typeof` returns one too.
+//! `regtype` ([`regtype_field`]); `pg_typeof` returns one too, and
+//! `weir_regtype(oid)` makes one of an OID (`typelem::regtype`).
 //!
 //! psycopg's `TypeInfo.fetch` (behind its adapters for named types) looks
 //! types up with it. The names are PostgreSQL's own (`int4`, `_int4`) and
@@ -135,6 +136,52 @@ impl ScalarUDFImpl for ToRegtype {
 pub fn to_regtype() -> ScalarUDF {
     ScalarUDF::new_from_impl(ToRegtype {
         signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
+    })
+}
+
+/// `weir_regtype(oid)`: an OID as a `regtype`, what `expr::regtype` of a
+/// column or another non-text expression becomes (datafusion-pg-catalog's
+/// rewrite), so that `typelem::regtype::text` is the type's name as in
+/// PostgreSQL (asyncpg's type introspection reads it so) rather than the
+/// OID's digits.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct OidRegtype {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for OidRegtype {
+    fn name(&self) -> &str {
+        "weir_regtype"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(regtype_field(self.name()))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        make_scalar_function(
+            |inputs: &[ArrayRef]| Ok(cast(&inputs[0], &DataType::Int32)?),
+            vec![],
+        )(&args.args)
+    }
+}
+
+/// The `weir_regtype(oid)` function.
+pub fn oid_regtype() -> ScalarUDF {
+    ScalarUDF::new_from_impl(OidRegtype {
+        signature: Signature::uniform(
+            1,
+            vec![DataType::Int32, DataType::Int64, DataType::UInt32],
+            Volatility::Immutable,
+        ),
     })
 }
 

@@ -280,6 +280,7 @@ pub fn session_context(
     ctx.register_udaf(crate::average::udaf());
     ctx.register_udaf(crate::numeric_sum::udaf());
     ctx.register_udf(crate::regtype::to_regtype());
+    ctx.register_udf(crate::regtype::oid_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());
     ctx.register_udf(
         datafusion::functions::math::ceil()

@@ -239,6 +239,10 @@ pub fn regtype_name(oid: u32) -> String {
         ("time", "time without time zone"),
         ("timetz", "time with time zone"),
     ];
+    // Weir: no type (a zero OID) is written `-`, as PostgreSQL writes it.
+    if oid == 0 {
+        return "-".to_owned();
+    }
     let Some(t) = Type::from_oid(oid) else {
         return oid.to_string();
     };

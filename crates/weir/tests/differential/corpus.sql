@@ -551,7 +551,6 @@ SELECT column_name, data_type FROM information_schema.columns WHERE table_name =
 SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = 'orders' ORDER BY ordinal_position;
 SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name;
 SELECT relname FROM pg_class WHERE relname = 'orders';
--- differs: a column cast to `regtype` is written as the OID (the cast keeps no mark of its type); `to_regtype` and `pg_typeof` are written as names
 SELECT attname, atttypid::regtype FROM pg_attribute WHERE attrelid = 'orders'::regclass AND attnum > 0 ORDER BY attnum;
 SELECT typname FROM pg_type WHERE oid = 23;
 SELECT nspname FROM pg_namespace WHERE nspname = 'public';

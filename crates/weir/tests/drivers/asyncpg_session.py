@@ -5,7 +5,8 @@ every parameter's type from the server's description. Every common type
 round-trips as parameters and results and through binary COPY
 (copy_records_to_table), prepared statements are reused, transactions
 commit and roll back, jsonb round-trips (as text, asyncpg's default, and
-through a json codec), COPY TO returns CSV, a cursor reads in pieces, and
+through a json codec), arrays of integers, text and floats round-trip
+(asyncpg introspects their types first), COPY TO returns CSV, a cursor reads in pieces, and
 a materialized view is read after FLUSH. Any difference raises; the last
 line printed is "ok".
 """
@@ -115,6 +116,23 @@ async def main(dsn):
     check("jsonb values", [tuple(r) for r in rows], [(1, {"a": None, "b": [1, 2]}), (2, {"copied": True}), (3, {"k": "v"})])
     check("jsonb operator", await conn.fetchval("SELECT body ->> 'k' FROM adocs WHERE body ? 'k'"), "v")
     await conn.execute("DROP TABLE adocs")
+
+    # Arrays: asyncpg has codecs of its own only for text[] and oid[]; it
+    # looks every other array type up in the catalog (a recursive query
+    # binding an oid[]) before it sends or reads one.
+    await conn.execute("DROP TABLE IF EXISTS aarrays")
+    await conn.execute(
+        "CREATE TABLE aarrays (id INT PRIMARY KEY, ints INT[], bigs BIGINT[], tags TEXT[], fl DOUBLE PRECISION[])"
+    )
+    insert = "INSERT INTO aarrays VALUES ($1, $2, $3, $4, $5)"
+    await conn.execute(insert, 1, [1, None, 3], [2**40], ["a", None], [1.5])
+    await conn.execute(insert, 2, [], None, [], None)
+    rows = await conn.fetch("SELECT * FROM aarrays ORDER BY id")
+    check("arrays", [tuple(r) for r in rows], [(1, [1, None, 3], [2**40], ["a", None], [1.5]), (2, [], None, [], None)])
+    check("= ANY($1)", [r["id"] for r in await conn.fetch("SELECT id FROM aarrays WHERE id = ANY($1) ORDER BY id", [2, 5])], [2])
+    check("array parameter", await conn.fetchval("SELECT $1::bigint[]", [1, 2]), [1, 2])
+    check("empty ANY", await conn.fetch("SELECT id FROM aarrays WHERE id = ANY($1)", []), [])
+    await conn.execute("DROP TABLE aarrays")
 
     # A materialized view, read after FLUSH.
     await conn.execute("CREATE MATERIALIZED VIEW akinds_n AS SELECT count(*) AS n, sum(b) AS sb FROM akinds")

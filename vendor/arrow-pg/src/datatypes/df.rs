@@ -1148,6 +1148,24 @@ where
                     }
                 }
             }
+            // Weir: an `oid[]` (asyncpg's type introspection binds one) is
+            // a list of the same Int32 values as an `oid`.
+            Type::OID_ARRAY => {
+                let value = portal.parameter::<Vec<Option<OidParam>>>(i, &pg_type)?;
+                deserialized_params.push(match value {
+                    Some(values) => {
+                        let scalar_values: Vec<ScalarValue> = values
+                            .into_iter()
+                            .map(|v| ScalarValue::Int32(v.map(|v| v.0)))
+                            .collect();
+                        ScalarValue::List(ScalarValue::new_list_nullable(
+                            &scalar_values,
+                            &DataType::Int32,
+                        ))
+                    }
+                    None => ScalarValue::new_null_list(DataType::Int32, true, 1),
+                });
+            }
             // TODO: add more advanced types (composite types, ranges, etc.)
             _ => {
                 // the client didn't provide type information and we are also

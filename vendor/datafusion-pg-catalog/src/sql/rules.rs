@@ -1055,6 +1055,35 @@ impl VisitorMut for RewriteRegCastToSubqueryVisitor<'_> {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        // Weir: an OID expression (a column) cast to `regtype` is Weir's
+        // `weir_regtype(expr)`, a `regtype` whose text is the type's name
+        // (`typelem::regtype::text` is `integer`, not `23`).
+        if let Expr::Cast {
+            expr: operand,
+            data_type,
+            ..
+        } = expr
+            && !Self::is_name_operand(operand)
+            && Self::normalize_type_name(data_type) == "regtype"
+        {
+            *expr = Expr::Function(Function {
+                name: ObjectName::from(vec![Ident::new("weir_regtype")]),
+                uses_odbc_syntax: false,
+                parameters: FunctionArguments::None,
+                args: FunctionArguments::List(FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                        operand.as_ref().clone(),
+                    ))],
+                    clauses: vec![],
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: vec![],
+            });
+            return ControlFlow::Continue(());
+        }
         if let Expr::Cast {
             expr: operand,
             data_type,
@@ -1184,6 +1213,11 @@ fn decorrelatable(subquery: &Query) -> bool {
     const AGGREGATES: &[&str] = &[
         "count", "sum", "min", "max", "avg", "array_agg", "string_agg", "bool_and", "bool_or",
     ];
+    // Weir: a subquery with its own WITH (asyncpg's recursive walk of a
+    // domain's base types) is not a catalog lookup by key: it stays NULL.
+    if subquery.with.is_some() {
+        return false;
+    }
     let SetExpr::Select(select) = subquery.body.as_ref() else {
         return false;
     };
@@ -1253,6 +1287,7 @@ fn aggregate_correlated(subquery: &mut Query) {
         within_group: vec![],
     });
     subquery.limit_clause = None;
+    subquery.order_by = None;
 }
 
 // Weir: the names a subquery's own columns are qualified with.
