@@ -134,28 +134,12 @@ pub(crate) fn select_rows(
     let mut rows = Vec::new();
     match selection {
         KeySelection::Equal(probes) => {
-            let comparators = probes
-                .iter()
-                .zip(columns)
-                .map(|(probe, &c)| make_comparator(batch.column(c).as_ref(), probe.as_ref(), ORDER))
-                .collect::<Result<Vec<DynComparator>, _>>()?;
-            let count = probes.first().map_or(0, |p| p.len());
-            for probe in 0..count {
-                if probes.iter().any(|p| p.is_null(probe)) {
-                    continue;
-                }
-                let compare = |row: &u32| {
-                    comparators
-                        .iter()
-                        .map(|c| c(*row as usize, probe))
-                        .find(|o| o.is_ne())
-                        .unwrap_or(Ordering::Equal)
-                };
-                let (start, end) = equal_range(order, compare);
-                rows.extend_from_slice(&order[start..end]);
-            }
+            rows = equal_rows(order, batch, columns, probes)?
+                .into_iter()
+                .map(|(_, row)| row)
+                .collect();
             // An `IN` list may name a key twice.
-            if count > 1 {
+            if probes.first().is_some_and(|p| p.len() > 1) {
                 rows.sort_unstable();
                 rows.dedup();
             }
@@ -189,6 +173,51 @@ pub(crate) fn select_rows(
                 rows.extend_from_slice(&order[start..end]);
             }
         }
+    }
+    Ok(rows)
+}
+
+/// For each probe row of `probes` (one array per column of `columns`),
+/// the rows of `batch` whose columns equal it, as (probe, row) pairs in
+/// probe order; live or not (the live bits are the caller's).
+pub(crate) fn matching_rows(
+    orders: &ChunkOrders,
+    batch: &RecordBatch,
+    columns: &[usize],
+    probes: &[ArrayRef],
+) -> Result<Vec<(usize, u32)>, ArrowError> {
+    let order = orders.order(batch, columns)?;
+    equal_rows(order.values(), batch, columns, probes)
+}
+
+/// [`matching_rows`] on an order already at hand. A probe with a NULL
+/// matches nothing.
+fn equal_rows(
+    order: &[u32],
+    batch: &RecordBatch,
+    columns: &[usize],
+    probes: &[ArrayRef],
+) -> Result<Vec<(usize, u32)>, ArrowError> {
+    let comparators = probes
+        .iter()
+        .zip(columns)
+        .map(|(probe, &c)| make_comparator(batch.column(c).as_ref(), probe.as_ref(), ORDER))
+        .collect::<Result<Vec<DynComparator>, _>>()?;
+    let count = probes.first().map_or(0, |p| p.len());
+    let mut rows = Vec::new();
+    for probe in 0..count {
+        if probes.iter().any(|p| p.is_null(probe)) {
+            continue;
+        }
+        let compare = |row: &u32| {
+            comparators
+                .iter()
+                .map(|c| c(*row as usize, probe))
+                .find(|o| o.is_ne())
+                .unwrap_or(Ordering::Equal)
+        };
+        let (start, end) = equal_range(order, compare);
+        rows.extend(order[start..end].iter().map(|&row| (probe, row)));
     }
     Ok(rows)
 }

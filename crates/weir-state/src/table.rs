@@ -11,6 +11,13 @@
 //! Memory per row: the row's Arrow data, one live bit, and 27 bytes: the
 //! index's share (about 14 with the hash it keeps), the position, the
 //! flags and the row's slot.
+//!
+//! A transaction block's private copy of a table
+//! ([`StateTable::over_snapshot`]) starts with the snapshot's chunks and no
+//! index entries: a key is looked up in the index, then in the chunks'
+//! key orders (`order.rs`, shared with the snapshot), and a row gets its
+//! slot when a write deletes it. So a block's first write to a large table
+//! costs a lookup, not an index of every row.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -25,7 +32,7 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
-use crate::order::{orderable, select_rows, ChunkOrders, KeySelection};
+use crate::order::{matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 
 /// Name of the hidden row id column of tables without a primary key.
@@ -156,10 +163,17 @@ struct Chunk {
     live: BooleanBuffer,
     live_rows: usize,
     /// Each row's index slot: a deleted or moved row needs no key lookup.
+    /// [`UNINDEXED`] for a row of a table made over a snapshot that no
+    /// write has touched yet.
     keys: Vec<Slot>,
+    /// Live rows whose slot is [`UNINDEXED`].
+    unindexed: usize,
     /// The chunk's rows in the order of key columns lookups asked for.
     orders: Arc<ChunkOrders>,
 }
+
+/// The slot of a row that has none yet (see [`StateTable::over_snapshot`]).
+const UNINDEXED: Slot = Slot::MAX;
 
 /// The slot holds a live key (its position is valid).
 const LIVE: u8 = 1;
@@ -312,6 +326,58 @@ impl StateTable {
         Ok(table)
     }
 
+    /// A table holding `snapshot`'s rows as [`StateTable::from_snapshot`]
+    /// does, without indexing them: it shares the snapshot's chunks (and
+    /// their key orders), and a row enters the index only when a write
+    /// deletes it. What a transaction block writes to; a table whose key
+    /// has no order (a floating-point column) is indexed at once.
+    pub fn over_snapshot(snapshot: &TableSnapshot) -> StateResult<Self> {
+        let spec = snapshot.spec();
+        let key_ordered = spec
+            .key
+            .iter()
+            .all(|&c| orderable(spec.schema.field(c).data_type()));
+        if !key_ordered {
+            return StateTable::from_snapshot(snapshot);
+        }
+        let mut table = StateTable::new(spec.clone())?;
+        let mut largest_row_id = -1;
+        for chunk in snapshot.chunks.iter() {
+            let rows = chunk.batch.num_rows();
+            let live = chunk
+                .live
+                .clone()
+                .unwrap_or_else(|| BooleanBuffer::new_set(rows));
+            let live_rows = live.count_set_bits();
+            if spec.hidden_row_id {
+                let ids = chunk
+                    .batch
+                    .column(chunk.batch.num_columns() - 1)
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| StateError::Internal("the row id column is not int64".into()))?;
+                largest_row_id =
+                    largest_row_id.max(datafusion::arrow::compute::max(ids).unwrap_or(-1));
+            }
+            table.chunks.insert(
+                chunk.id,
+                Chunk {
+                    batch: chunk.batch.clone(),
+                    live,
+                    live_rows,
+                    keys: vec![UNINDEXED; rows],
+                    unindexed: live_rows,
+                    orders: chunk.orders.clone(),
+                },
+            );
+            table.next_chunk = table.next_chunk.max(chunk.id + 1);
+            table.live_rows += live_rows;
+        }
+        // Any id above every stored one is fresh (the snapshot's dead rows
+        // included).
+        table.next_row_id = (largest_row_id + 1) as u64;
+        Ok(table)
+    }
+
     /// The table's shape.
     pub fn spec(&self) -> &TableSpec {
         &self.spec
@@ -417,15 +483,90 @@ impl StateTable {
     pub fn lookup(&self, keys: &RecordBatch) -> StateResult<Vec<KeyMatch>> {
         let all: Vec<usize> = (0..keys.num_columns()).collect();
         let keys = Keys::new(keys, &all)?;
-        let found = self.find_all(&keys);
+        let found = self.find_positions(&keys)?;
         Ok(found
-            .iter()
+            .into_iter()
             .zip(keys.repeated())
-            .map(|(slot, repeated)| KeyMatch {
-                existing: slot.map(|s| self.positions[s as usize]),
-                repeated,
-            })
+            .map(|(existing, repeated)| KeyMatch { existing, repeated })
             .collect())
+    }
+
+    /// The position of the live row with each key of `keys`, if any: in
+    /// the index, else among the rows not indexed yet.
+    fn find_positions(&self, keys: &Keys) -> StateResult<Vec<Option<RowPosition>>> {
+        let mut found: Vec<Option<RowPosition>> = self
+            .find_all(keys)
+            .into_iter()
+            .map(|slot| slot.map(|s| self.positions[s as usize]))
+            .collect();
+        let missing: Vec<u32> = (0..found.len() as u32)
+            .filter(|&i| found[i as usize].is_none())
+            .collect();
+        if missing.is_empty() || !self.chunks.values().any(|c| c.unindexed > 0) {
+            return Ok(found);
+        }
+        let indices = UInt32Array::from(missing.clone());
+        let probes = keys
+            .columns
+            .iter()
+            .map(|c| take(c.as_ref(), &indices, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (&id, chunk) in self.chunks.iter().filter(|(_, c)| c.unindexed > 0) {
+            for (probe, row) in matching_rows(&chunk.orders, &chunk.batch, &self.spec.key, &probes)?
+            {
+                let row = row as usize;
+                if chunk.live.value(row) && chunk.keys[row] == UNINDEXED {
+                    found[missing[probe] as usize] = Some(position(id, row));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Gives each row at `positions` that has no slot yet one: live,
+    /// committed (it was in the snapshot), clean.
+    fn index_rows(&mut self, positions: &[RowPosition]) -> StateResult<()> {
+        let mut lacking: Vec<RowPosition> = positions
+            .iter()
+            .copied()
+            .filter(|&p| self.slot_at(p) == UNINDEXED)
+            .collect();
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        lacking.sort_unstable();
+        lacking.dedup();
+        let keys = self.gather_columns(&lacking, &self.spec.key)?;
+        let hashes = hash_keys(keys.columns(), keys.num_rows())?;
+        self.index.reserve(lacking.len());
+        let slots: Vec<Slot> = hashes.iter().map(|&h| self.index.insert(h)).collect();
+        self.grow();
+        for (&p, slot) in lacking.iter().zip(slots) {
+            self.positions[slot as usize] = p;
+            self.flags[slot as usize] = LIVE | COMMITTED;
+            let (id, row) = split_position(p);
+            let chunk = self.chunks.get_mut(&id).expect("position of a live chunk");
+            chunk.keys[row] = slot;
+            chunk.unindexed -= 1;
+        }
+        Ok(())
+    }
+
+    /// Indexes every live row not indexed yet (before the bulk paths,
+    /// which find keys in the index alone).
+    fn index_all(&mut self) -> StateResult<()> {
+        let lacking: Vec<RowPosition> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.unindexed > 0)
+            .flat_map(|(&id, c)| {
+                c.live
+                    .set_indices()
+                    .filter(|&row| c.keys[row] == UNINDEXED)
+                    .map(move |row| position(id, row))
+            })
+            .collect();
+        self.index_rows(&lacking)
     }
 
     /// The visible columns of the rows at `positions`, in that order.
@@ -486,9 +627,18 @@ impl StateTable {
         };
         if let Some(keys) = &keys {
             let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
-            let found = self.find_all(keys);
-            for (row, (slot, repeated)) in found.iter().zip(keys.repeated()).enumerate() {
-                let taken = slot.is_some_and(|s| !deleted.contains(&self.positions[s as usize]));
+            // New hidden row ids are above every stored one: only the
+            // index can hold them (rows inserted earlier).
+            let found = if self.spec.hidden_row_id {
+                self.find_all(keys)
+                    .into_iter()
+                    .map(|slot| slot.map(|s| self.positions[s as usize]))
+                    .collect()
+            } else {
+                self.find_positions(keys)?
+            };
+            for (row, (existing, repeated)) in found.iter().zip(keys.repeated()).enumerate() {
+                let taken = existing.is_some_and(|p| !deleted.contains(&p));
                 if taken || repeated {
                     return Ok(Err(KeyViolation { row }));
                 }
@@ -513,11 +663,9 @@ impl StateTable {
     /// that starts its table over).
     pub fn clear(&mut self) -> StateResult<()> {
         let live: Vec<RowPosition> = self
-            .flags
+            .chunks
             .iter()
-            .zip(&self.positions)
-            .filter(|(flags, _)| **flags & LIVE != 0)
-            .map(|(_, &position)| position)
+            .flat_map(|(&id, c)| c.live.set_indices().map(move |row| position(id, row)))
             .collect();
         self.written |= !live.is_empty();
         self.delete_positions(&live, true)?;
@@ -530,6 +678,7 @@ impl StateTable {
         if positions.is_empty() {
             return Ok(());
         }
+        self.index_rows(positions)?;
         // The deleted rows, for the views reading the table; else only
         // their keys, for the next delta.
         let gone = match (track, &self.changes) {
@@ -606,6 +755,7 @@ impl StateTable {
     /// count changes, and the row disappears at 0. `rows` holds the other
     /// columns; equal rows may repeat. Hashes each row once.
     pub fn add_counts(&mut self, rows: &RecordBatch, deltas: &[i64]) -> StateResult<()> {
+        self.index_all()?;
         let n = rows.num_rows();
         if n == 0 {
             return Ok(());
@@ -682,6 +832,7 @@ impl StateTable {
         if rows.num_rows() == 0 {
             return Ok(());
         }
+        self.index_all()?;
         let (removed, added): (Vec<u32>, Vec<u32>) =
             (0..rows.num_rows() as u32).partition(|&i| weights[i as usize] < 0);
         let removed = take_record_batch(rows, &UInt32Array::from(removed))?;
@@ -742,6 +893,7 @@ impl StateTable {
                 live: BooleanBuffer::new_set(rows),
                 live_rows: rows,
                 keys,
+                unindexed: 0,
                 orders: Arc::default(),
             },
         );
@@ -779,7 +931,9 @@ impl StateTable {
         let small: Vec<u32> = self
             .chunks
             .iter()
-            .filter(|(_, c)| c.batch.num_rows() < SMALL_CHUNK_ROWS)
+            // A snapshot's chunks in a table over it are left as the
+            // shared table left them (merging would index their rows).
+            .filter(|(_, c)| c.batch.num_rows() < SMALL_CHUNK_ROWS && c.unindexed == 0)
             .map(|(&id, _)| id)
             .collect();
         let mut victims: Vec<u32> = if small.len() > MAX_SMALL_CHUNKS {
@@ -798,6 +952,18 @@ impl StateTable {
         if victims.is_empty() {
             return Ok(());
         }
+        let lacking: Vec<RowPosition> = victims
+            .iter()
+            .map(|id| (*id, &self.chunks[id]))
+            .filter(|(_, c)| c.unindexed > 0)
+            .flat_map(|(id, c)| {
+                c.live
+                    .set_indices()
+                    .filter(|&row| c.keys[row] == UNINDEXED)
+                    .map(move |row| position(id, row))
+            })
+            .collect();
+        self.index_rows(&lacking)?;
         let mut parts = Vec::with_capacity(victims.len());
         let mut slots = Vec::new();
         for id in &victims {
@@ -872,6 +1038,7 @@ impl StateTable {
         upserts: Option<&RecordBatch>,
         deletes: Option<&RecordBatch>,
     ) -> StateResult<()> {
+        self.index_all()?;
         if let Some(deletes) = deletes.filter(|d| d.num_rows() > 0) {
             let all: Vec<usize> = (0..deletes.num_columns()).collect();
             let found = self.find_all(&Keys::new(deletes, &all)?);
@@ -1110,6 +1277,146 @@ mod tests {
             .iter()
             .filter_map(|m| m.existing)
             .collect()
+    }
+
+    /// Each live row as (key, value), sorted.
+    fn contents(snapshot: &TableSnapshot) -> Vec<(i32, String)> {
+        let mut all = Vec::new();
+        for batch in snapshot.scan(None, false).unwrap() {
+            let keys = batch.column(0).as_primitive::<Int32Type>();
+            let values = batch.column(1).as_string::<i32>();
+            all.extend((0..batch.num_rows()).map(|i| (keys.value(i), values.value(i).to_owned())));
+        }
+        all.sort();
+        all
+    }
+
+    /// A delta as sorted upserted (key, value) pairs and deleted keys.
+    fn delta_contents(delta: Option<DeltaBatches>) -> (Vec<(i32, String)>, Vec<i32>) {
+        let Some(delta) = delta else {
+            return (Vec::new(), Vec::new());
+        };
+        let upserts = delta
+            .upserts
+            .map(|b| contents(&TableSnapshot::from_rows(keyed(), b)))
+            .unwrap_or_default();
+        let mut deletes: Vec<i32> = delta
+            .deletes
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int32Type>().values().to_vec())
+            .collect();
+        deletes.sort();
+        (upserts, deletes)
+    }
+
+    #[test]
+    fn a_table_over_a_snapshot_writes_as_an_indexed_copy_does() {
+        let spec = keyed();
+        // A shared table of several chunks, some rows deleted.
+        let mut shared = StateTable::new(spec.clone()).unwrap();
+        for start in (0..20_000).step_by(5_000) {
+            let keys: Vec<i32> = (start..start + 5_000).collect();
+            shared
+                .write(&[], Some(&rows(&spec, &keys, "s")))
+                .unwrap()
+                .unwrap();
+        }
+        let gone = positions_of(&shared, &(0..20_000).step_by(7).collect::<Vec<_>>());
+        shared.write(&gone, None).unwrap().unwrap();
+        let snapshot = shared.snapshot();
+        let mut copy = StateTable::from_snapshot(&snapshot).unwrap();
+        let mut lazy = StateTable::over_snapshot(&snapshot).unwrap();
+        assert!(lazy.chunks.values().all(|c| c.unindexed == c.live_rows));
+
+        let mut seed: u64 = 0x5eed;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let (mut inserted, mut updated, mut deleted, mut refused) = (0, 0, 0, 0);
+        for step in 0..400 {
+            let count = 1 + next(40) as usize;
+            let keys: Vec<i32> = (0..count).map(|_| next(24_000) as i32).collect();
+            let value = format!("v{step}");
+            match next(4) {
+                // Insert a few keys, which may exist: refused alike.
+                0 => {
+                    let batch = rows(&spec, &keys[..1 + count % 2], &value);
+                    let a = copy.write(&[], Some(&batch)).unwrap();
+                    let b = lazy.write(&[], Some(&batch)).unwrap();
+                    assert_eq!(a, b, "insert at step {step}");
+                    match a {
+                        Ok(()) => inserted += 1,
+                        Err(_) => refused += 1,
+                    }
+                }
+                // Update: delete by key and insert the same keys.
+                1 | 2 => {
+                    let mut keys = keys;
+                    keys.sort();
+                    keys.dedup();
+                    let a = positions_of(&copy, &keys);
+                    let b = positions_of(&lazy, &keys);
+                    assert_eq!(a.len(), b.len(), "lookup at step {step}");
+                    let present: Vec<i32> = {
+                        let batch = rows(&spec, &keys, "").project(&[0]).unwrap();
+                        let found = copy.lookup(&batch).unwrap();
+                        keys.iter()
+                            .zip(found)
+                            .filter(|(_, m)| m.existing.is_some())
+                            .map(|(&k, _)| k)
+                            .collect()
+                    };
+                    let batch = rows(&spec, &present, &value);
+                    copy.write(&a, Some(&batch)).unwrap().unwrap();
+                    lazy.write(&b, Some(&batch)).unwrap().unwrap();
+                    updated += present.len();
+                }
+                // Delete by key.
+                _ => {
+                    let mut keys = keys;
+                    keys.sort();
+                    keys.dedup();
+                    let a = positions_of(&copy, &keys);
+                    let b = positions_of(&lazy, &keys);
+                    assert_eq!(a.len(), b.len(), "lookup at step {step}");
+                    copy.write(&a, None).unwrap().unwrap();
+                    lazy.write(&b, None).unwrap().unwrap();
+                    deleted += a.len();
+                }
+            }
+            assert_eq!(copy.len(), lazy.len(), "rows at step {step}");
+            if step % 50 == 49 {
+                assert_eq!(contents(&copy.snapshot()), contents(&lazy.snapshot()));
+                let saved = lazy.clone();
+                assert_eq!(
+                    delta_contents(copy.clone().take_delta().unwrap()),
+                    delta_contents(lazy.take_delta().unwrap()),
+                    "delta at step {step}"
+                );
+                lazy = saved;
+            }
+        }
+        assert!(
+            inserted > 20 && refused > 20 && updated > 1_000 && deleted > 500,
+            "{inserted} inserted, {refused} refused, {updated} updated, {deleted} deleted"
+        );
+        // Untouched rows stayed out of the index.
+        assert!(lazy.index.slots() < 10_000, "{} slots", lazy.index.slots());
+        assert_eq!(
+            delta_contents(copy.take_delta().unwrap()),
+            delta_contents(lazy.take_delta().unwrap())
+        );
+        // Clearing reaches rows never indexed.
+        copy.clear().unwrap();
+        lazy.clear().unwrap();
+        assert_eq!(lazy.len(), 0);
+        assert_eq!(
+            delta_contents(copy.take_delta().unwrap()),
+            delta_contents(lazy.take_delta().unwrap())
+        );
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl Transaction {
                 self.snapshot.tables.get(&def.id).ok_or_else(|| {
                     WeirError::internal(format!("no snapshot of table {}", def.name))
                 })?;
-            let table = StateTable::from_snapshot(snapshot)?;
+            let table = StateTable::over_snapshot(snapshot)?;
             self.bases.insert(def.id, table.clone());
             self.private.tables.insert(def.id, table);
         }
