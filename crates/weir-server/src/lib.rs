@@ -20,6 +20,7 @@ mod aggregates;
 mod array_input;
 mod auth;
 mod average;
+mod bytea_functions;
 mod casts;
 pub mod catalog;
 mod catalog_functions;

@@ -271,6 +271,7 @@ pub fn session_context(
     crate::catalog_functions::register(&ctx, &pinned, &names);
     crate::intervals::register(&ctx)?;
     crate::pg_functions::register(&ctx);
+    crate::bytea_functions::register(&ctx);
     ctx.register_udf(crate::hop_windows::hop_window_starts());
     ctx.register_udf(weir_sql::proctime_udf());
     ctx.register_udwf(weir_stream::session::session_start());
