@@ -96,15 +96,32 @@ pub fn is_regtype(field: &Field) -> bool {
         .is_some_and(|kind| kind == "regtype")
 }
 
-/// `to_regtype(text)`: the type's OID as a `regtype`, or NULL.
+/// What a [`RegtypeOf`] function reads.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct ToRegtype {
+enum RegtypeInput {
+    /// `to_regtype(text)`: a type name; NULL for an unknown one.
+    Name,
+    /// `weir_regtype(oid)`: an OID, what `expr::regtype` of a column or
+    /// another non-text expression becomes (datafusion-pg-catalog's
+    /// rewrite), so that `typelem::regtype::text` is the type's name as in
+    /// PostgreSQL (asyncpg's type introspection reads it so) rather than
+    /// the OID's digits.
+    Oid,
+}
+
+/// A function giving a `regtype` (see [`RegtypeInput`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RegtypeOf {
+    input: RegtypeInput,
     signature: Signature,
 }
 
-impl ScalarUDFImpl for ToRegtype {
+impl ScalarUDFImpl for RegtypeOf {
     fn name(&self) -> &str {
-        "to_regtype"
+        match self.input {
+            RegtypeInput::Name => "to_regtype",
+            RegtypeInput::Oid => "weir_regtype",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -121,6 +138,9 @@ impl ScalarUDFImpl for ToRegtype {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let lookup = |inputs: &[ArrayRef]| -> Result<ArrayRef> {
+            if self.input == RegtypeInput::Oid {
+                return Ok(cast(&inputs[0], &DataType::Int32)?);
+            }
             let names = cast(&inputs[0], &DataType::Utf8)?;
             let names = names.as_string::<i32>();
             let oids: Int32Array = (0..names.len())
@@ -134,49 +154,16 @@ impl ScalarUDFImpl for ToRegtype {
 
 /// The `to_regtype(text)` function.
 pub fn to_regtype() -> ScalarUDF {
-    ScalarUDF::new_from_impl(ToRegtype {
+    ScalarUDF::new_from_impl(RegtypeOf {
+        input: RegtypeInput::Name,
         signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
     })
 }
 
-/// `weir_regtype(oid)`: an OID as a `regtype`, what `expr::regtype` of a
-/// column or another non-text expression becomes (datafusion-pg-catalog's
-/// rewrite), so that `typelem::regtype::text` is the type's name as in
-/// PostgreSQL (asyncpg's type introspection reads it so) rather than the
-/// OID's digits.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct OidRegtype {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for OidRegtype {
-    fn name(&self) -> &str {
-        "weir_regtype"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Int32)
-    }
-
-    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
-        Ok(regtype_field(self.name()))
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        make_scalar_function(
-            |inputs: &[ArrayRef]| Ok(cast(&inputs[0], &DataType::Int32)?),
-            vec![],
-        )(&args.args)
-    }
-}
-
 /// The `weir_regtype(oid)` function.
 pub fn oid_regtype() -> ScalarUDF {
-    ScalarUDF::new_from_impl(OidRegtype {
+    ScalarUDF::new_from_impl(RegtypeOf {
+        input: RegtypeInput::Oid,
         signature: Signature::uniform(
             1,
             vec![DataType::Int32, DataType::Int64, DataType::UInt32],
