@@ -555,11 +555,17 @@ impl StateTable {
     /// Indexes every live row not indexed yet (before the bulk paths,
     /// which find keys in the index alone).
     fn index_all(&mut self) -> StateResult<()> {
-        let lacking: Vec<RowPosition> = self
-            .chunks
+        let all: Vec<u32> = self.chunks.keys().copied().collect();
+        self.index_chunks(&all)
+    }
+
+    /// Indexes the live rows of chunks `ids` that are not indexed yet.
+    fn index_chunks(&mut self, ids: &[u32]) -> StateResult<()> {
+        let lacking: Vec<RowPosition> = ids
             .iter()
+            .map(|&id| (id, &self.chunks[&id]))
             .filter(|(_, c)| c.unindexed > 0)
-            .flat_map(|(&id, c)| {
+            .flat_map(|(id, c)| {
                 c.live
                     .set_indices()
                     .filter(|&row| c.keys[row] == UNINDEXED)
@@ -952,18 +958,7 @@ impl StateTable {
         if victims.is_empty() {
             return Ok(());
         }
-        let lacking: Vec<RowPosition> = victims
-            .iter()
-            .map(|id| (*id, &self.chunks[id]))
-            .filter(|(_, c)| c.unindexed > 0)
-            .flat_map(|(id, c)| {
-                c.live
-                    .set_indices()
-                    .filter(|&row| c.keys[row] == UNINDEXED)
-                    .map(move |row| position(id, row))
-            })
-            .collect();
-        self.index_rows(&lacking)?;
+        self.index_chunks(&victims)?;
         let mut parts = Vec::with_capacity(victims.len());
         let mut slots = Vec::new();
         for id in &victims {
@@ -1352,39 +1347,39 @@ mod tests {
                         Err(_) => refused += 1,
                     }
                 }
-                // Update: delete by key and insert the same keys.
-                1 | 2 => {
+                // Update (delete by key and insert the same keys) or delete.
+                kind => {
                     let mut keys = keys;
                     keys.sort();
                     keys.dedup();
-                    let a = positions_of(&copy, &keys);
-                    let b = positions_of(&lazy, &keys);
-                    assert_eq!(a.len(), b.len(), "lookup at step {step}");
-                    let present: Vec<i32> = {
-                        let batch = rows(&spec, &keys, "").project(&[0]).unwrap();
-                        let found = copy.lookup(&batch).unwrap();
-                        keys.iter()
-                            .zip(found)
-                            .filter(|(_, m)| m.existing.is_some())
-                            .map(|(&k, _)| k)
-                            .collect()
+                    let probe = rows(&spec, &keys, "").project(&[0]).unwrap();
+                    let found = |table: &StateTable| -> Vec<Option<RowPosition>> {
+                        let matches = table.lookup(&probe).unwrap();
+                        matches.iter().map(|m| m.existing).collect()
                     };
-                    let batch = rows(&spec, &present, &value);
-                    copy.write(&a, Some(&batch)).unwrap().unwrap();
-                    lazy.write(&b, Some(&batch)).unwrap().unwrap();
-                    updated += present.len();
-                }
-                // Delete by key.
-                _ => {
-                    let mut keys = keys;
-                    keys.sort();
-                    keys.dedup();
-                    let a = positions_of(&copy, &keys);
-                    let b = positions_of(&lazy, &keys);
-                    assert_eq!(a.len(), b.len(), "lookup at step {step}");
-                    copy.write(&a, None).unwrap().unwrap();
-                    lazy.write(&b, None).unwrap().unwrap();
-                    deleted += a.len();
+                    let (a, b) = (found(&copy), found(&lazy));
+                    let is_some = |f: &[Option<RowPosition>]| -> Vec<bool> {
+                        f.iter().map(Option::is_some).collect()
+                    };
+                    assert_eq!(is_some(&a), is_some(&b), "lookup at step {step}");
+                    let present: Vec<i32> = keys
+                        .iter()
+                        .zip(&a)
+                        .filter(|(_, p)| p.is_some())
+                        .map(|(&k, _)| k)
+                        .collect();
+                    let (a, b): (Vec<_>, Vec<_>) = (
+                        a.into_iter().flatten().collect(),
+                        b.into_iter().flatten().collect(),
+                    );
+                    let inserts = (kind < 3).then(|| rows(&spec, &present, &value));
+                    copy.write(&a, inserts.as_ref()).unwrap().unwrap();
+                    lazy.write(&b, inserts.as_ref()).unwrap().unwrap();
+                    if kind < 3 {
+                        updated += present.len();
+                    } else {
+                        deleted += a.len();
+                    }
                 }
             }
             assert_eq!(copy.len(), lazy.len(), "rows at step {step}");
