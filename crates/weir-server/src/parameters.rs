@@ -17,7 +17,7 @@ use datafusion::common::DFSchema;
 use datafusion::logical_expr::expr::{Cast, Placeholder, TryCast};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions, ArrayElemTypeDef, DataType as SqlType, Expr as SqlExpr, Statement, Value,
+    visit_expressions, ArrayElemTypeDef, DataType as SqlType, Expr as SqlExpr, Statement,
 };
 use pgwire::api::Type;
 
@@ -92,16 +92,7 @@ pub fn oid_parameters(statement: &Statement) -> Vec<(usize, Type)> {
             expr, data_type, ..
         } = e
         {
-            let index = match expr.as_ref() {
-                SqlExpr::Value(v) => match &v.value {
-                    Value::Placeholder(p) => p
-                        .strip_prefix('$')
-                        .and_then(|n| n.parse::<usize>().ok())
-                        .and_then(|n| n.checked_sub(1)),
-                    _ => None,
-                },
-                _ => None,
-            };
+            let index = crate::point_read::parameter(expr);
             let wire = match data_type {
                 SqlType::Array(ArrayElemTypeDef::SquareBracket(element, _))
                 | SqlType::Array(ArrayElemTypeDef::AngleBracket(element))

@@ -540,7 +540,7 @@ fn condition(
 }
 
 /// The parameter (0-based) `$n` names.
-fn parameter(expr: &SqlExpr) -> Option<usize> {
+pub(crate) fn parameter(expr: &SqlExpr) -> Option<usize> {
     let SqlExpr::Value(value) = expr else {
         return None;
     };
