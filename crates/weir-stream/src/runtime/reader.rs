@@ -48,6 +48,10 @@ const MAX_BATCH_ROWS: usize = 8192;
 pub(super) enum SourceMessage {
     /// The next rows.
     Rows(RecordBatch),
+    /// The positions moved past offsets that hold no row (transaction
+    /// markers, records that all went to dead letters): the open epoch
+    /// must commit them, although no row changed.
+    Moved,
     /// Every row before this belongs to `epoch`.
     Barrier {
         /// The epoch the barrier ends.
@@ -239,8 +243,9 @@ impl Feed {
         self.read_own(Some(until))
     }
 
-    /// The next batch, `None` once the source has no more. Cancel safe:
-    /// every wait is on something the feed keeps.
+    /// The next batch, `None` once the source has no more; a batch
+    /// without rows when only the positions moved. Cancel safe: every
+    /// wait is on something the feed keeps.
     async fn next(&mut self) -> Option<Result<RecordBatch>> {
         loop {
             match &mut self.state {
@@ -271,8 +276,9 @@ impl Feed {
                 }
                 FeedState::Subscribed(queue) => match queue.recv().await {
                     Some(Ok((rows, positions))) => {
+                        let moved = *positions != self.positions;
                         self.positions = positions.to_vec();
-                        if rows.num_rows() > 0 {
+                        if rows.num_rows() > 0 || moved {
                             return Some(Ok(rows));
                         }
                     }
@@ -284,8 +290,10 @@ impl Feed {
                 },
                 FeedState::Own { reader, bounded } => match reader.next().await {
                     Some(Ok(rows)) => {
-                        self.positions = reader.positions();
-                        if rows.num_rows() > 0 {
+                        let positions = reader.positions();
+                        let moved = positions != self.positions;
+                        self.positions = positions;
+                        if rows.num_rows() > 0 || moved {
                             return Some(Ok(rows));
                         }
                     }
@@ -319,6 +327,7 @@ async fn read(
                 SourceMessage::Barrier { epoch, positions: feed.positions.clone() }
             }
             batch = feed.next(), if !finished => match batch {
+                Some(Ok(rows)) if rows.num_rows() == 0 => SourceMessage::Moved,
                 Some(Ok(rows)) => SourceMessage::Rows(rows),
                 Some(Err(e)) => SourceMessage::Failed(e),
                 None => {

@@ -579,6 +579,37 @@ async fn positions_past_offsets_without_rows_reach_the_views_and_end_a_catch_up(
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_that_move_without_rows_give_the_open_epoch_work() {
+    // A topic whose records were all read but whose last offsets hold
+    // transaction markers: the reader passes them with no rows, and the
+    // server must cut an epoch to commit the new positions.
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime(usize::MAX, workers);
+        let mut source = Counter::new(0, 4);
+        source.gap = 3;
+        assert!(runtime.send(Command::Start(
+            Box::new(view_with_id("a", 10, source)),
+            None
+        )));
+        let waited = std::time::Instant::now();
+        while !runtime.status().has_rows_since_barrier() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "positions moved past the gap, yet the epoch has no work"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        barriers_until(&runtime, &mut parts, |part| {
+            part.positions.get(&position_key(10, 2)) == Some(&vec![3; 4])
+        })
+        .await;
+        // Once committed, the positions no longer give epochs work.
+        barriers_until(&runtime, &mut parts, |_| true).await;
+        assert!(!runtime.status().has_rows_since_barrier());
+    }
+}
+
 /// Sends barriers until views 10 and 12 over `total` values of `splits`
 /// splits hold them all, checking at every cut that each holds exactly
 /// the values before its positions.

@@ -254,6 +254,10 @@ impl Worker {
                     self.status.count(&view, |c| c.source_rows += count);
                     Ok(())
                 }
+                Next::Source(_, Some(SourceMessage::Moved)) => {
+                    self.status.note_batch();
+                    Ok(())
+                }
                 Next::Source(i, Some(SourceMessage::Barrier { epoch, positions })) => {
                     let reader = &self.readers[i];
                     if let Some(all) = self.positions.get_mut(&reader.position_key) {

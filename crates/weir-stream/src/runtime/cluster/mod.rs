@@ -594,6 +594,7 @@ impl WorkerView {
                             .send_batch(&mut ChangeBatch::new(vec![crate::Changes::inserts(rows)]));
                         batches += 1;
                     }
+                    Poll::Ready(Some(SourceMessage::Moved)) => status.note_batch(),
                     Poll::Ready(Some(SourceMessage::Barrier { epoch, positions })) => {
                         debug!(view = %self.name, epoch, time = *feed.input.time(), "reader barrier");
                         let splits = feed.splits.iter().copied().zip(positions);
