@@ -51,7 +51,7 @@ use crate::point_read::PointRead;
 use crate::rows::RowStream;
 use crate::session::{Output, Params, Session};
 use crate::statement;
-use crate::transaction::{control, Transaction};
+use crate::transaction::{control, pipeline, Transaction};
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -521,6 +521,11 @@ impl SimpleQueryHandler for Connection {
     {
         let mut session = self.session(client).await?;
         check_alive(&session)?;
+        // Executes sent without their Sync end their pipeline here.
+        if let Err(e) = pipeline::end(&mut session).await {
+            send_response(client, error_response(e)).await?;
+            return Ok(Vec::new());
+        }
         let statements = match weir_sql::parse(query) {
             Ok(statements) => statements,
             Err(error) => {
@@ -1011,8 +1016,10 @@ impl ExtendedQueryHandler for Connection {
         })
     }
 
-    /// As pgwire's, but ReadyForQuery reports the session's transaction
-    /// status (see [`SimpleQueryHandler::on_query`]).
+    /// As pgwire's, but the pipeline's implicit block commits first (an
+    /// error doing so is answered before ReadyForQuery), and ReadyForQuery
+    /// reports the session's transaction status (see
+    /// [`SimpleQueryHandler::on_query`]).
     async fn on_sync<C>(&self, client: &mut C, _message: SyncMessage) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1021,6 +1028,14 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         client.portal_store().rm_portal(DEFAULT_NAME);
+        let ended = {
+            let mut session = self.session(client).await?;
+            session.settle_canceled();
+            pipeline::end(&mut session).await
+        };
+        if let Err(e) = ended {
+            send_response(client, error_response(e)).await?;
+        }
         let status = self.transaction_status(client).await?;
         client.set_transaction_status(status);
         client
@@ -1076,6 +1091,12 @@ impl ExtendedQueryHandler for Connection {
         };
         let mut session = self.session(client).await?;
         check_alive(&session)?;
+        if let Err(e) =
+            pipeline::before_execute(&mut session, statement, client.sync_follows()).await
+        {
+            session.fail_transaction();
+            return Err(e.into());
+        }
         let point_read = prepared.point_read.as_deref();
         let reuse = Reuse {
             point_read: point_read.map(|read| (read, &params)),

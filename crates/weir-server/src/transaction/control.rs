@@ -84,7 +84,12 @@ fn read_only(modes: &[TransactionMode]) -> Option<bool> {
 }
 
 fn begin(session: &mut Session, read_only: Option<bool>) -> Output {
-    if session.transaction.is_some() {
+    if let Some(block) = session.transaction.as_mut().filter(|b| b.is_implicit()) {
+        block.make_explicit();
+        if let Some(read_only) = read_only {
+            block.set_read_only(read_only);
+        }
+    } else if session.transaction.is_some() {
         session.warning(
             SqlState::ACTIVE_SQL_TRANSACTION,
             "there is already a transaction in progress",

@@ -12,6 +12,7 @@
 
 mod commit;
 pub mod control;
+pub mod pipeline;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +39,8 @@ pub struct Transaction {
     failed: bool,
     /// `BEGIN READ ONLY`.
     read_only: bool,
-    /// Opened by the server around a multi-statement query, not by BEGIN.
+    /// Opened by the server around a multi-statement query or a
+    /// pipeline of Executes (`pipeline.rs`), not by BEGIN.
     implicit: bool,
 }
 
@@ -78,6 +80,12 @@ impl Transaction {
     /// Whether the server opened the block around a multi-statement query.
     pub fn is_implicit(&self) -> bool {
         self.implicit
+    }
+
+    /// `BEGIN` inside a pipeline's block: the block goes on as one the
+    /// client opened, with the pipeline's writes in it (as in PostgreSQL).
+    pub fn make_explicit(&mut self) {
+        self.implicit = false;
     }
 
     /// Makes the block read-only or read-write (`SET TRANSACTION`).

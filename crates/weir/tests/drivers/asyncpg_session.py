@@ -60,6 +60,15 @@ async def main(dsn):
     rows = await conn.fetch("SELECT * FROM akinds ORDER BY id")
     check("round trip", [tuple(r) for r in rows], [ROW, NULLS])
 
+    # executemany is atomic: one pipeline, one implicit transaction.
+    again = (3,) + ROW[1:]
+    try:
+        await insert.executemany([again, ROW])
+        raise AssertionError("a duplicate key in executemany was accepted")
+    except asyncpg.UniqueViolationError:
+        pass
+    check("atomic executemany", await conn.fetchval("SELECT count(*) FROM akinds"), 2)
+
     # Binary COPY of every type.
     await conn.execute("DELETE FROM akinds")
     await conn.copy_records_to_table("akinds", records=[ROW, NULLS], columns=COLUMNS)

@@ -761,6 +761,21 @@ impl Frontend {
         self.until_ready()
     }
 
+    /// Parse, Bind and Execute of each statement (no parameters), then
+    /// one Sync: a pipeline.
+    fn pipeline(&mut self, statements: &[&str]) -> (Vec<String>, char) {
+        for sql in statements {
+            let mut parse = vec![0u8];
+            parse.extend_from_slice(sql.as_bytes());
+            parse.extend([0, 0, 0]);
+            self.send(b'P', &parse);
+            self.send(b'B', &[0, 0, 0, 0, 0, 0, 0, 0]);
+            self.send(b'E', &[0, 0, 0, 0, 0]);
+        }
+        self.send(b'S', &[]);
+        self.until_ready()
+    }
+
     /// Parse, Bind, Execute and Sync of one statement without parameters.
     fn execute(&mut self, sql: &str) -> (Vec<String>, char) {
         let mut parse = vec![0u8];
@@ -823,6 +838,79 @@ async fn ready_for_query_reports_the_transaction_status() {
         crate::common::column(&other, "SELECT count(*) FROM t").await,
         vec![Some("1".into())]
     );
+}
+
+#[tokio::test]
+async fn a_pipeline_of_executes_is_one_transaction() {
+    let server = TestServer::start().await;
+    let other = server.client().await;
+    other
+        .batch_execute(
+            "CREATE TABLE p (id INT PRIMARY KEY, v INT); \
+             CREATE MATERIALIZED VIEW p_total AS SELECT count(*) AS n, sum(v) AS s FROM p",
+        )
+        .await
+        .unwrap();
+    let count = || async {
+        crate::common::column(&other, "SELECT count(*) FROM p").await[0]
+            .clone()
+            .unwrap()
+    };
+    let mut raw = Frontend::connect(&server);
+    let ok = |status: char| (Vec::<String>::new(), status);
+    let failed = |code: &str, status: char| (vec![code.to_owned()], status);
+
+    // An error anywhere undoes the writes before it.
+    let duplicate = [
+        "INSERT INTO p VALUES (1, 1)",
+        "INSERT INTO p VALUES (2, 2)",
+        "INSERT INTO p VALUES (1, 3)",
+    ];
+    assert_eq!(raw.pipeline(&duplicate), failed("23505", 'I'));
+    assert_eq!(count().await, "0");
+    // After one, the messages up to Sync are skipped: the last insert too.
+    let missing = [
+        "INSERT INTO p VALUES (5, 5)",
+        "SELECT * FROM missing",
+        "INSERT INTO p VALUES (6, 6)",
+    ];
+    assert_eq!(raw.pipeline(&missing), failed("42P01", 'I'));
+    assert_eq!(count().await, "0");
+
+    // Without one, everything commits at Sync, and the pipeline's reads
+    // see its writes.
+    let fine = [
+        "INSERT INTO p VALUES (1, 1)",
+        "INSERT INTO p VALUES (2, 2)",
+        "UPDATE p SET v = v * 10 WHERE id = 2",
+        "SELECT * FROM p",
+    ];
+    assert_eq!(raw.pipeline(&fine), ok('I'));
+    assert_eq!(count().await, "2");
+    // The view saw both writes in one epoch.
+    other.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        crate::common::column(&other, "SELECT CAST(s AS TEXT) FROM p_total").await,
+        vec![Some("21".into())]
+    );
+
+    // BEGIN in a pipeline takes the writes before it into its block.
+    let begun = [
+        "INSERT INTO p VALUES (3, 3)",
+        "BEGIN",
+        "INSERT INTO p VALUES (4, 4)",
+    ];
+    assert_eq!(raw.pipeline(&begun), ok('T'));
+    assert_eq!(raw.query("ROLLBACK"), ok('I'));
+    assert_eq!(count().await, "2");
+
+    // A statement that cannot run in a block commits the writes before it.
+    let ddl = ["INSERT INTO p VALUES (8, 8)", "CREATE TABLE q (x INT)"];
+    assert_eq!(raw.pipeline(&ddl), ok('I'));
+    assert_eq!(count().await, "3");
+    // A lone write commits as before.
+    assert_eq!(raw.execute("INSERT INTO p VALUES (9, 9)"), ok('I'));
+    assert_eq!(count().await, "4");
 }
 
 /// One binary COPY tuple of (int4, text) fields; `None` is NULL.

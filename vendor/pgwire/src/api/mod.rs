@@ -178,6 +178,14 @@ pub trait ClientInfo {
     /// Returns the client TLS certificates, if available.
     #[cfg(any(feature = "_ring", feature = "_aws-lc-rs"))]
     fn client_certificates<'a>(&self) -> Option<&[CertificateDer<'a>]>;
+
+    // Weir: lets a server tell an Execute that ends its pipeline from one
+    // that more messages follow before Sync.
+    /// Whether the next message, already received, is a Sync (false when
+    /// it has not arrived yet or is another message).
+    fn sync_follows(&self) -> bool {
+        false
+    }
 }
 
 /// Client Portal Store

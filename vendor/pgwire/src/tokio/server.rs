@@ -84,6 +84,11 @@ impl<S> Encoder<PgWireBackendMessage> for PgWireMessageServerCodec<S> {
 }
 
 impl<T: 'static, S> ClientInfo for Framed<T, PgWireMessageServerCodec<S>> {
+    // Weir: a Sync's tag byte first in what was read but not yet decoded.
+    fn sync_follows(&self) -> bool {
+        self.read_buffer().first() == Some(&b'S')
+    }
+
     fn socket_addr(&self) -> std::net::SocketAddr {
         self.codec().client_info.socket_addr
     }
