@@ -8,6 +8,16 @@
 //! escapes the next character), never as NULL; elsewhere a backslash
 //! escapes the next character and an unquoted `NULL` (any case) is NULL.
 //! The elements are returned as text, for the element type's own input.
+//! [`ArrayLike`] reads the literal of `x = ANY('{2,4}')` with `x`'s type.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
+};
 
 /// Why a text is not a one-dimensional array.
 #[derive(Debug, PartialEq, Eq)]
@@ -129,5 +139,54 @@ mod tests {
             assert_eq!(parse_array(text), Err(ArrayInputError::Malformed), "{text}");
         }
         assert_eq!(parse_array("{{1,2},{3,4}}"), Err(ArrayInputError::Nested));
+    }
+}
+
+/// `weir_array_like(text, sample)`: `text` read as an array of `sample`'s
+/// type. Weir's parser writes it for `x = ANY('{2,4}')`, whose literal
+/// PostgreSQL reads as an array of `x`'s type (`weir_sql::pg_forms`);
+/// only the sample's type is used.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct ArrayLike {
+    signature: Signature,
+}
+
+impl Default for ArrayLike {
+    fn default() -> Self {
+        ArrayLike {
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ArrayLike {
+    fn name(&self) -> &str {
+        "weir_array_like"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        let element = match &args[1] {
+            DataType::Null => DataType::Utf8,
+            other => other.clone(),
+        };
+        Ok(DataType::List(Arc::new(Field::new_list_field(
+            element, true,
+        ))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let text = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Utf8)?;
+        let zone = args.config_options.execution.time_zone.as_deref();
+        let arrays = crate::casts::text_to_array(&text, args.return_field.data_type(), zone)?;
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&arrays, 0)?)
+        } else {
+            ColumnarValue::Array(arrays)
+        })
     }
 }

@@ -1,11 +1,12 @@
 //! `bytea` functions as PostgreSQL has them where DataFusion's differ:
-//! `octet_length` of a `bytea` (DataFusion's takes only text), and
+//! `octet_length` of a `bytea` (DataFusion's takes only text),
 //! `encode`'s `escape` format and its `base64` as PostgreSQL writes it
-//! (padded, lines broken at 76 characters); `hex` stays DataFusion's.
+//! (padded, lines broken at 76 characters), and `decode` of both (base64
+//! with the line breaks in it); `hex` stays DataFusion's.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
+use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::length::length;
 use datafusion::arrow::datatypes::DataType;
@@ -21,6 +22,36 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(Encode {
         inner: datafusion::functions::encoding::encode(),
     }));
+    ctx.register_udf(ScalarUDF::new_from_impl(Decode {
+        inner: datafusion::functions::encoding::decode(),
+        signature: Signature::user_defined(Volatility::Immutable),
+    }));
+}
+
+/// A function's format argument, lowercased, if it is a constant.
+fn format_of(args: &ScalarFunctionArgs) -> Option<String> {
+    match &args.args[1] {
+        ColumnarValue::Scalar(
+            ScalarValue::Utf8(Some(f))
+            | ScalarValue::Utf8View(Some(f))
+            | ScalarValue::LargeUtf8(Some(f)),
+        ) => Some(f.to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
+/// Whether a function's first argument is a scalar.
+fn scalar_input(args: &ScalarFunctionArgs) -> bool {
+    matches!(args.args[0], ColumnarValue::Scalar(_))
+}
+
+/// `converted` as a scalar if the function's first argument was one.
+fn shaped(scalar: bool, converted: ArrayRef) -> Result<ColumnarValue> {
+    Ok(if scalar {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&converted, 0)?)
+    } else {
+        ColumnarValue::Array(converted)
+    })
 }
 
 /// `octet_length(text or bytea)`: the number of bytes, an `integer`.
@@ -93,16 +124,11 @@ impl ScalarUDFImpl for Encode {
     }
 
     fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let format = match &args.args[1] {
-            ColumnarValue::Scalar(
-                ScalarValue::Utf8(Some(f))
-                | ScalarValue::Utf8View(Some(f))
-                | ScalarValue::LargeUtf8(Some(f)),
-            ) => f.to_ascii_lowercase(),
-            _ => return self.inner.invoke_with_args(args),
+        let Some(format) = format_of(&args) else {
+            return self.inner.invoke_with_args(args).map_err(bad_value);
         };
         let output = args.return_field.data_type().clone();
-        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let scalar = scalar_input(&args);
         let converted = match format.as_str() {
             "escape" => cast(
                 &encode_escape(&args.args[0].to_array(args.number_rows)?)?,
@@ -113,14 +139,126 @@ impl ScalarUDFImpl for Encode {
                 let padded = self.inner.invoke_with_args(args)?.into_array(1)?;
                 cast(&break_lines(&cast(&padded, &DataType::Utf8)?), &output)?
             }
-            _ => return self.inner.invoke_with_args(args),
+            _ => return self.inner.invoke_with_args(args).map_err(bad_value),
         };
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&converted, 0)?)
-        } else {
-            ColumnarValue::Array(converted)
-        })
+        shaped(scalar, converted)
     }
+}
+
+/// DataFusion's `decode`, with PostgreSQL's `escape`, and `base64` that
+/// skips whitespace (the line breaks `encode` writes). Its text is taken
+/// as text: DataFusion's coerces it to `bytea`, which Weir's casts read
+/// as `bytea` input, escapes and all.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Decode {
+    inner: Arc<ScalarUDF>,
+    /// Its own: [`Decode::coerce_types`] gives the types.
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Decode {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Binary)
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        if args.len() != 2 {
+            return datafusion::common::plan_err!("decode takes a text and a format");
+        }
+        Ok(vec![DataType::Utf8, DataType::Utf8])
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = scalar_input(&args);
+        let text = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Utf8)?;
+        let format = format_of(&args);
+        let bytes = match format.as_deref() {
+            Some("escape") => return shaped(scalar, decode_escape(&text)?),
+            Some("base64") => cast(&without_whitespace(&text), &DataType::Binary)?,
+            _ => cast(&text, &DataType::Binary)?,
+        };
+        args.args[0] = if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&bytes, 0)?)
+        } else {
+            ColumnarValue::Array(bytes)
+        };
+        args.arg_fields[0] = Arc::new(datafusion::arrow::datatypes::Field::new(
+            "bytes",
+            DataType::Binary,
+            true,
+        ));
+        self.inner.invoke_with_args(args).map_err(bad_value)
+    }
+}
+
+/// DataFusion's `encode`/`decode` errors (a bad digit, an unknown
+/// format) as PostgreSQL's 22023, not a syntax error.
+fn bad_value(error: datafusion::error::DataFusionError) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(crate::error::WeirError::new(
+        crate::error::SqlState::INVALID_PARAMETER_VALUE,
+        error.message().to_string(),
+    )))
+}
+
+/// Text as `decode(text, 'escape')` reads it: `\\` is a backslash, `\ooo`
+/// (three octal digits) a byte, any other character its UTF-8 bytes; a
+/// backslash followed by anything else is 22P02.
+fn decode_escape(text: &ArrayRef) -> Result<ArrayRef> {
+    let bytes = text
+        .as_string::<i32>()
+        .iter()
+        .map(|text| text.map(unescape).transpose())
+        .collect::<Result<BinaryArray>>()?;
+    Ok(Arc::new(bytes))
+}
+
+fn unescape(text: &str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, after)) = rest.split_first() {
+        if b != b'\\' {
+            bytes.push(b);
+            rest = after;
+            continue;
+        }
+        match after {
+            [b'\\', tail @ ..] => {
+                bytes.push(b'\\');
+                rest = tail;
+            }
+            [a @ b'0'..=b'3', b @ b'0'..=b'7', c @ b'0'..=b'7', tail @ ..] => {
+                bytes.push((a - b'0') << 6 | (b - b'0') << 3 | (c - b'0'));
+                rest = tail;
+            }
+            _ => {
+                return Err(datafusion::error::DataFusionError::External(Box::new(
+                    crate::error::WeirError::new(
+                        crate::error::SqlState::INVALID_TEXT_REPRESENTATION,
+                        "invalid input syntax for type bytea",
+                    ),
+                )))
+            }
+        }
+    }
+    Ok(bytes)
+}
+
+/// Each text without its ASCII whitespace.
+fn without_whitespace(texts: &ArrayRef) -> ArrayRef {
+    let joined: StringArray = texts
+        .as_string::<i32>()
+        .iter()
+        .map(|text| text.map(|t| t.replace(|c: char| c.is_ascii_whitespace(), "")))
+        .collect();
+    Arc::new(joined)
 }
 
 /// Bytes as `encode(bytes, 'escape')` writes them: a zero byte, a byte
@@ -171,13 +309,23 @@ fn break_lines(texts: &ArrayRef) -> ArrayRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::BinaryArray;
 
     #[test]
     fn escape_writes_octal_for_zero_high_bytes_and_backslash() {
         let input: ArrayRef = Arc::new(BinaryArray::from_iter_values([b"A\x00\\\x7f\x80\xff"]));
         let text = encode_escape(&input).unwrap();
         assert_eq!(text.as_string::<i32>().value(0), "A\\000\\\\\x7f\\200\\377");
+    }
+
+    #[test]
+    fn escape_reads_back_what_it_writes() {
+        let bytes = b"A\x00\\\x7f\x80\xff";
+        let input: ArrayRef = Arc::new(BinaryArray::from_iter_values([bytes]));
+        let text = cast(&encode_escape(&input).unwrap(), &DataType::Utf8).unwrap();
+        let decoded = decode_escape(&text).unwrap();
+        assert_eq!(decoded.as_binary::<i32>().value(0), bytes);
+        assert!(unescape("a\\9").is_err());
+        assert!(unescape("a\\").is_err());
     }
 
     #[test]

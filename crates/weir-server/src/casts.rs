@@ -342,7 +342,11 @@ fn text_to_bytea(input: &ArrayRef, output: &DataType) -> Result<ArrayRef> {
 /// Text cast to an array of `output`'s element type: 22P02 for text that
 /// is no array literal, 0A000 for an array of arrays; the elements as
 /// text cast to the element type ([`text_to`]).
-fn text_to_array(input: &ArrayRef, output: &DataType, zone: Option<&str>) -> Result<ArrayRef> {
+pub(crate) fn text_to_array(
+    input: &ArrayRef,
+    output: &DataType,
+    zone: Option<&str>,
+) -> Result<ArrayRef> {
     use crate::array_input::{parse_array, ArrayInputError};
     use datafusion::arrow::array::{ListArray, StringArray};
     use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};

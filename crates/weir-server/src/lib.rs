@@ -74,6 +74,7 @@ pub mod session;
 mod settings;
 mod sink;
 mod source;
+mod sql_prepare;
 mod statement;
 mod subscribe;
 mod system;

@@ -34,6 +34,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(convert_from());
     ctx.register_udf(convert_to());
     ctx.register_udf(ScalarUDF::new_from_impl(ArrayLength::default()));
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        crate::array_input::ArrayLike::default(),
+    ));
 }
 
 /// `array_length(array, dimension)`: DataFusion's, but NULL where it is

@@ -199,6 +199,8 @@ pub struct Session {
     pub reported_time_zone: String,
     /// Simple-query point reads by statement shape (`point_read.rs`).
     pub shapes: crate::point_read::ShapeCache,
+    /// Statements `PREPARE` named (`sql_prepare.rs`).
+    pub sql_prepared: crate::sql_prepare::SqlPreparedStatements,
 }
 
 /// The OIDs a session's catalog tables have handed out (`pg_catalog`'s and
@@ -339,6 +341,7 @@ impl Session {
             progress: None,
             reported_time_zone: "UTC".into(),
             shapes: Default::default(),
+            sql_prepared: Default::default(),
         };
         let ctx = session.make_context()?;
         // Just made: the cell is empty.

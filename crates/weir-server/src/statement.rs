@@ -193,8 +193,31 @@ pub async fn execute(
             }
             Ok(Output::command("RESET"))
         }
-        Statement::Discard { .. } => Ok(Output::command("DISCARD ALL")),
-        Statement::Deallocate { .. } => Ok(Output::command("DEALLOCATE")),
+        Statement::Discard { .. } => {
+            session.sql_prepared.clear();
+            Ok(Output::command("DISCARD ALL"))
+        }
+        Statement::Prepare {
+            name,
+            data_types,
+            statement,
+        } => crate::sql_prepare::prepare(session, name, data_types, statement),
+        Statement::Execute {
+            name: Some(name),
+            parameters,
+            immediate: false,
+            ..
+        } => {
+            let Some(name) = name.0.last().and_then(|part| part.as_ident()) else {
+                return Err(WeirError::new(
+                    SqlState::SYNTAX_ERROR,
+                    "EXECUTE needs a name",
+                ));
+            };
+            let bound = crate::sql_prepare::bound(session, name, parameters)?;
+            Box::pin(execute(session, &bound, &None)).await
+        }
+        Statement::Deallocate { name, .. } => Ok(crate::sql_prepare::deallocate(session, name)),
         Statement::Copy { .. } => Err(WeirError::internal("COPY is run by the handler")),
         other => Err(WeirError::unsupported(format!(
             "statement not supported: {}",

@@ -22,6 +22,8 @@
 //!   ([`extract_as_numeric`]);
 //! - `U&'...'` strings are the standard strings they spell;
 //! - `INTERVAL '...'` without a unit is `'...'::interval`;
+//! - `x = ANY('{2,4}')` (and `ALL`) reads the literal as an array of `x`'s
+//!   type: `weir_array_like('{2,4}', x)` ([`any_of_text`]);
 //! - `TUMBLE(...)` and `HOP(...)` in `FROM` are the queries they stand
 //!   for ([`crate::windows`]);
 //! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
@@ -148,6 +150,7 @@ impl VisitorMut for Forms {
         crate::numbers::widen_big_integer(expr);
         crate::numbers::widen_huge_literal(expr);
         crate::subquery_ops::rewrite_quantified(expr);
+        any_of_text(expr);
         mod_as_operator(expr);
         substring_as_match(expr);
         generate_subscripts_as_unnest(expr);
@@ -155,6 +158,27 @@ impl VisitorMut for Forms {
         extract_as_numeric(expr);
         ControlFlow::Continue(())
     }
+}
+
+/// `x op ANY('{...}')` or `ALL`: PostgreSQL reads the untyped literal as
+/// an array of `x`'s type; DataFusion takes it as text, which no array
+/// function accepts. The literal becomes `weir_array_like(literal, x)`,
+/// the server's function that reads it with `x`'s type.
+fn any_of_text(expr: &mut Expr) {
+    let (Expr::AnyOp { left, right, .. } | Expr::AllOp { left, right, .. }) = expr else {
+        return;
+    };
+    let mut literal = right.as_ref();
+    while let Expr::Nested(inner) = literal {
+        literal = inner;
+    }
+    if !matches!(literal, Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_))) {
+        return;
+    }
+    let sql = format!("weir_array_like({literal}, {left})");
+    let mut like = literal.clone();
+    replace_with(&mut like, &sql);
+    **right = like;
 }
 
 /// `U&'\0041'`, which sqlparser decodes, as the standard string it

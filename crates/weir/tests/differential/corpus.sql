@@ -197,6 +197,11 @@ SELECT quote_literal('it''s');
 SELECT convert_from(decode('c3a9', 'hex'), 'UTF8'), convert_from(decode('e9', 'hex'), 'LATIN1'), convert_to('é', 'LATIN1');
 SELECT convert_from(decode('beef', 'hex'), 'UTF8');
 SELECT convert_to('€', 'LATIN1');
+SELECT encode(decode('A\377\000\\x', 'escape'), 'hex'), encode(decode('3q2+7w==', 'base64'), 'hex');
+SELECT decode('zz', 'hex');
+SELECT decode('a\9', 'escape');
+SELECT 3 = ANY('{1,3}'), 'b' = ANY('{a,b}'), 2 > ANY('{1,5}'), 3 <> ALL('{1,2}');
+SELECT 1 = ANY('{1,x}');
 
 -- Dates, times, timestamps, intervals.
 SELECT '2024-03-05'::date;

@@ -1,0 +1,128 @@
+//! `PREPARE`, `EXECUTE` and `DEALLOCATE` in SQL: a session's named
+//! statements with `$n` parameters, as psql users and some drivers write
+//! them (the extended protocol's prepared statements are pgwire's).
+//!
+//! `EXECUTE name(args)` runs the statement with each `$n` replaced by its
+//! argument, cast to the parameter's declared type if `PREPARE` declared
+//! one: the statement is planned at each execution, like a simple query.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, CastKind, DataType, Expr, Ident, Statement, Value,
+};
+use weir_sql::WeirStatement;
+
+use crate::error::{SqlState, WeirError, WeirResult};
+use crate::session::{Output, Session};
+
+/// A statement `PREPARE` named.
+#[derive(Debug, Clone)]
+pub struct SqlPrepared {
+    statement: Statement,
+    /// Declared parameter types, by position (`$1` first).
+    types: Vec<DataType>,
+}
+
+/// A session's statements prepared in SQL, by name.
+pub type SqlPreparedStatements = HashMap<String, SqlPrepared>;
+
+/// `PREPARE name [(types)] AS statement`: 42P05 if the name is taken.
+pub fn prepare(
+    session: &mut Session,
+    name: &Ident,
+    types: &[DataType],
+    statement: &Statement,
+) -> WeirResult<Output> {
+    if !matches!(
+        statement,
+        Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+    ) {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "PREPARE takes a SELECT, VALUES, INSERT, UPDATE or DELETE",
+        ));
+    }
+    let name = crate::catalog::normalize_ident(name);
+    if session.sql_prepared.contains_key(&name) {
+        return Err(WeirError::new(
+            SqlState("42P05"),
+            format!("prepared statement \"{name}\" already exists"),
+        ));
+    }
+    let prepared = SqlPrepared {
+        statement: statement.clone(),
+        types: types.to_vec(),
+    };
+    session.sql_prepared.insert(name, prepared);
+    Ok(Output::command("PREPARE"))
+}
+
+/// The statement `EXECUTE name(args)` runs: 26000 for an unknown name,
+/// 42601 for the wrong number of arguments.
+pub fn bound(session: &Session, name: &Ident, args: &[Expr]) -> WeirResult<WeirStatement> {
+    let name = crate::catalog::normalize_ident(name);
+    let prepared = session
+        .sql_prepared
+        .get(&name)
+        .ok_or_else(|| unknown(&name))?;
+    let mut statement = prepared.statement.clone();
+    let mut highest = 0;
+    let _ = visit_expressions_mut(&mut statement, |expr| {
+        if let Expr::Value(value) = expr {
+            if let Value::Placeholder(placeholder) = &value.value {
+                let n = placeholder
+                    .trim_start_matches('$')
+                    .parse::<usize>()
+                    .unwrap_or(0);
+                highest = highest.max(n);
+                if let Some(arg) = n.checked_sub(1).and_then(|i| args.get(i)) {
+                    *expr = match prepared.types.get(n - 1) {
+                        Some(data_type) => Expr::Cast {
+                            kind: CastKind::Cast,
+                            expr: Box::new(arg.clone()),
+                            data_type: data_type.clone(),
+                            array: false,
+                            format: None,
+                        },
+                        None => Expr::Nested(Box::new(arg.clone())),
+                    };
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let expected = highest.max(prepared.types.len());
+    if args.len() != expected {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            format!(
+                "wrong number of parameters for prepared statement \"{name}\": expected {expected}, got {}",
+                args.len()
+            ),
+        ));
+    }
+    Ok(WeirStatement::Sql(Box::new(statement)))
+}
+
+/// `DEALLOCATE [PREPARE] name | ALL`. A name not prepared in SQL is
+/// accepted: drivers deallocate their protocol-level statements this way
+/// (psycopg's cache), which pgwire keeps.
+pub fn deallocate(session: &mut Session, name: &Ident) -> Output {
+    if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+        session.sql_prepared.clear();
+    } else {
+        session
+            .sql_prepared
+            .remove(&crate::catalog::normalize_ident(name));
+    }
+    Output::command("DEALLOCATE")
+}
+
+fn unknown(name: &str) -> WeirError {
+    WeirError::new(
+        SqlState("26000"),
+        format!("prepared statement \"{name}\" does not exist"),
+    )
+}
