@@ -397,11 +397,12 @@ impl StateStore {
     }
 
     /// Copies the newest committed epoch of `self` into `target`: every
-    /// object its manifest names, then the manifest itself, so `target`
-    /// holds a complete epoch once the copy returns (and none before).
-    /// Safe while a server writes to `self`: if the server's garbage
-    /// collection removes an object mid-copy, the copy starts over from the
-    /// then-newest manifest. Returns the epoch copied.
+    /// object its manifest names, then the sources' dead letters, then the
+    /// manifest itself, so `target` holds a complete epoch once the copy
+    /// returns (and none before). Safe while a server writes to `self`: if
+    /// the server's garbage collection removes an object mid-copy, the
+    /// copy starts over from the then-newest manifest. Returns the epoch
+    /// copied.
     pub async fn backup_to(&self, target: &StateStore) -> StateResult<u64> {
         const ATTEMPTS: usize = 10;
         let mut last_error = None;
@@ -429,6 +430,7 @@ impl StateStore {
             }
             match copied {
                 Ok(()) => {
+                    self.copy_dead_letters(target).await?;
                     let json = serde_json::to_vec(&manifest).expect("manifest serializes");
                     target
                         .put(&manifest_path(&target.root, manifest.epoch), json)
@@ -445,6 +447,29 @@ impl StateStore {
             "could not copy a consistent epoch in {ATTEMPTS} attempts: {}",
             last_error.unwrap_or_default()
         )))
+    }
+
+    /// Copies every dead letter into `target`. They are not part of an
+    /// epoch: a letter of a record after the copied epoch is one the
+    /// restored server reads again and stores under the same name. A
+    /// letter deleted meanwhile (its source dropped) is left out.
+    async fn copy_dead_letters(&self, target: &StateStore) -> StateResult<()> {
+        let letters: Vec<Path> = self
+            .store
+            .list(Some(&self.root.clone().join(layout::DEAD_LETTER_DIR)))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await?;
+        for path in letters {
+            let bytes = match self.store.get(&path).await {
+                Ok(object) => object.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let copy = target.absolute(&self.relative(&path));
+            target.store.put(&copy, PutPayload::from(bytes)).await?;
+        }
+        Ok(())
     }
 
     async fn read_manifest(&self, path: &Path) -> StateResult<Manifest> {
@@ -1278,6 +1303,36 @@ mod tests {
             .await
             .unwrap();
         (manifest.epoch, contents(&table))
+    }
+
+    #[tokio::test]
+    async fn a_backup_holds_the_epoch_and_the_dead_letters() {
+        let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let open = |dir: &tempfile::TempDir| {
+            StateStore::open(dir.path().to_str().unwrap(), StoreConfig::default()).unwrap()
+        };
+        let mut store = open(&from);
+        let mut table = StateTable::new(spec()).unwrap();
+        commit_keys(&mut store, &mut table, 1, &[1, 2])
+            .await
+            .unwrap();
+        let (objects, letters) = store.slice_reader().dead_letters();
+        let letter = letters.join("9").join("p00000-o00000000000000000007");
+        objects.put(&letter, b"bad".to_vec().into()).await.unwrap();
+
+        let target = open(&to);
+        assert_eq!(store.backup_to(&target).await.unwrap(), 1);
+        let mut restored = open(&to);
+        let manifest = restored.recover().await.unwrap().expect("a manifest");
+        let table = restored
+            .load_table(spec(), &manifest.tables[&1])
+            .await
+            .unwrap();
+        assert_eq!(contents(&table).len(), 2);
+        let (objects, letters) = restored.slice_reader().dead_letters();
+        let copied = letters.join("9").join("p00000-o00000000000000000007");
+        let bytes = objects.get(&copied).await.unwrap().bytes().await.unwrap();
+        assert_eq!(bytes.as_ref(), b"bad");
     }
 
     #[tokio::test]

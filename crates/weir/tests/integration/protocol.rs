@@ -860,22 +860,29 @@ async fn a_pipeline_of_executes_is_one_transaction() {
     let ok = |status: char| (Vec::<String>::new(), status);
     let failed = |code: &str, status: char| (vec![code.to_owned()], status);
 
-    // An error anywhere undoes the writes before it.
-    let duplicate = [
-        "INSERT INTO p VALUES (1, 1)",
-        "INSERT INTO p VALUES (2, 2)",
-        "INSERT INTO p VALUES (1, 3)",
-    ];
-    assert_eq!(raw.pipeline(&duplicate), failed("23505", 'I'));
-    assert_eq!(count().await, "0");
-    // After one, the messages up to Sync are skipped: the last insert too.
-    let missing = [
-        "INSERT INTO p VALUES (5, 5)",
-        "SELECT * FROM missing",
-        "INSERT INTO p VALUES (6, 6)",
-    ];
-    assert_eq!(raw.pipeline(&missing), failed("42P01", 'I'));
-    assert_eq!(count().await, "0");
+    // An error anywhere undoes the writes before it; after it, the
+    // messages up to Sync are skipped (the last insert of the second).
+    for (statements, code) in [
+        (
+            [
+                "INSERT INTO p VALUES (1, 1)",
+                "INSERT INTO p VALUES (2, 2)",
+                "INSERT INTO p VALUES (1, 3)",
+            ],
+            "23505",
+        ),
+        (
+            [
+                "INSERT INTO p VALUES (5, 5)",
+                "SELECT * FROM missing",
+                "INSERT INTO p VALUES (6, 6)",
+            ],
+            "42P01",
+        ),
+    ] {
+        assert_eq!(raw.pipeline(&statements), failed(code, 'I'));
+        assert_eq!(count().await, "0");
+    }
 
     // Without one, everything commits at Sync, and the pipeline's reads
     // see its writes.
