@@ -778,14 +778,7 @@ impl Frontend {
 
     /// Parse, Bind, Execute and Sync of one statement without parameters.
     fn execute(&mut self, sql: &str) -> (Vec<String>, char) {
-        let mut parse = vec![0u8];
-        parse.extend_from_slice(sql.as_bytes());
-        parse.extend([0, 0, 0]);
-        self.send(b'P', &parse);
-        self.send(b'B', &[0, 0, 0, 0, 0, 0, 0, 0]);
-        self.send(b'E', &[0, 0, 0, 0, 0]);
-        self.send(b'S', &[]);
-        self.until_ready()
+        self.pipeline(&[sql])
     }
 }
 
