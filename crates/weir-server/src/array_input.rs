@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::Result;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
@@ -178,15 +178,13 @@ impl ScalarUDFImpl for ArrayLike {
         ))))
     }
 
+    /// A literal's array is read once and returned as a scalar, whatever
+    /// the sample (a column) is.
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
-        let text = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Utf8)?;
+        let (text, scalar) = crate::functions::argument_array(&args.args[0])?;
         let zone = args.config_options.execution.time_zone.as_deref();
-        let arrays = crate::casts::text_to_array(&text, args.return_field.data_type(), zone)?;
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&arrays, 0)?)
-        } else {
-            ColumnarValue::Array(arrays)
-        })
+        let output = args.return_field.data_type();
+        let arrays = crate::casts::text_to_array(&cast(&text, &DataType::Utf8)?, output, zone)?;
+        crate::functions::shaped(arrays, scalar)
     }
 }

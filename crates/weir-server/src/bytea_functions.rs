@@ -16,6 +16,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 
+use crate::functions::{argument_array, shaped};
+
 /// Registers the functions in `ctx`, over DataFusion's of the same names.
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(OctetLength::default()));
@@ -38,20 +40,6 @@ fn format_of(args: &ScalarFunctionArgs) -> Option<String> {
         ) => Some(f.to_ascii_lowercase()),
         _ => None,
     }
-}
-
-/// Whether a function's first argument is a scalar.
-fn scalar_input(args: &ScalarFunctionArgs) -> bool {
-    matches!(args.args[0], ColumnarValue::Scalar(_))
-}
-
-/// `converted` as a scalar if the function's first argument was one.
-fn shaped(scalar: bool, converted: ArrayRef) -> Result<ColumnarValue> {
-    Ok(if scalar {
-        ColumnarValue::Scalar(ScalarValue::try_from_array(&converted, 0)?)
-    } else {
-        ColumnarValue::Array(converted)
-    })
 }
 
 /// `octet_length(text or bytea)`: the number of bytes, an `integer`.
@@ -87,16 +75,9 @@ impl ScalarUDFImpl for OctetLength {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = args.number_rows;
-        let input = args.args[0].to_array(rows)?;
+        let (input, scalar) = argument_array(&args.args[0])?;
         // The length kernel counts bytes of text and of binary alike.
-        let lengths = cast(&length(&input)?, &DataType::Int32)?;
-        Ok(match args.args[0] {
-            ColumnarValue::Scalar(_) => {
-                ColumnarValue::Scalar(ScalarValue::try_from_array(&lengths, 0)?)
-            }
-            ColumnarValue::Array(_) => ColumnarValue::Array(lengths),
-        })
+        shaped(cast(&length(&input)?, &DataType::Int32)?, scalar)
     }
 }
 
@@ -128,12 +109,9 @@ impl ScalarUDFImpl for Encode {
             return self.inner.invoke_with_args(args).map_err(bad_value);
         };
         let output = args.return_field.data_type().clone();
-        let scalar = scalar_input(&args);
+        let (input, scalar) = argument_array(&args.args[0])?;
         let converted = match format.as_str() {
-            "escape" => cast(
-                &encode_escape(&args.args[0].to_array(args.number_rows)?)?,
-                &output,
-            )?,
+            "escape" => cast(&encode_escape(&input)?, &output)?,
             "base64" => {
                 args.args[1] = ColumnarValue::Scalar(ScalarValue::Utf8(Some("base64pad".into())));
                 let padded = self.inner.invoke_with_args(args)?.into_array(1)?;
@@ -141,7 +119,7 @@ impl ScalarUDFImpl for Encode {
             }
             _ => return self.inner.invoke_with_args(args).map_err(bad_value),
         };
-        shaped(scalar, converted)
+        shaped(converted, scalar)
     }
 }
 
@@ -177,19 +155,14 @@ impl ScalarUDFImpl for Decode {
     }
 
     fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = scalar_input(&args);
-        let text = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Utf8)?;
-        let format = format_of(&args);
-        let bytes = match format.as_deref() {
-            Some("escape") => return shaped(scalar, decode_escape(&text)?),
+        let (text, scalar) = argument_array(&args.args[0])?;
+        let text = cast(&text, &DataType::Utf8)?;
+        let bytes = match format_of(&args).as_deref() {
+            Some("escape") => return shaped(decode_escape(&text)?, scalar),
             Some("base64") => cast(&without_whitespace(&text), &DataType::Binary)?,
             _ => cast(&text, &DataType::Binary)?,
         };
-        args.args[0] = if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&bytes, 0)?)
-        } else {
-            ColumnarValue::Array(bytes)
-        };
+        args.args[0] = shaped(bytes, scalar)?;
         args.arg_fields[0] = Arc::new(datafusion::arrow::datatypes::Field::new(
             "bytes",
             DataType::Binary,

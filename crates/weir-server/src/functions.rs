@@ -137,6 +137,24 @@ pub fn rows_of(args: &[ColumnarValue]) -> usize {
         .unwrap_or(1)
 }
 
+/// A call's argument as an array: one row if it is a scalar (so a
+/// constant is converted once, not once per row), and whether it was.
+pub fn argument_array(value: &ColumnarValue) -> Result<(ArrayRef, bool)> {
+    Ok(match value {
+        ColumnarValue::Scalar(scalar) => (scalar.to_array()?, true),
+        ColumnarValue::Array(array) => (array.clone(), false),
+    })
+}
+
+/// `array` as a call's result: its one value if the input was a scalar.
+pub fn shaped(array: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
+    Ok(if scalar {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
+    } else {
+        ColumnarValue::Array(array)
+    })
+}
+
 /// A synchronous function with any signature.
 fn udf(
     name: &str,

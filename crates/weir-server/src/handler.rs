@@ -1028,15 +1028,15 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         client.portal_store().rm_portal(DEFAULT_NAME);
-        let ended = {
+        let (ended, status) = {
             let mut session = self.session(client).await?;
             session.settle_canceled();
-            pipeline::end(&mut session).await
+            let ended = pipeline::end(&mut session).await;
+            (ended, session.transaction_status())
         };
         if let Err(e) = ended {
             send_response(client, error_response(e)).await?;
         }
-        let status = self.transaction_status(client).await?;
         client.set_transaction_status(status);
         client
             .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(

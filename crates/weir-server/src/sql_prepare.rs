@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, CastKind, DataType, Expr, Ident, Statement, Value,
+    visit_expressions_mut, CastKind, DataType, Expr, Ident, Statement,
 };
 use weir_sql::WeirStatement;
 
@@ -70,28 +70,23 @@ pub fn bound(session: &Session, name: &Ident, args: &[Expr]) -> WeirResult<WeirS
     let mut statement = prepared.statement.clone();
     let mut highest = 0;
     let _ = visit_expressions_mut(&mut statement, |expr| {
-        if let Expr::Value(value) = expr {
-            if let Value::Placeholder(placeholder) = &value.value {
-                let n = placeholder
-                    .trim_start_matches('$')
-                    .parse::<usize>()
-                    .unwrap_or(0);
-                highest = highest.max(n);
-                if let Some(arg) = n.checked_sub(1).and_then(|i| args.get(i)) {
-                    *expr = match prepared.types.get(n - 1) {
-                        Some(data_type) => Expr::Cast {
-                            kind: CastKind::Cast,
-                            expr: Box::new(arg.clone()),
-                            data_type: data_type.clone(),
-                            array: false,
-                            format: None,
-                        },
-                        None => Expr::Nested(Box::new(arg.clone())),
-                    };
-                }
-            }
+        let Some(i) = crate::point_read::parameter(expr) else {
+            return ControlFlow::<()>::Continue(());
+        };
+        highest = highest.max(i + 1);
+        if let Some(arg) = args.get(i) {
+            *expr = match prepared.types.get(i) {
+                Some(data_type) => Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(arg.clone()),
+                    data_type: data_type.clone(),
+                    array: false,
+                    format: None,
+                },
+                None => Expr::Nested(Box::new(arg.clone())),
+            };
         }
-        ControlFlow::<()>::Continue(())
+        ControlFlow::Continue(())
     });
     let expected = highest.max(prepared.types.len());
     if args.len() != expected {

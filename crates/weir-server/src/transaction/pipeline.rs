@@ -48,14 +48,7 @@ pub async fn before_execute(
 /// At Sync (or a simple query after Executes without one): commits the
 /// pipeline's block, if one is open.
 pub async fn end(session: &mut Session) -> WeirResult<()> {
-    if !session
-        .transaction
-        .as_ref()
-        .is_some_and(Transaction::is_implicit)
-    {
-        return Ok(());
-    }
-    let Some(block) = session.transaction.take() else {
+    let Some(block) = session.transaction.take_if(|b| b.is_implicit()) else {
         return Ok(());
     };
     let result = block.commit(&session.db).await;
