@@ -158,6 +158,8 @@ fn figure_with_strength(expr: &Expr) -> Option<(String, Strength)> {
                 _ => None,
             }
         }
+        // `x op ANY (array)` as the parser rewrote it: an operator's column.
+        Expr::Function(f) if f.name.to_string() == crate::array_compare::NAME => None,
         Expr::Function(f) => named(&f.name.0.last()?.as_ident()?.value.to_lowercase()),
         Expr::Cast {
             expr, data_type, ..

@@ -49,19 +49,19 @@ pub fn type_open_parameters(
                 other => Ok(Transformed::no(other)),
             })
         }
-        // `col = ANY($1)` is planned as `array_has($1, col)`: `$1` is an
-        // array of the column's type, as PostgreSQL infers it.
+        // `col = ANY($1)` is planned as `weir_compare_array(col, $1, ...)`:
+        // `$1` is an array of the column's type, as PostgreSQL infers it.
         Expr::ScalarFunction(mut call)
-            if call.name() == "array_has"
-                && matches!(&call.args[..], [Expr::Placeholder(p), _] if p.field.is_none()) =>
+            if call.name() == crate::array_compare::NAME
+                && matches!(&call.args[..], [_, Expr::Placeholder(p), ..] if p.field.is_none()) =>
         {
-            let element = call.args[1].get_type(schema)?;
-            let Expr::Placeholder(p) = call.args.remove(0) else {
+            let element = call.args[0].get_type(schema)?;
+            let Expr::Placeholder(p) = call.args.remove(1) else {
                 unreachable!("matched above");
             };
             let list = DataType::List(Arc::new(Field::new_list_field(element, true)));
             call.args
-                .insert(0, Expr::Placeholder(typed(p, Some(list)).data));
+                .insert(1, Expr::Placeholder(typed(p, Some(list)).data));
             Ok(Transformed::yes(Expr::ScalarFunction(call)))
         }
         other => Ok(Transformed::no(other)),

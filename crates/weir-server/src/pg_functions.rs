@@ -37,6 +37,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(
         crate::array_input::ArrayLike::default(),
     ));
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        crate::array_compare::CompareArray::default(),
+    ));
 }
 
 /// `array_length(array, dimension)`: DataFusion's, but NULL where it is

@@ -24,6 +24,9 @@
 //! - `INTERVAL '...'` without a unit is `'...'::interval`;
 //! - `x = ANY('{2,4}')` (and `ALL`) reads the literal as an array of `x`'s
 //!   type: `weir_array_like('{2,4}', x)` ([`any_of_text`]);
+//! - `x op ANY (array)` and `ALL` are `weir_compare_array(x, array, 'op',
+//!   'any' | 'all')`, the server's function with SQL's NULL answers
+//!   ([`array_comparison`]);
 //! - `TUMBLE(...)` and `HOP(...)` in `FROM` are the queries they stand
 //!   for ([`crate::windows`]);
 //! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
@@ -151,6 +154,7 @@ impl VisitorMut for Forms {
         crate::numbers::widen_huge_literal(expr);
         crate::subquery_ops::rewrite_quantified(expr);
         any_of_text(expr);
+        array_comparison(expr);
         mod_as_operator(expr);
         substring_as_match(expr);
         generate_subscripts_as_unnest(expr);
@@ -179,6 +183,38 @@ fn any_of_text(expr: &mut Expr) {
     let mut like = literal.clone();
     replace_with(&mut like, &sql);
     **right = like;
+}
+
+/// `x op ANY (array)` or `ALL` (not of a subquery, which
+/// [`crate::subquery_ops`] rewrites first) as `weir_compare_array(x,
+/// array, 'op', 'any' | 'all')`: DataFusion's own plan skips NULL
+/// elements, so `3 = ANY ('{1,NULL}')` would be false, not NULL.
+fn array_comparison(expr: &mut Expr) {
+    let (left, op, right, quantifier) = match expr {
+        Expr::AnyOp {
+            left,
+            compare_op,
+            right,
+            ..
+        } => (left, compare_op, right, "any"),
+        Expr::AllOp {
+            left,
+            compare_op,
+            right,
+        } => (left, compare_op, right, "all"),
+        _ => return,
+    };
+    let op = match op {
+        BinaryOperator::Eq => "=",
+        BinaryOperator::NotEq => "<>",
+        BinaryOperator::Lt => "<",
+        BinaryOperator::LtEq => "<=",
+        BinaryOperator::Gt => ">",
+        BinaryOperator::GtEq => ">=",
+        _ => return,
+    };
+    let sql = format!("weir_compare_array({left}, {right}, '{op}', '{quantifier}')");
+    replace_with(expr, &sql);
 }
 
 /// `U&'\0041'`, which sqlparser decodes, as the standard string it

@@ -195,7 +195,11 @@ mod tests {
             text.contains("NOT ((a) <= (SELECT min(v) FROM (SELECT DISTINCT b FROM u) AS weir_quantified (v))"),
             "{text}"
         );
-        // An array on the right is not a subquery: left as it is.
-        assert!(rewritten("SELECT 1 FROM t WHERE a > ANY(ARRAY[1, 2])").contains("ANY"));
+        // An array on the right is not a subquery: `pg_forms` compares
+        // with its elements.
+        assert_eq!(
+            rewritten("SELECT 1 FROM t WHERE a > ANY(ARRAY[1, 2])"),
+            "SELECT 1 FROM t WHERE weir_compare_array(a, ARRAY[1, 2], '>', 'any')"
+        );
     }
 }
