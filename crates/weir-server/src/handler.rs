@@ -370,7 +370,10 @@ impl Connection {
         // walking it again).
         let deep = reuse.point_read.is_none()
             && matches!(statement, WeirStatement::Sql(s) if weir_sql::is_deep(s));
-        let work = guarded(self.run_unguarded(session, statement, params, reuse));
+        let work = crate::planning_deadline::with_deadline(
+            deadline,
+            guarded(self.run_unguarded(session, statement, params, reuse)),
+        );
         let result = off_the_runtime_if(deep, async {
             match timeout {
                 Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {

@@ -64,6 +64,7 @@ mod parameters;
 mod pg_functions;
 mod plan_cache;
 mod plan_rewrite;
+mod planning_deadline;
 mod point_read;
 pub mod provider;
 mod regtype;

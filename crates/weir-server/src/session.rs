@@ -212,6 +212,29 @@ pub struct CatalogOidState {
     names: crate::catalog_rows::CatalogOids,
 }
 
+/// DataFusion's planner rules and Weir's (PostgreSQL's arithmetic, casts,
+/// intervals and result types; lookup joins), each followed by a check of
+/// the statement's deadline (`planning_deadline.rs`).
+fn planner_rules(builder: SessionStateBuilder) -> SessionStateBuilder {
+    use crate::planning_deadline::{checked_between, Check};
+    use datafusion::optimizer::{Analyzer, Optimizer};
+    use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+    let check = Arc::new(Check);
+    let mut analyzer = Analyzer::new().rules;
+    analyzer.extend([
+        crate::checked::rule(),
+        crate::casts::rule(),
+        crate::intervals::rule(),
+        crate::result_types::rule(),
+    ]);
+    let mut physical = PhysicalOptimizer::new().rules;
+    physical.push(Arc::new(crate::lookup_join::LookupJoins));
+    builder
+        .with_analyzer_rules(checked_between(analyzer, check.clone()))
+        .with_optimizer_rules(checked_between(Optimizer::new().rules, check.clone()))
+        .with_physical_optimizer_rules(checked_between(physical, check))
+}
+
 /// A DataFusion context that plans against `pinned`, configured as every
 /// session's: PostgreSQL's dialect, Weir's schema, `pg_catalog` and
 /// functions. Without `db` (a process of a cluster that only plans
@@ -234,16 +257,13 @@ pub fn session_context(
     options.sql_parser.map_string_types_to_utf8view = false;
     options.execution.time_zone = Some("+00:00".into());
     options.sql_parser.parse_float_as_decimal = true;
-    let mut state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(crate::lookup_join::LookupJoins))
-        .build();
-    state.add_analyzer_rule(crate::checked::rule());
-    state.add_analyzer_rule(crate::casts::rule());
-    state.add_analyzer_rule(crate::intervals::rule());
-    state.add_analyzer_rule(crate::result_types::rule());
+    let state = planner_rules(
+        SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features(),
+    )
+    .build();
     let ctx = SessionContext::new_with_state(state);
     let catalog = MemoryCatalogProvider::new();
     catalog.register_schema(

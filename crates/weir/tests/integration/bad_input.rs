@@ -273,6 +273,36 @@ async fn a_slow_plan_does_not_hold_up_other_sessions() {
     assert_eq!(planning.await.unwrap(), vec![Some("700".into())]);
 }
 
+/// `statement_timeout` stops a statement while it is still planning (the
+/// planner checks the deadline between its rules), not only once it runs.
+#[tokio::test]
+async fn statement_timeout_stops_a_statement_that_is_still_planning() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    // About 2 s of planning in a debug build.
+    let sum = format!("SELECT {}", vec!["1"; 700].join(" + "));
+    let started = std::time::Instant::now();
+    assert_eq!(column(&client, &sum).await, vec![Some("700".into())]);
+    let planned = started.elapsed();
+    client
+        .batch_execute("SET statement_timeout = '100ms'")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let error = client.simple_query(&sum).await.unwrap_err();
+    let stopped = started.elapsed();
+    assert_eq!(error.code().map(|c| c.code()), Some("57014"), "{error}");
+    assert!(
+        stopped < planned.mul_f64(0.75),
+        "stopped after {stopped:?}; the whole plan took {planned:?}"
+    );
+    client
+        .batch_execute("RESET statement_timeout")
+        .await
+        .unwrap();
+    assert_eq!(column(&client, "SELECT 1").await, vec![Some("1".into())]);
+}
+
 /// Sends a startup packet for user `weir` and reads up to ReadyForQuery.
 fn start_session(stream: &mut TcpStream) {
     stream.write_all(&crate::common::startup_packet()).unwrap();

@@ -21,6 +21,17 @@ pub struct TestServer {
 }
 
 /// A free port on 127.0.0.1.
+/// How many times a test server is started on newly picked ports before
+/// giving up.
+const START_TRIES: usize = 4;
+
+/// Whether a server's log says a port it was given was taken: ports are
+/// picked free, then bound by the server, and another test (or the
+/// server's other listener, picked the same way) may bind one in between.
+fn taken_port(log: &str) -> bool {
+    log.contains("Address already in use")
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind an ephemeral port")
@@ -38,12 +49,16 @@ impl TestServer {
     /// Starts a server that serves its metrics on a free port; returns the
     /// port too (see [`counter`]).
     pub async fn start_with_metrics() -> (Self, u16) {
-        let port = free_port();
-        let metrics = format!("127.0.0.1:{port}");
-        (
-            Self::start_with(&["--metrics-listen", &metrics]).await,
-            port,
-        )
+        for _ in 0..START_TRIES {
+            let port = free_port();
+            let metrics = format!("127.0.0.1:{port}");
+            match Self::try_start(&["--metrics-listen", &metrics], &[]).await {
+                Ok(server) => return (server, port),
+                Err(log) if taken_port(&log) => continue,
+                Err(log) => panic!("{log}"),
+            }
+        }
+        panic!("no free ports after {START_TRIES} tries")
     }
 
     /// Starts a server with a fresh data folder and extra flags.
@@ -54,6 +69,19 @@ impl TestServer {
     /// Starts a server with a fresh data folder, extra flags and extra
     /// environment variables.
     pub async fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> TestServer {
+        for _ in 0..START_TRIES {
+            match Self::try_start(args, envs).await {
+                Ok(server) => return server,
+                Err(log) if taken_port(&log) => continue,
+                Err(log) => panic!("{log}"),
+            }
+        }
+        panic!("no free port after {START_TRIES} tries")
+    }
+
+    /// One try at starting a server with a fresh data folder: the server's
+    /// log if it exited during startup.
+    async fn try_start(args: &[&str], envs: &[(&str, &str)]) -> Result<TestServer, String> {
         let temp = tempfile::tempdir().expect("temp dir");
         let envs: Vec<(String, String)> = envs
             .iter()
@@ -61,14 +89,17 @@ impl TestServer {
             .collect();
         let mut server = Self::spawn(temp.path(), args, envs);
         server._temp = Some(temp);
-        server.wait_ready().await;
-        server
+        server.wait_ready().await?;
+        Ok(server)
     }
 
     /// Starts a server on an existing data folder (a restored backup, say).
     pub async fn start_in(data_dir: &Path) -> TestServer {
         let mut server = Self::spawn(data_dir, &[], Vec::new());
-        server.wait_ready().await;
+        server
+            .wait_ready()
+            .await
+            .unwrap_or_else(|log| panic!("{log}"));
         server
     }
 
@@ -107,12 +138,14 @@ impl TestServer {
         }
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits until the server answers; the exit status and the server's
+    /// log if it exits first.
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(client) = self.try_connect().await {
                 if client.simple_query("SELECT 1").await.is_ok() {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(status) = self
@@ -120,7 +153,9 @@ impl TestServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!("weir exited during startup: {status}");
+                let log = std::fs::read_to_string(self.data_dir.with_extension("log"))
+                    .unwrap_or_default();
+                return Err(format!("weir exited during startup: {status}\n{log}"));
             }
             assert!(Instant::now() < deadline, "weir did not start in time");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -216,7 +251,9 @@ impl TestServer {
         let mut fresh = Self::spawn(&self.data_dir, &args, self.envs.clone());
         self.child = fresh.child.take();
         self.addr = fresh.addr;
-        self.wait_ready().await;
+        self.wait_ready()
+            .await
+            .unwrap_or_else(|log| panic!("{log}"));
     }
 }
 
