@@ -258,8 +258,8 @@ async fn a_slow_plan_does_not_hold_up_other_sessions() {
     let server = TestServer::start().await;
     let heavy = server.client().await;
     let open = server.client().await;
-    // About 5 s of planning in a debug build (DataFusion's coercion costs
-    // more than the square of the terms).
+    // About 2 s of planning in a debug build (DataFusion's type coercion
+    // costs the square of the terms).
     let sum = format!("SELECT {}", vec!["1"; 700].join(" + "));
     let planning = tokio::spawn(async move { column(&heavy, &sum).await });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
