@@ -572,6 +572,12 @@ impl SimpleQueryHandler for Connection {
                     .map(|(read, values)| (read.as_ref(), values)),
                 plan: None,
             };
+            let store = client.portal_store();
+            if let Err(e) = crate::sql_prepare::deallocate_protocol(store, &session, statement) {
+                session.fail_transaction();
+                send_response(client, error_response(e)).await?;
+                return Ok(Vec::new());
+            }
             let result = self
                 .run_reporting(client, &mut session, statement, &None, reuse)
                 .await?;
@@ -1097,6 +1103,11 @@ impl ExtendedQueryHandler for Connection {
         if let Err(e) =
             pipeline::before_execute(&mut session, statement, client.sync_follows()).await
         {
+            session.fail_transaction();
+            return Err(e.into());
+        }
+        let store = client.portal_store();
+        if let Err(e) = crate::sql_prepare::deallocate_protocol(store, &session, statement) {
             session.fail_transaction();
             return Err(e.into());
         }

@@ -12,6 +12,7 @@ use std::ops::ControlFlow;
 use datafusion::sql::sqlparser::ast::{
     visit_expressions_mut, CastKind, DataType, Expr, Ident, Statement,
 };
+use pgwire::api::store::PortalStore;
 use weir_sql::WeirStatement;
 
 use crate::error::{SqlState, WeirError, WeirResult};
@@ -101,9 +102,38 @@ pub fn bound(session: &Session, name: &Ident, args: &[Expr]) -> WeirResult<WeirS
     Ok(WeirStatement::Sql(Box::new(statement)))
 }
 
-/// `DEALLOCATE [PREPARE] name | ALL`. A name not prepared in SQL is
-/// accepted: drivers deallocate their protocol-level statements this way
-/// (psycopg's cache), which pgwire keeps.
+/// Before `DEALLOCATE name` runs (see [`deallocate`]): a statement
+/// prepared through the protocol under that name, which pgwire keeps in
+/// `store`, is removed (psycopg frees the statements its cache drops
+/// so); a name prepared neither in SQL nor through the protocol is 26000,
+/// as in PostgreSQL. In a failed transaction block nothing is done here
+/// (the statement gets 25P02).
+pub fn deallocate_protocol<S: PortalStore>(
+    store: &S,
+    session: &Session,
+    statement: &WeirStatement,
+) -> WeirResult<()> {
+    let WeirStatement::Sql(sql) = statement else {
+        return Ok(());
+    };
+    let Statement::Deallocate { name, .. } = sql.as_ref() else {
+        return Ok(());
+    };
+    let failed = session.transaction.as_ref().is_some_and(|b| b.is_failed());
+    let all = name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all");
+    let normalized = crate::catalog::normalize_ident(name);
+    if failed || all || session.sql_prepared.contains_key(&normalized) {
+        return Ok(());
+    }
+    if store.get_statement(&normalized).is_none() {
+        return Err(unknown(&normalized));
+    }
+    store.rm_statement(&normalized);
+    Ok(())
+}
+
+/// `DEALLOCATE [PREPARE] name | ALL` of statements prepared in SQL
+/// (`ALL` leaves the protocol's to the driver that prepared them).
 pub fn deallocate(session: &mut Session, name: &Ident) -> Output {
     if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
         session.sql_prepared.clear();

@@ -87,6 +87,15 @@ def main(dsn):
         cur.execute("SELECT 1, 2147483648, sum(b), avg(s) FROM kinds")
         check("result types", cur.fetchone(), (1, 2147483648, 9007199254740993, decimal.Decimal("7.0000000000")))
 
+        # psycopg's statement cache: every query prepared, at most two kept,
+        # the ones it drops deallocated by name (DEALLOCATE _pg3_N).
+        conn.prepare_threshold, conn.prepared_max = 0, 2
+        for round_ in range(3):
+            for k in range(4):
+                cur.execute(f"SELECT %s::int + {k}", (round_,))
+                check("cached statements", cur.fetchone(), (round_ + k,))
+        conn.prepare_threshold, conn.prepared_max = 5, 100
+
         # Transactions: commit, rollback, a savepoint that fails.
         cur.execute("DELETE FROM kinds WHERE id > 1")
         with conn.transaction():
