@@ -279,6 +279,7 @@ SELECT 2 = ANY(ARRAY[1, 2, 3]);
 SELECT 3 = ANY('{1,NULL}'), 1 = ANY(ARRAY[1, NULL]), 0 > ANY(ARRAY[1, NULL]), 2 <> ALL(ARRAY[1, NULL]);
 SELECT NULL::int = ANY('{}'::int[]), NULL::int <> ALL('{}'::int[]), NULL::int = ANY('{1,2}');
 SELECT 3 >= ALL(ARRAY[1, 2, 3]), 3 > ALL(ARRAY[1, 2, 3]), 'b' < ANY(ARRAY['a', 'c']);
+DEALLOCATE nothing_prepared;
 SELECT 5 = ALL(ARRAY[5, 5]);
 SELECT array_position(ARRAY['a', 'b'], 'b');
 SELECT ARRAY[1, NULL, 3];
