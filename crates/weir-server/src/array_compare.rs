@@ -27,12 +27,15 @@ use datafusion::arrow::compute::kernels::cmp;
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::arrow::error::ArrowError;
-use datafusion::common::{plan_err, Result, ScalarValue};
+use datafusion::common::{plan_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
 use datafusion::logical_expr::{
     in_list, ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
+
+use crate::error::{SqlState, WeirError};
+use crate::types::pg_type_name;
 
 /// The function's name, as the parser writes it.
 pub const NAME: &str = "weir_compare_array";
@@ -183,6 +186,18 @@ fn against_row_lists(
         .collect())
 }
 
+/// The element type of `array` (`x`'s for an untyped NULL), if it is an
+/// array.
+fn element_type(x: &DataType, array: &DataType) -> Option<DataType> {
+    match array {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            Some(f.data_type().clone())
+        }
+        DataType::Null => Some(x.clone()),
+        _ => None,
+    }
+}
+
 /// `weir_compare_array(x, array, op, quantifier)`: see the module
 /// documentation.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -207,8 +222,34 @@ impl ScalarUDFImpl for CompareArray {
         &self.signature
     }
 
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Boolean)
+    /// PostgreSQL's errors for operands that cannot be compared so
+    /// (DataFusion reports a failed coercion as text, without its code,
+    /// so [`Self::coerce_types`] leaves such operands to this).
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        let refuse = |code: &'static str, message: String| {
+            Err(DataFusionError::External(Box::new(WeirError::new(
+                SqlState(code),
+                message,
+            ))))
+        };
+        let [x, array, _, _] = args else {
+            return plan_err!("{NAME} takes four arguments");
+        };
+        match element_type(x, array) {
+            None => refuse(
+                "42809",
+                "op ANY/ALL (array) requires array on right side".to_owned(),
+            ),
+            Some(element) if comparison_coercion(x, &element).is_none() => refuse(
+                "42883",
+                format!(
+                    "operator does not exist: {} = {}",
+                    pg_type_name(x),
+                    pg_type_name(&element)
+                ),
+            ),
+            Some(_) => Ok(DataType::Boolean),
+        }
     }
 
     /// `x` and the elements are compared in the type both coerce to, as
@@ -217,17 +258,9 @@ impl ScalarUDFImpl for CompareArray {
         let [x, array, _, _] = args else {
             return plan_err!("{NAME} takes four arguments");
         };
-        let element = match array {
-            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-                f.data_type().clone()
-            }
-            DataType::Null => x.clone(),
-            other => {
-                return plan_err!("op ANY/ALL (array) requires array on right side, not {other}")
-            }
-        };
-        let Some(common) = comparison_coercion(x, &element) else {
-            return plan_err!("operator does not exist: {x} = {element}");
+        let common = element_type(x, array).and_then(|e| comparison_coercion(x, &e));
+        let Some(common) = common else {
+            return Ok(args.to_vec());
         };
         let list = DataType::List(Arc::new(Field::new_list_field(common.clone(), true)));
         Ok(vec![common, list, DataType::Utf8, DataType::Utf8])
