@@ -106,8 +106,11 @@ pub fn bound(session: &Session, name: &Ident, args: &[Expr]) -> WeirResult<WeirS
 /// prepared through the protocol under that name, which pgwire keeps in
 /// `store`, is removed (psycopg frees the statements its cache drops
 /// so); a name prepared neither in SQL nor through the protocol is 26000,
-/// as in PostgreSQL. In a failed transaction block nothing is done here
-/// (the statement gets 25P02).
+/// as in PostgreSQL. `DEALLOCATE ALL` and `DISCARD ALL` remove every
+/// protocol statement, as PostgreSQL's do (drivers that cache statements,
+/// psycopg's among them, forget theirs on seeing either command). In a
+/// failed transaction block nothing is done here (the statement gets
+/// 25P02).
 pub fn deallocate_protocol<S: PortalStore>(
     store: &S,
     session: &Session,
@@ -116,13 +119,23 @@ pub fn deallocate_protocol<S: PortalStore>(
     let WeirStatement::Sql(sql) = statement else {
         return Ok(());
     };
-    let Statement::Deallocate { name, .. } = sql.as_ref() else {
+    if session.transaction.as_ref().is_some_and(|b| b.is_failed()) {
         return Ok(());
+    }
+    let name = match sql.as_ref() {
+        Statement::Deallocate { name, .. } => name,
+        Statement::Discard { .. } => {
+            store.clear_statements();
+            return Ok(());
+        }
+        _ => return Ok(()),
     };
-    let failed = session.transaction.as_ref().is_some_and(|b| b.is_failed());
-    let all = name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all");
+    if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+        store.clear_statements();
+        return Ok(());
+    }
     let normalized = crate::catalog::normalize_ident(name);
-    if failed || all || session.sql_prepared.contains_key(&normalized) {
+    if session.sql_prepared.contains_key(&normalized) {
         return Ok(());
     }
     if store.get_statement(&normalized).is_none() {
@@ -132,8 +145,8 @@ pub fn deallocate_protocol<S: PortalStore>(
     Ok(())
 }
 
-/// `DEALLOCATE [PREPARE] name | ALL` of statements prepared in SQL
-/// (`ALL` leaves the protocol's to the driver that prepared them).
+/// `DEALLOCATE [PREPARE] name | ALL` of statements prepared in SQL (the
+/// protocol's are [`deallocate_protocol`]'s).
 pub fn deallocate(session: &mut Session, name: &Ident) -> Output {
     if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
         session.sql_prepared.clear();

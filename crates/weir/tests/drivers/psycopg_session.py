@@ -95,6 +95,12 @@ def main(dsn):
                 cur.execute(f"SELECT %s::int + {k}", (round_,))
                 check("cached statements", cur.fetchone(), (round_ + k,))
         conn.prepare_threshold, conn.prepared_max = 5, 100
+        # DEALLOCATE ALL and DISCARD ALL drop the protocol's statements too.
+        for drop in (b"DEALLOCATE ALL", b"DISCARD ALL"):
+            check("prepare", conn.pgconn.prepare(b"kept", b"SELECT 1").status, psycopg.pq.ExecStatus.COMMAND_OK)
+            check(drop.decode(), conn.pgconn.exec_(drop).status, psycopg.pq.ExecStatus.COMMAND_OK)
+            gone = conn.pgconn.exec_prepared(b"kept", [])
+            check(f"after {drop.decode()}", gone.error_field(psycopg.pq.DiagnosticField.SQLSTATE), b"26000")
 
         # Transactions: commit, rollback, a savepoint that fails.
         cur.execute("DELETE FROM kinds WHERE id > 1")

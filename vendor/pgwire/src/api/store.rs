@@ -59,6 +59,11 @@ pub trait PortalStore: Any + Send + Sync + 'static {
     /// Remove a prepared statement by name.
     fn rm_statement(&self, name: &str);
 
+    // Weir: `DEALLOCATE ALL` and `DISCARD ALL` drop every prepared
+    // statement, the protocol's included.
+    /// Remove all prepared statements.
+    fn clear_statements(&self);
+
     /// Retrieve a prepared statement by name.
     fn get_statement(&self, name: &str) -> Option<Entry<StoredStatement<Self::Statement>>>;
 
@@ -108,6 +113,10 @@ impl<S: Clone + Send + Sync + 'static> PortalStore for MemPortalStore<S> {
     fn rm_statement(&self, name: &str) {
         let mut guard = self.statements.write().unwrap();
         guard.remove(name);
+    }
+
+    fn clear_statements(&self) {
+        self.statements.write().unwrap().clear();
     }
 
     fn get_statement(&self, name: &str) -> Option<Entry<StoredStatement<Self::Statement>>> {
