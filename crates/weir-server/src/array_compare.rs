@@ -22,7 +22,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, Datum, Scalar, UInt32Array,
 };
-use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow::compute::kernels::cmp;
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, Field};
@@ -108,16 +108,22 @@ fn decisive_and_unknown(compared: &BooleanArray, all: bool) -> (BooleanBuffer, B
     }
 }
 
-/// The answer of one row: `Some(!all)` once decided, NULL if a comparison
-/// was, the quantifier's default otherwise.
-fn answer(decided: bool, unknown: bool, all: bool) -> Option<bool> {
-    if decided {
-        Some(!all)
-    } else if unknown {
-        None
-    } else {
-        Some(all)
+/// The answers from each row's `decided` (a comparison settled it) and
+/// `unknown` (a comparison was NULL) bits: `!all` where decided, else NULL
+/// where unknown, else `all`; NULL too where `rows_valid` says the row's
+/// array is NULL.
+fn answers(
+    decided: BooleanBuffer,
+    unknown: BooleanBuffer,
+    all: bool,
+    rows_valid: Option<&NullBuffer>,
+) -> BooleanArray {
+    let values = if all { !&decided } else { decided.clone() };
+    let mut valid = &decided | &!&unknown;
+    if let Some(rows) = rows_valid {
+        valid = &valid & rows.inner();
     }
+    BooleanArray::new(values, Some(NullBuffer::new(valid)))
 }
 
 /// Each row of `x` against every element of the one list `list`: one
@@ -143,9 +149,7 @@ fn against_one_list(
         decided = &decided | &decisive;
         unknown = &unknown | &null;
     }
-    Ok((0..x.len())
-        .map(|row| answer(decided.value(row), unknown.value(row), all))
-        .collect())
+    Ok(answers(decided, unknown, all, None))
 }
 
 /// Each row of `x` against the elements of its own row of `lists`: the
@@ -171,19 +175,23 @@ fn against_row_lists(
         .collect();
     let compared = op.apply(&take(x.as_ref(), &owners, None)?, &elements)?;
     let (decisive, null) = decisive_and_unknown(&compared, all);
-    Ok(offsets
-        .windows(2)
-        .enumerate()
-        .map(|(row, ends)| {
-            if lists.is_null(row) {
-                return None;
-            }
-            let (start, len) = (ends[0] as usize - first, (ends[1] - ends[0]) as usize);
-            let decided = decisive.slice(start, len).count_set_bits() > 0;
-            let unknown = null.slice(start, len).count_set_bits() > 0;
-            answer(decided, unknown, all)
+    // Whether any of a row's elements is set (a count per row: Arrow has
+    // no kernel that reduces a list's elements).
+    let any_of_row = |bits: &BooleanBuffer| {
+        BooleanBuffer::collect_bool(lists.len(), |row| {
+            let (start, end) = (
+                offsets[row] as usize - first,
+                offsets[row + 1] as usize - first,
+            );
+            bits.slice(start, end - start).count_set_bits() > 0
         })
-        .collect())
+    };
+    Ok(answers(
+        any_of_row(&decisive),
+        any_of_row(&null),
+        all,
+        lists.nulls(),
+    ))
 }
 
 /// The element type of `array` (`x`'s for an untyped NULL), if it is an
