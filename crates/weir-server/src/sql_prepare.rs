@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, CastKind, DataType, Expr, Ident, Statement,
+    visit_expressions_mut, CastKind, DataType, DiscardObject, Expr, Ident, Statement,
 };
 use pgwire::api::store::PortalStore;
 use weir_sql::WeirStatement;
@@ -124,7 +124,9 @@ pub fn deallocate_protocol<S: PortalStore>(
     }
     let name = match sql.as_ref() {
         Statement::Deallocate { name, .. } => name,
-        Statement::Discard { .. } => {
+        Statement::Discard {
+            object_type: DiscardObject::ALL,
+        } => {
             store.clear_statements();
             return Ok(());
         }
