@@ -27,6 +27,10 @@
 //!   session's time zone (Arrow's cast keeps the UTC time).
 //! - `regtype` to text: the type's name (the value is the type's OID); to
 //!   a number: the OID.
+//! - to `varchar(n)`: cut to `n` characters, and tagged `varchar`
+//!   ([`crate::varchar`]).
+//! - to `uuid`: read in PostgreSQL's input forms ([`crate::uuid_type`]);
+//!   a `uuid` or `varchar` to text: text no longer tagged.
 //!
 //! Writes assign values with [`assign_cast`], which applies the same text
 //! casts (a write of literal rows is evaluated without the analyzer).
@@ -84,6 +88,9 @@ enum Step {
     RegtypeToText,
     /// A `regtype` to a number: its OID, no longer a `regtype`.
     RegtypeToNumber,
+    /// A `uuid` or `varchar` to text: the same text, no longer tagged
+    /// (DataFusion drops a cast between equal Arrow types, tag and all).
+    TaggedToText,
 }
 
 /// A function doing one [`Step`] and producing `output`.
@@ -120,6 +127,7 @@ impl ScalarUDFImpl for CastStep {
             Step::TimestampToText => "weir_timestamp_to_text",
             Step::RegtypeToText => "weir_regtype_to_text",
             Step::RegtypeToNumber => "weir_regtype_to_number",
+            Step::TaggedToText => "weir_tagged_to_text",
         }
     }
 
@@ -160,7 +168,7 @@ impl ScalarUDFImpl for CastStep {
                 ),
                 Step::FloatToText => float_to_text(input, &self.output),
                 Step::RegtypeToText => Ok(cast(&crate::regtype::names(input)?, &self.output)?),
-                Step::RegtypeToNumber => Ok(cast(input, &self.output)?),
+                Step::RegtypeToNumber | Step::TaggedToText => Ok(cast(input, &self.output)?),
                 Step::TimestampToText => {
                     let zone = args.config_options.execution.time_zone.as_deref();
                     let text = crate::time_zone::timestamps_to_text(input, zone)?;
@@ -475,6 +483,23 @@ fn postgres_cast(cast: Expr, from: &DataType) -> Transformed<Expr> {
     if let Some(kind) = crate::json::JsonKind::of(&field) {
         return Transformed::yes(crate::json::input(kind, *inner));
     }
+    if crate::uuid_type::is_uuid(&field) {
+        let text = if is_text(from) {
+            *inner
+        } else {
+            datafusion::logical_expr::cast(*inner, DataType::Utf8)
+        };
+        return Transformed::yes(crate::uuid_type::input(text));
+    }
+    if crate::varchar::is_cast_to_do(&field) {
+        let text = if is_text(from) {
+            *inner
+        } else {
+            let to_text = datafusion::logical_expr::cast(*inner, DataType::Utf8);
+            postgres_cast(to_text, from).data
+        };
+        return Transformed::yes(crate::varchar::cast(text, &field));
+    }
     let to = field.data_type().clone();
     let rounded = |step: Step, output: DataType, inner: Expr| {
         Expr::Cast(Cast {
@@ -573,6 +598,14 @@ impl PostgresCasts {
         };
         if let Ok(field) = cast.expr.to_field(schema) {
             let to = cast.field.data_type();
+            let tagged =
+                crate::uuid_type::is_uuid(&field.1) || crate::varchar::is_varchar(&field.1);
+            if tagged && is_text(to) && cast.field.metadata().is_empty() {
+                let inner = cast.expr.as_ref().clone();
+                return Ok(Transformed::yes(
+                    CastStep::udf(Step::TaggedToText, to.clone()).call(vec![inner]),
+                ));
+            }
             if crate::regtype::is_regtype(&field.1) && (is_text(to) || to.is_integer()) {
                 let step = if is_text(to) {
                     Step::RegtypeToText

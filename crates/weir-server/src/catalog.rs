@@ -338,7 +338,11 @@ fn columns_schema(columns: &[ColumnDef]) -> SchemaRef {
             let field = Field::new(&c.name, c.data_type.clone(), c.nullable);
             match c.json {
                 Some(kind) => field.with_metadata(kind.metadata()),
-                None => field,
+                None => match c.declared.map(|d| d.oid) {
+                    Some(crate::varchar::OID) => field.with_metadata(crate::varchar::metadata()),
+                    Some(crate::uuid_type::OID) => crate::uuid_type::tag(field),
+                    _ => field,
+                },
             }
         })
         .collect();
@@ -412,9 +416,11 @@ pub struct DeclaredType {
 impl ColumnDef {
     /// The column's PostgreSQL type name.
     pub fn type_name(&self) -> String {
-        match self.json {
-            Some(kind) => kind.name().to_owned(),
-            None => crate::types::pg_type_name(&self.data_type),
+        match (self.json, self.declared.map(|d| d.oid)) {
+            (Some(kind), _) => kind.name().to_owned(),
+            (None, Some(crate::varchar::OID)) => "character varying".to_owned(),
+            (None, Some(crate::uuid_type::OID)) => "uuid".to_owned(),
+            (None, _) => crate::types::pg_type_name(&self.data_type),
         }
     }
 }

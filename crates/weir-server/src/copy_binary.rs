@@ -128,6 +128,8 @@ enum Decoder {
     F64(Float64Builder),
     /// Text; `true` for jsonb, whose binary form has a version byte first.
     Text(StringBuilder, bool),
+    /// A uuid's 16 bytes, kept as its canonical text.
+    Uuid(StringBuilder),
     Bytes(BinaryBuilder),
     Date(Date32Builder),
     /// Microseconds, cast to the column's unit at the end.
@@ -161,6 +163,13 @@ impl Decoder {
             DataType::Int64 => Decoder::I64(Int64Builder::new()),
             DataType::Float32 => Decoder::F32(Float32Builder::new()),
             DataType::Float64 => Decoder::F64(Float64Builder::new()),
+            DataType::Utf8
+                if column
+                    .declared
+                    .is_some_and(|d| d.oid == crate::uuid_type::OID) =>
+            {
+                Decoder::Uuid(StringBuilder::new())
+            }
             DataType::Utf8 => Decoder::Text(
                 StringBuilder::new(),
                 column.json == Some(crate::json::JsonKind::Jsonb),
@@ -222,6 +231,7 @@ impl Decoder {
                     )
                 })?)
             }
+            Decoder::Uuid(b) => b.append_value(crate::uuid_type::format(&fixed(v)?)),
             Decoder::Bytes(b) => b.append_value(v),
             Decoder::Date(b) => {
                 let days = i32::from_be_bytes(fixed(v)?);
@@ -264,7 +274,7 @@ impl Decoder {
             Decoder::I64(b) => b.append_null(),
             Decoder::F32(b) => b.append_null(),
             Decoder::F64(b) => b.append_null(),
-            Decoder::Text(b, _) => b.append_null(),
+            Decoder::Text(b, _) | Decoder::Uuid(b) => b.append_null(),
             Decoder::Bytes(b) => b.append_null(),
             Decoder::Date(b) => b.append_null(),
             Decoder::Time(b, _) => b.append_null(),
@@ -282,7 +292,7 @@ impl Decoder {
             Decoder::I64(b) => Arc::new(b.finish()),
             Decoder::F32(b) => Arc::new(b.finish()),
             Decoder::F64(b) => Arc::new(b.finish()),
-            Decoder::Text(b, _) => Arc::new(b.finish()),
+            Decoder::Text(b, _) | Decoder::Uuid(b) => Arc::new(b.finish()),
             Decoder::Bytes(b) => Arc::new(b.finish()),
             Decoder::Date(b) => Arc::new(b.finish()),
             Decoder::Time(b, target) => cast(&b.finish(), target)?,

@@ -212,7 +212,8 @@ impl RowEncoder {
         if self.binary && std::mem::take(&mut self.first) {
             // pgwire's encoder puts the file header before the first
             // row; Weir sent it already, so that an empty result is a
-            // valid file too.
+            // valid file too (the vendored pgwire sends it in one message
+            // with the first row or the trailer, as PostgreSQL does).
             data = CopyData::new(data.data.slice(BINARY_HEADER_LEN..));
         }
         Ok(data)

@@ -131,15 +131,16 @@ pub fn table_def(
 }
 
 /// The `pg_type` OID and typmod of a declared type whose Arrow type does
-/// not tell them: character types and `numeric`.
+/// not tell them: character types, `numeric` and `uuid`.
 fn declared_type(
     data_type: &datafusion::sql::sqlparser::ast::DataType,
 ) -> Option<crate::catalog::DeclaredType> {
     use datafusion::sql::sqlparser::ast::{DataType as Sql, ExactNumberInfo};
     let (oid, typmod) = match data_type {
-        Sql::Varchar(_) | Sql::CharacterVarying(_) | Sql::CharVarying(_) => {
-            (1043, char_limit(data_type).map_or(-1, |n| n as i32 + 4))
-        }
+        Sql::Varchar(_) | Sql::CharacterVarying(_) | Sql::CharVarying(_) => (
+            crate::varchar::OID,
+            char_limit(data_type).map_or(-1, |n| n as i32 + 4),
+        ),
         Sql::Char(_) | Sql::Character(_) => {
             (1042, char_limit(data_type).map_or(5, |n| n as i32 + 4))
         }
@@ -151,6 +152,7 @@ fn declared_type(
             };
             (1700, typmod)
         }
+        Sql::Uuid => (crate::uuid_type::OID, -1),
         _ => return None,
     };
     Some(crate::catalog::DeclaredType { oid, typmod })

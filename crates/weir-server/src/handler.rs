@@ -4,7 +4,9 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use arrow_pg::datatypes::{
+    arrow_schema_to_pg_fields, encode_recordbatch, field_into_pg_type, into_pg_type,
+};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -921,7 +923,7 @@ async fn describe(
                 if wire_types.len() <= hint.index {
                     wire_types.resize(hint.index + 1, None);
                 }
-                wire_types[hint.index] = hint.json.map(crate::json::JsonKind::pg_type);
+                wire_types[hint.index] = hint.wire;
                 note(hint.index, Some(hint.data_type));
             }
             plan
@@ -961,10 +963,19 @@ async fn describe(
         }
         wire_types[index] = Some(wire);
     }
-    for (name, t) in plan.get_parameter_types()? {
+    for (name, field) in plan.get_parameter_fields()? {
         if let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
             if n > 0 {
-                note(n - 1, t);
+                // A parameter compared with a `uuid` is a `uuid` on the
+                // wire.
+                let tagged = field.as_ref().filter(|f| crate::uuid_type::is_uuid(f));
+                if let Some(wire) = tagged.and_then(|f| field_into_pg_type(f).ok()) {
+                    if wire_types.len() < n {
+                        wire_types.resize(n, None);
+                    }
+                    wire_types[n - 1].get_or_insert(wire);
+                }
+                note(n - 1, field.map(|f| f.data_type().clone()));
             }
         }
     }

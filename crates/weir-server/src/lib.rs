@@ -87,6 +87,8 @@ mod to_char;
 pub mod transaction;
 mod types;
 mod unknown_literals;
+mod uuid_type;
+mod varchar;
 mod views;
 
 pub use auth::Auth;

@@ -202,7 +202,7 @@ pub(crate) async fn plan_view_in(
             nullable: field.is_nullable(),
             default: None,
             max_chars: None,
-            declared: None,
+            declared: crate::varchar::declared(field).or(crate::uuid_type::declared(field)),
             json: crate::json::JsonKind::of(field),
             display_scale: display_scales[i],
         });

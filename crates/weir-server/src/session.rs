@@ -311,12 +311,7 @@ pub fn session_context(
             .clone()
             .with_aliases(["ceiling"]),
     );
-    ctx.register_udf(
-        datafusion::functions::string::uuid()
-            .as_ref()
-            .clone()
-            .with_aliases(["gen_random_uuid"]),
-    );
+    ctx.register_udf(crate::uuid_type::gen_random_uuid());
     ctx.register_udf(constant_text_udf("session_user", user));
     ctx.register_udf(constant_text_udf("current_user", user));
     Ok(ctx)

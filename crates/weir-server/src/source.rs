@@ -146,7 +146,7 @@ pub async fn create(
             nullable: !connector.generates(),
             default: None,
             max_chars: None,
-            declared: None,
+            declared: crate::varchar::declared(field).or(crate::uuid_type::declared(field)),
             json: crate::json::JsonKind::of(field),
         })
         .collect::<Vec<_>>();

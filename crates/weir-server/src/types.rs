@@ -30,10 +30,13 @@ pub fn pg_type_name(data_type: &DataType) -> String {
 }
 
 /// The PostgreSQL name of the type of a column with `field`: a JSON type
-/// its extension names, else its Arrow type's.
+/// its extension names, `uuid` or `varchar` as tagged, else its Arrow
+/// type's.
 pub fn pg_field_type_name(field: &datafusion::arrow::datatypes::Field) -> String {
     match crate::json::JsonKind::of(field) {
         Some(kind) => kind.name().to_owned(),
+        None if crate::uuid_type::is_uuid(field) => "uuid".to_owned(),
+        None if crate::varchar::is_varchar(field) => "character varying".to_owned(),
         None => pg_type_name(field.data_type()),
     }
 }

@@ -6,7 +6,8 @@
 //! DataFusion types the literal as text and refuses the arithmetic (42804).
 //! [`UnknownLiterals`], an expression planner, casts a string literal
 //! operand of `+`, `-`, `*`, `/` or `%` to the other operand's numeric type,
-//! and reads one compared with a `regtype` as a type name.
+//! reads one compared with a `regtype` as a type name, and one compared
+//! with a `uuid` as a uuid.
 
 use std::sync::Arc;
 
@@ -52,15 +53,26 @@ impl ExprPlanner for UnknownLiterals {
     ) -> Result<PlannerResult<RawBinaryExpr>> {
         if is_comparison(&expr.op) {
             // A type name compared with a `regtype` (`pg_typeof(x) =
-            // 'integer'`) is read as one.
-            let regtype = |e: &Expr| {
-                e.to_field(schema)
-                    .is_ok_and(|(_, field)| crate::regtype::is_regtype(&field))
+            // 'integer'`) is read as one, and a literal compared with a
+            // `uuid` as a uuid.
+            let reader = |e: &Expr| -> Option<fn(Expr) -> Expr> {
+                let field = e.to_field(schema).ok()?.1;
+                if crate::regtype::is_regtype(&field) {
+                    Some(|text| crate::regtype::to_regtype().call(vec![text]))
+                } else if crate::uuid_type::is_uuid(&field) {
+                    Some(crate::uuid_type::input)
+                } else {
+                    None
+                }
             };
-            if is_string_literal(&expr.right) && regtype(&expr.left) {
-                expr.right = crate::regtype::to_regtype().call(vec![expr.right]);
-            } else if is_string_literal(&expr.left) && regtype(&expr.right) {
-                expr.left = crate::regtype::to_regtype().call(vec![expr.left]);
+            if is_string_literal(&expr.right) {
+                if let Some(read) = reader(&expr.left) {
+                    expr.right = read(expr.right);
+                }
+            } else if is_string_literal(&expr.left) {
+                if let Some(read) = reader(&expr.right) {
+                    expr.left = read(expr.left);
+                }
             }
             return Ok(PlannerResult::Original(expr));
         }

@@ -216,6 +216,7 @@ fn pg_named_type(field: &Field) -> Option<Type> {
     match field.metadata().get(PG_TYPE_KEY)?.as_str() {
         "name" => Some(Type::NAME),
         "varchar" => Some(Type::VARCHAR),
+        "uuid" => Some(Type::UUID),
         "void" => Some(Type::VOID),
         _ => None,
     }

@@ -250,6 +250,41 @@ impl pgwire::types::ToSqlText for JsonText<'_> {
     }
 }
 
+// Weir: the uuid encoding.
+/// A `uuid` value: its canonical text, and in binary its 16 bytes.
+#[derive(Debug)]
+struct UuidText<'a>(&'a str);
+
+impl postgres_types::ToSql for UuidText<'_> {
+    fn to_sql(
+        &self,
+        _ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let uuid = uuid::Uuid::parse_str(self.0)?;
+        out.extend_from_slice(uuid.as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &postgres_types::Type) -> bool {
+        *ty == postgres_types::Type::UUID
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for UuidText<'_> {
+    fn to_sql_text(
+        &self,
+        _ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+        _format_options: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
 /// A pgvector `vector` value that pgwire serializes in the format the client
 /// requested: binary (pgvector layout, big-endian `int16` dimension followed by
 /// big-endian IEEE float32s) or text (`[1,2,3]`).
@@ -515,6 +550,17 @@ pub fn encode_value<T: Encoder>(
             _ => get_utf8_value(arr, idx),
         }
         .map(JsonText);
+        return encoder.encode_field(&value, pg_field);
+    }
+
+    // Weir: a uuid is its canonical text; in binary, its 16 bytes.
+    if pg_field.datatype() == &postgres_types::Type::UUID {
+        let value = match arr.data_type() {
+            DataType::LargeUtf8 => get_large_utf8_value(arr, idx),
+            DataType::Utf8View => get_utf8_view_value(arr, idx),
+            _ => get_utf8_value(arr, idx),
+        }
+        .map(UuidText);
         return encoder.encode_field(&value, pg_field);
     }
 

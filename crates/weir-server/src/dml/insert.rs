@@ -189,6 +189,7 @@ pub(super) fn replace_default_keyword(
                 assign_numeric(expr, &def.columns[column].data_type);
                 if several_rows {
                     assign_text_literal(expr, &def.columns[column].data_type);
+                    assign_tagged(expr, &def.columns[column]);
                 }
             }
         }
@@ -221,6 +222,29 @@ fn assign_text_literal(expr: &mut SqlExpr, column_type: &DataType) {
         .and_then(|mut p| p.parse_data_type())
     else {
         return;
+    };
+    *expr = SqlExpr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(expr.clone()),
+        data_type,
+        array: false,
+        format: None,
+    };
+}
+
+/// A value of a `VALUES` list of several rows for a `uuid`, `varchar` or
+/// JSON column, cast to that type: DataFusion refuses a list whose rows
+/// differ in a column's type tag (`(gen_random_uuid()), ('a0ee...')`),
+/// and the cast gives every row the tag. (`varchar` without its length: a
+/// longer value still fails with 22001 rather than being cut.)
+fn assign_tagged(expr: &mut SqlExpr, column: &crate::catalog::ColumnDef) {
+    use datafusion::sql::sqlparser::ast::{CastKind, DataType as Sql};
+    let data_type = match (column.json, column.declared.map(|d| d.oid)) {
+        (Some(crate::json::JsonKind::Json), _) => Sql::JSON,
+        (Some(crate::json::JsonKind::Jsonb), _) => Sql::JSONB,
+        (None, Some(crate::uuid_type::OID)) => Sql::Uuid,
+        (None, Some(crate::varchar::OID)) => Sql::Varchar(None),
+        _ => return,
     };
     *expr = SqlExpr::Cast {
         kind: CastKind::Cast,

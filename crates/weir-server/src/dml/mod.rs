@@ -251,16 +251,23 @@ pub struct ParameterHint {
     pub index: usize,
     /// The column's Arrow type.
     pub data_type: DataType,
-    /// Whether the column holds `json` or `jsonb`.
-    pub json: Option<crate::json::JsonKind>,
+    /// The column's type on the wire where its Arrow type does not say
+    /// it: `json`, `jsonb`, `uuid`.
+    pub wire: Option<pgwire::api::Type>,
 }
 
 impl ParameterHint {
     fn new(index: usize, column: &ColumnDef) -> Self {
+        let uuid = column
+            .declared
+            .is_some_and(|d| d.oid == crate::uuid_type::OID);
         ParameterHint {
             index,
             data_type: column.data_type.clone(),
-            json: column.json,
+            wire: match column.json {
+                Some(kind) => Some(kind.pg_type()),
+                None => uuid.then_some(pgwire::api::Type::UUID),
+            },
         }
     }
 }
@@ -339,7 +346,8 @@ pub(super) fn multiple_assignments(column: &str) -> WeirError {
 
 /// The expression that stores `value`, of type `from`, in `column`, by
 /// PostgreSQL's assignment rules: 42804 across type categories, text read
-/// as bytea's hex format or as JSON (validated, `jsonb` in normal form), a
+/// as bytea's hex format, as JSON (validated, `jsonb` in normal form) or as
+/// a uuid, a
 /// cast otherwise (PostgreSQL's text casts: `casts::assign_cast`). Every
 /// write path (INSERT, COPY, UPDATE, ON CONFLICT DO UPDATE) goes through
 /// here.
@@ -348,8 +356,12 @@ pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirRe
         from,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
+    let uuid = column
+        .declared
+        .is_some_and(|d| d.oid == crate::uuid_type::OID);
     let allowed = match column.json {
         Some(_) => text || from.is_null(),
+        None if uuid => text || from.is_null(),
         None => assignable(from, &column.data_type),
     };
     if !allowed {
@@ -365,6 +377,7 @@ pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirRe
     }
     let stored = match (column.json, &column.data_type) {
         (Some(kind), _) => crate::json::input(kind, value),
+        (None, _) if uuid => crate::uuid_type::input(value),
         (None, DataType::Binary) if text => bytea_from_text(value),
         _ => crate::casts::assign_cast(value, from, &column.data_type),
     };

@@ -100,8 +100,10 @@ pub fn input(kind: JsonKind, text: Expr) -> Expr {
     scalar::JsonFunction::udf(scalar::Op::Input(kind)).call(vec![text])
 }
 
-/// Adds the JSON types, operators and functions to `ctx`, whose type
-/// planner (the catalog's) becomes the fallback of the JSON one.
+/// Adds the JSON types, operators and functions to `ctx`. Its type
+/// planner plans JSON types, then `varchar` ([`crate::varchar`]) and
+/// `uuid` ([`crate::uuid_type`]), then falls back to the one `ctx` had
+/// (the catalog's).
 pub fn register(ctx: &SessionContext) -> datafusion::common::Result<()> {
     use datafusion::execution::FunctionRegistry;
     let state = ctx.state_ref();
@@ -110,7 +112,13 @@ pub fn register(ctx: &SessionContext) -> datafusion::common::Result<()> {
     // function registry, and a copy left behind would be garbage.
     let existing = std::mem::replace(&mut *guard, SessionStateBuilder::new().build());
     let mut builder = SessionStateBuilder::new_from_existing(existing);
-    let fallback = builder.type_planner().clone();
+    use datafusion::logical_expr::planner::TypePlanner;
+    let uuid = Arc::new(crate::uuid_type::UuidTypes {
+        fallback: builder.type_planner().clone(),
+    }) as Arc<dyn TypePlanner>;
+    let fallback = Some(Arc::new(crate::varchar::VarcharTypes {
+        fallback: Some(uuid),
+    }) as Arc<dyn TypePlanner>);
     let mut rebuilt = builder
         .with_type_planner(Arc::new(planner::JsonTypes { fallback }))
         .build();

@@ -2,7 +2,7 @@
 
 Every common type round-trips in text and binary, parameters are typed
 as psycopg declares them, transactions commit and roll back (savepoints
-included), json and jsonb round-trip as Python values (also through
+included), json, jsonb and uuid round-trip as Python values (also through
 binary COPY), COPY works both ways in text and binary, a named
 (server-side) cursor reads in pieces, the catalog describes the table's
 columns and resolves type names (TypeInfo), and a materialized view is
@@ -14,6 +14,7 @@ line printed is "ok".
 import datetime
 import decimal
 import sys
+import uuid
 
 import psycopg
 from psycopg.adapt import Dumper
@@ -80,6 +81,33 @@ def main(dsn):
         cur.execute("SELECT body ->> 'name', body @> %s FROM docs WHERE id = 1", (Jsonb({"tags": ["b"]}),))
         check("json operators", cur.fetchone(), ("x", True))
         cur.execute("DROP TABLE docs")
+
+        # uuid as psycopg adapts uuid.UUID: in text and binary, as a
+        # parameter compared with a uuid column, through binary COPY both
+        # ways, and gen_random_uuid().
+        key = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+        cur.execute("DROP TABLE IF EXISTS things")
+        cur.execute("CREATE TABLE things (id UUID PRIMARY KEY, n INT)")
+        cur.execute("INSERT INTO things VALUES (%s, %s)", (key, 1))
+        cur.execute("INSERT INTO things VALUES (gen_random_uuid(), 2)")
+        with cur.copy("COPY things FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["uuid", "int4"])
+            copy.write_row((uuid.UUID(int=7), 3))
+        for binary in (False, True):
+            cur.execute("SELECT id, n FROM things WHERE id = %s", (key,), binary=binary)
+            check(f"uuid parameter (binary={binary})", cur.fetchall(), [(key, 1)])
+            cur.execute("SELECT id FROM things WHERE n = 3", binary=binary)
+            check(f"uuid from binary COPY (binary={binary})", cur.fetchall(), [(uuid.UUID(int=7),)])
+            cur.execute("SELECT id, pg_typeof(id)::text FROM things WHERE n = 2", binary=binary)
+            random_id, type_name = cur.fetchone()
+            check(f"gen_random_uuid (binary={binary})", (random_id.version, type_name), (4, "uuid"))
+        rows = []
+        with cur.copy("COPY (SELECT id FROM things WHERE n = 1) TO STDOUT (FORMAT BINARY)") as copy:
+            copy.set_types(["uuid"])
+            rows.extend(copy.rows())
+        check("uuid through binary COPY TO", rows, [(key,)])
+        check("binary COPY TO's row count", cur.rowcount, 1)
+        cur.execute("DROP TABLE things")
 
         # Parameters are typed as psycopg declares them.
         cur.execute("SELECT %s::int + 1, %s, %s", (41, 5, datetime.date(2024, 1, 2)))

@@ -166,7 +166,7 @@ async fn every_type_round_trips_in_binary() {
             &Type::FLOAT4,
             &Type::FLOAT8,
             &Type::TEXT,
-            &Type::TEXT,
+            &Type::VARCHAR,
             &Type::BYTEA,
             &Type::DATE,
             &Type::TIME,

@@ -776,8 +776,32 @@ where
                 deserialized_params.push(scalar_value);
             }
             Type::UUID => {
-                let value = portal.parameter::<String>(i, &pg_type)?;
-                // Store UUID as string for now
+                // Weir: a uuid is its canonical text (lowercase, hyphenated):
+                // binary is its 16 bytes, text is read in any form the uuid
+                // crate reads (either case, with or without hyphens, braces).
+                let value = match portal.parameters.get(i).cloned().flatten() {
+                    None => None,
+                    Some(bytes) => {
+                        let parsed = if portal.parameter_format.is_binary(i) {
+                            uuid::Uuid::from_slice(&bytes).ok()
+                        } else {
+                            std::str::from_utf8(&bytes)
+                                .ok()
+                                .and_then(|text| uuid::Uuid::parse_str(text.trim()).ok())
+                        };
+                        let uuid = parsed.ok_or_else(|| {
+                            PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+                                "ERROR".to_owned(),
+                                "22P02".to_owned(),
+                                format!(
+                                    "invalid input syntax for type uuid: \"{}\"",
+                                    String::from_utf8_lossy(&bytes)
+                                ),
+                            )))
+                        })?;
+                        Some(uuid.hyphenated().to_string())
+                    }
+                };
                 deserialized_params.push(ScalarValue::Utf8(value));
             }
             Type::JSON | Type::JSONB => {

@@ -58,6 +58,12 @@ where
     Ok(())
 }
 
+/// Weir: whether `data` is exactly a binary COPY file's header (signature,
+/// flags and a header extension length of zero).
+fn is_binary_header(data: &[u8]) -> bool {
+    data.len() == 19 && data.starts_with(b"PGCOPY\n\xff\r\n\0") && data[11..] == [0; 8]
+}
+
 /// Send a CopyOutResponse header and stream copy data to the client.
 pub async fn send_copy_out_response<C>(client: &mut C, resp: CopyResponse) -> PgWireResult<()>
 where
@@ -77,16 +83,30 @@ where
         .await?;
 
     let mut rows = 0;
+    // Weir: a binary file's header, sent on its own by the stream, leaves
+    // with the next message (the first row, or the trailer when there is
+    // none), as PostgreSQL sends it: psycopg reads the header and the first
+    // row from one message. Neither is counted as a row.
+    let mut first = true;
+    let mut header: Option<bytes::Bytes> = None;
 
     // Weir: rows fed so far leave when the next one is not ready.
     while let Some(copy_data) = super::next_flushing(&mut data_stream, client, rows > 0).await? {
         match copy_data {
             Ok(data) => {
                 if !data.data.is_empty() {
+                    if std::mem::take(&mut first) && format == 1 && is_binary_header(&data.data) {
+                        header = Some(data.data);
+                        continue;
+                    }
                     // do not count trailer
                     if data.data.as_ref() != [0xFF, 0xFF] {
                         rows += 1;
                     }
+                    let data = match header.take() {
+                        Some(header) => CopyData::new([header, data.data].concat().into()),
+                        None => data,
+                    };
                     client.feed(PgWireBackendMessage::CopyData(data)).await?;
                 }
             }
