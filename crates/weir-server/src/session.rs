@@ -224,6 +224,7 @@ fn planner_rules(builder: SessionStateBuilder) -> SessionStateBuilder {
     analyzer.extend([
         crate::checked::rule(),
         crate::casts::rule(),
+        Arc::new(crate::uuid_type::UuidLists),
         crate::intervals::rule(),
         crate::result_types::rule(),
     ]);

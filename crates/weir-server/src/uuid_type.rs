@@ -5,7 +5,8 @@
 //! `pg.type = uuid`, so that clients see OID 2950 and, in binary, its 16
 //! bytes (the vendored arrow-pg writes and reads them). Text becomes a
 //! `uuid` through [`input`]: every cast to `uuid`, every write to a `uuid`
-//! column, and a string literal compared with a `uuid`. It reads
+//! column, and a string literal compared with a `uuid` (also in an `IN`
+//! list: [`UuidLists`]). It reads
 //! PostgreSQL's input forms (either case, a hyphen after any group of four
 //! digits, braces around) and fails with 22P02 on anything else.
 //! Canonical text sorts as PostgreSQL sorts uuids (byte by byte), so
@@ -16,13 +17,16 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::functions::utils::make_scalar_function;
 use datafusion::logical_expr::planner::TypePlanner;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-    Volatility,
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
+use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
 use crate::error::{SqlState, WeirError};
@@ -91,6 +95,48 @@ impl TypePlanner for UuidTypes {
                 None => Ok(None),
             },
         }
+    }
+}
+
+/// The analyzer rule reading the string literals of an `IN` list as uuids
+/// when the value they are compared with is one (`id IN ('A0EE...')`;
+/// a comparison's literal is read so by `unknown_literals.rs`).
+#[derive(Debug)]
+pub struct UuidLists;
+
+impl UuidLists {
+    fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        let Expr::InList(mut in_list) = expr else {
+            return Ok(Transformed::no(expr));
+        };
+        let of_uuids = in_list
+            .expr
+            .to_field(schema)
+            .is_ok_and(|(_, field)| is_uuid(&field));
+        if !of_uuids {
+            return Ok(Transformed::no(Expr::InList(in_list)));
+        }
+        let mut changed = false;
+        for item in in_list.list.iter_mut() {
+            if matches!(item, Expr::Literal(ScalarValue::Utf8(Some(_)), _)) {
+                *item = input(std::mem::replace(
+                    item,
+                    Expr::Literal(ScalarValue::Null, None),
+                ));
+                changed = true;
+            }
+        }
+        Ok(Transformed::new_transformed(Expr::InList(in_list), changed))
+    }
+}
+
+impl AnalyzerRule for UuidLists {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        crate::plan_rewrite::rewrite_expressions(plan, &Self::rewrite)
+    }
+
+    fn name(&self) -> &str {
+        "weir_uuid_lists"
     }
 }
 

@@ -476,15 +476,14 @@ SELECT (SELECT name FROM customers);
 SELECT id FROM orders WHERE amount = ANY (SELECT amount FROM orders WHERE customer = 'bob') ORDER BY id;
 
 -- Set operations.
--- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT 1 UNION SELECT 2 ORDER BY 1;
--- differs: integer literals in `VALUES`, set operations, recursive queries and `generate_series` stay `bigint` (DataFusion fixes their types when it plans them)
 SELECT 1 UNION ALL SELECT 1;
 SELECT customer FROM orders UNION SELECT name FROM customers ORDER BY 1;
 SELECT customer FROM orders INTERSECT SELECT name FROM customers ORDER BY 1;
 SELECT name FROM customers EXCEPT SELECT customer FROM orders;
--- differs: the error is reported with SQLSTATE 22003 where PostgreSQL uses 22P02
 SELECT 1 UNION SELECT 'a';
+SELECT 1 UNION SELECT '5' ORDER BY 1;
+SELECT 1.5 UNION SELECT '2.25' ORDER BY 1;
 SELECT 1 UNION SELECT 2.5 ORDER BY 1;
 
 -- Window functions in queries.
