@@ -13,7 +13,8 @@
 //!   row (`relkind = 'i'`, btree) for each primary key's index,
 //!   `<table>_pkey` as PostgreSQL names it;
 //! - `pg_index` and `pg_constraint`: a row for each primary key, and their
-//!   vector columns (`indkey`, `conkey`) as arrays, which drivers `unnest`;
+//!   vector columns (`indkey`, `conkey`) as arrays, which drivers `unnest`
+//!   (`pg_index`'s written as `int2vector`/`oidvector`, `1 2` in text);
 //! - `pg_attrdef`: a row for each column default, whose `adbin` is the
 //!   default's SQL text (Weir's `pg_get_expr` returns it as it is);
 //! - identifiers (`relname`, `attname`, `typname`, ...) are typed `name`;
@@ -399,7 +400,19 @@ fn vector_columns(kind: Corrected) -> &'static [(&'static str, DataType)] {
 fn vector_schema(kind: Corrected, schema: &SchemaRef) -> SchemaRef {
     let vectors = vector_columns(kind);
     let list = |name: &str, element: &DataType| {
-        Field::new(name, DataType::new_list(element.clone(), true), true)
+        let field = Field::new(name, DataType::new_list(element.clone(), true), true);
+        // `pg_index`'s vectors are `int2vector` and `oidvector` on the wire
+        // (`1 2` in text, which SQLAlchemy's reflection splits); the
+        // others are arrays.
+        let vector_type = match (kind, element) {
+            (Corrected::Index, DataType::Int16) => "int2vector",
+            (Corrected::Index, _) => "oidvector",
+            _ => return field,
+        };
+        field.with_metadata(std::collections::HashMap::from([(
+            arrow_pg::datatypes::PG_TYPE_KEY.to_owned(),
+            vector_type.to_owned(),
+        )]))
     };
     let mut fields: Vec<Field> = schema
         .fields()

@@ -13,38 +13,53 @@ use crate::session::{Output, Session};
 
 /// `CREATE INDEX [IF NOT EXISTS] [name] ON relation (columns)`.
 pub async fn create(session: &mut Session, create: &CreateIndex) -> WeirResult<Output> {
-    refuse_unsupported(create)?;
     let db = session.db.clone();
     let mut working = db.working().await;
-    let relation = relation_name(&create.table_name)?;
-    let columns = indexed_columns(&working.catalog, &relation, create)?;
-    let name = match &create.name {
-        Some(name) => relation_name(name)?,
-        None => default_name(&working.catalog, &relation, create),
+    let Some(index) = new_index(session, &working.catalog, create)? else {
+        return Ok(Output::command("CREATE INDEX"));
     };
-    if working.catalog.indexes.contains_key(&name) || working.catalog.kind_of(&name).is_some() {
-        if create.if_not_exists {
-            session.notice(format!("relation \"{name}\" already exists, skipping"));
-            return Ok(Output::command("CREATE INDEX"));
-        }
-        return Err(crate::ddl::duplicate_relation(&name));
-    }
-    let id = working.catalog.next_table_id;
-    working.catalog.next_table_id += 1;
-    working.catalog.indexes.insert(
-        name.clone(),
-        IndexDef {
-            id,
-            name,
-            relation,
-            columns,
-        },
-    );
+    add_index(&mut working.catalog, index);
     working.catalog_changed();
     let epoch = working.epoch;
     std::mem::drop(working);
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE INDEX"))
+}
+
+/// The index `create` adds to `catalog` (its id not given yet), or `None`
+/// when `IF NOT EXISTS` finds its name taken (a notice says so).
+pub(crate) fn new_index(
+    session: &mut Session,
+    catalog: &Catalog,
+    create: &CreateIndex,
+) -> WeirResult<Option<IndexDef>> {
+    refuse_unsupported(create)?;
+    let relation = relation_name(&create.table_name)?;
+    let columns = indexed_columns(catalog, &relation, create)?;
+    let name = match &create.name {
+        Some(name) => relation_name(name)?,
+        None => default_name(catalog, &relation, create),
+    };
+    if catalog.indexes.contains_key(&name) || catalog.kind_of(&name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!("relation \"{name}\" already exists, skipping"));
+            return Ok(None);
+        }
+        return Err(crate::ddl::duplicate_relation(&name));
+    }
+    Ok(Some(IndexDef {
+        id: 0,
+        name,
+        relation,
+        columns,
+    }))
+}
+
+/// Adds `index` to `catalog` under the catalog's next id.
+pub(crate) fn add_index(catalog: &mut Catalog, mut index: IndexDef) {
+    index.id = catalog.next_table_id;
+    catalog.next_table_id += 1;
+    catalog.indexes.insert(index.name.clone(), index);
 }
 
 /// `DROP INDEX [IF EXISTS] names`.

@@ -21,15 +21,19 @@ pub async fn execute(
     params: &Params,
 ) -> WeirResult<Output> {
     session.apply_time_zone();
-    if let (Some(_), Some(ddl)) = (&session.transaction, ddl_name(statement)) {
-        return Err(WeirError::new(
-            SqlState::ACTIVE_SQL_TRANSACTION,
-            format!("{ddl} cannot run inside a transaction block"),
-        )
-        .with_hint(
-            "Weir runs statements that change the catalog outside transaction blocks: \
-             COMMIT or ROLLBACK first (drivers: use autocommit for DDL).",
-        ));
+    let in_block = session.transaction.is_some();
+    if let (true, Some(ddl)) = (in_block, ddl_name(statement)) {
+        if !crate::transaction::ddl::fits_a_block(statement) {
+            return Err(WeirError::new(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                format!("{ddl} cannot run inside a transaction block"),
+            )
+            .with_hint(
+                "Weir runs statements that change the catalog outside transaction blocks, \
+                 except CREATE TABLE and CREATE INDEX: COMMIT or ROLLBACK first (drivers: use \
+                 autocommit for DDL).",
+            ));
+        }
     }
     let statement = match statement {
         WeirStatement::Flush => {
@@ -67,6 +71,15 @@ pub async fn execute(
                     ));
                 }
                 return crate::cdc::create_table(session, create, options).await;
+            }
+            if in_block {
+                return crate::transaction::ddl::create_table(
+                    session,
+                    create,
+                    *append_only,
+                    watermark.as_ref(),
+                )
+                .await;
             }
             return ddl::create_table(session, create, *append_only, watermark.as_ref()).await;
         }
@@ -136,11 +149,17 @@ pub async fn execute(
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             dml::execute(session, statement, params).await
         }
+        Statement::CreateTable(create) if in_block => {
+            crate::transaction::ddl::create_table(session, create, false, None).await
+        }
         Statement::CreateTable(create) => ddl::create_table(session, create, false, None).await,
         Statement::CreateView(create) if create.materialized => {
             crate::mview::create(session, create, false, None).await
         }
         Statement::CreateView(create) => ddl::create_view(session, create).await,
+        Statement::CreateIndex(create) if in_block => {
+            crate::transaction::ddl::create_index(session, create).await
+        }
         Statement::CreateIndex(create) => crate::indexes::create(session, create).await,
         Statement::Drop {
             object_type: ObjectType::Index,

@@ -217,6 +217,8 @@ fn pg_named_type(field: &Field) -> Option<Type> {
         "name" => Some(Type::NAME),
         "varchar" => Some(Type::VARCHAR),
         "uuid" => Some(Type::UUID),
+        "int2vector" => Some(Type::INT2_VECTOR),
+        "oidvector" => Some(Type::OID_VECTOR),
         "void" => Some(Type::VOID),
         _ => None,
     }

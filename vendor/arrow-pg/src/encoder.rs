@@ -250,6 +250,50 @@ impl pgwire::types::ToSqlText for JsonText<'_> {
     }
 }
 
+// Weir: the int2vector/oidvector encoding.
+/// An `int2vector` or `oidvector` value: its numbers separated by spaces
+/// in text, an array of `int2` or `oid` in binary, as PostgreSQL writes it.
+#[derive(Debug)]
+struct VectorValue(Vec<i64>);
+
+impl postgres_types::ToSql for VectorValue {
+    fn to_sql(
+        &self,
+        ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if *ty == postgres_types::Type::OID_VECTOR {
+            let oids = self.0.iter().map(|&n| u32::try_from(n)).collect::<Result<Vec<_>, _>>()?;
+            oids.to_sql(ty, out)
+        } else {
+            let numbers = self.0.iter().map(|&n| i16::try_from(n)).collect::<Result<Vec<_>, _>>()?;
+            numbers.to_sql(ty, out)
+        }
+    }
+
+    fn accepts(ty: &postgres_types::Type) -> bool {
+        matches!(
+            *ty,
+            postgres_types::Type::INT2_VECTOR | postgres_types::Type::OID_VECTOR
+        )
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for VectorValue {
+    fn to_sql_text(
+        &self,
+        _ty: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+        _format_options: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let text: Vec<String> = self.0.iter().map(i64::to_string).collect();
+        out.extend_from_slice(text.join(" ").as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
 // Weir: the uuid encoding.
 /// A `uuid` value: its canonical text, and in binary its 16 bytes.
 #[derive(Debug)]
@@ -551,6 +595,31 @@ pub fn encode_value<T: Encoder>(
         }
         .map(JsonText);
         return encoder.encode_field(&value, pg_field);
+    }
+
+    // Weir: `int2vector` and `oidvector` lists (`pg_index.indkey`).
+    if matches!(
+        *pg_field.datatype(),
+        postgres_types::Type::INT2_VECTOR | postgres_types::Type::OID_VECTOR
+    ) {
+        if arr.is_null(idx) {
+            return encoder.encode_field(&None::<&[i16]>, pg_field);
+        }
+        let values = arr.as_any().downcast_ref::<ListArray>().map(|l| l.value(idx));
+        let numbers: Vec<i64> = match values.as_ref().map(|v| (v.data_type(), v)) {
+            Some((DataType::Int16, v)) => {
+                v.as_primitive::<Int16Type>().iter().flatten().map(i64::from).collect()
+            }
+            Some((DataType::Int32, v)) => {
+                v.as_primitive::<Int32Type>().iter().flatten().map(i64::from).collect()
+            }
+            _ => {
+                return Err(PgWireError::ApiError(ToSqlError::from(
+                    "an int2vector or oidvector holds a list of integers",
+                )))
+            }
+        };
+        return encoder.encode_field(&VectorValue(numbers), pg_field);
     }
 
     // Weir: a uuid is its canonical text; in binary, its 16 bytes.

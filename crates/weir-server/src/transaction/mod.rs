@@ -9,9 +9,16 @@
 //! each table's net change to the working state, so every write of the
 //! block lands in one epoch. `ROLLBACK` drops the copies; a savepoint is a
 //! copy of the copies.
+//!
+//! `CREATE TABLE` and `CREATE INDEX` in a block (`ddl.rs`) change the
+//! block's own catalog; `COMMIT` adds them to the shared one in the same
+//! epoch as the block's rows (42P07 if another session took the name
+//! meanwhile), and `ROLLBACK` forgets them. Other DDL is refused in a
+//! block (25001).
 
 mod commit;
 pub mod control;
+pub mod ddl;
 pub mod pipeline;
 
 use std::collections::HashMap;
@@ -19,7 +26,7 @@ use std::sync::Arc;
 
 use weir_state::{StateTable, TableId};
 
-use crate::catalog::{Catalog, TableDef};
+use crate::catalog::{Catalog, IndexDef, TableDef};
 use crate::database::{Database, DbSnapshot, WorkingState};
 use crate::error::{SqlState, WeirError, WeirResult};
 
@@ -42,13 +49,24 @@ pub struct Transaction {
     /// Opened by the server around a multi-statement query or a
     /// pipeline of Executes (`pipeline.rs`), not by BEGIN.
     implicit: bool,
+    /// The tables and indexes the block created, in order, by name.
+    created: Vec<Created>,
 }
 
-/// The private tables as they were at `SAVEPOINT name`.
+/// A relation a block created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Created {
+    Table(String),
+    Index(String),
+}
+
+/// The private tables and catalog as they were at `SAVEPOINT name`.
 #[derive(Debug)]
 struct Savepoint {
     name: String,
     tables: HashMap<TableId, StateTable>,
+    catalog: Catalog,
+    created: Vec<Created>,
 }
 
 impl Transaction {
@@ -63,6 +81,7 @@ impl Transaction {
             failed: false,
             read_only,
             implicit,
+            created: Vec::new(),
         }
     }
 
@@ -93,25 +112,50 @@ impl Transaction {
         self.read_only = read_only;
     }
 
-    /// What the block's statements read: its snapshot with its own writes.
+    /// What the block's statements read: its snapshot with its own writes
+    /// (and its own tables and indexes).
     pub fn read_snapshot(&self) -> DbSnapshot {
         let mut snapshot = self.snapshot.as_ref().clone();
         for (&id, table) in &self.private.tables {
             snapshot.tables.insert(id, table.snapshot());
         }
+        if !self.created.is_empty() {
+            snapshot.catalog = Arc::new(self.private.catalog.clone());
+        }
         snapshot
     }
 
-    /// Readies the block for a write to `def`: copies its table from the
-    /// block's snapshot if this is the first write to it. `verb` names the
-    /// statement, for the error of a read-only block.
-    pub fn prepare_write(&mut self, def: &TableDef, verb: &str) -> WeirResult<()> {
+    /// Fails with 25006 in a read-only block; `verb` names the statement.
+    pub fn check_writable(&self, verb: &str) -> WeirResult<()> {
         if self.read_only {
             return Err(WeirError::new(
                 SqlState::READ_ONLY_SQL_TRANSACTION,
                 format!("cannot execute {verb} in a read-only transaction"),
             ));
         }
+        Ok(())
+    }
+
+    /// Adds `def` to the block's catalog, with an empty private table;
+    /// returns its id in the block (`COMMIT` gives it its lasting one).
+    pub fn create_table(&mut self, def: TableDef) -> WeirResult<TableId> {
+        let name = def.name.clone();
+        let id = self.private.create_table(def)?;
+        self.created.push(Created::Table(name));
+        Ok(id)
+    }
+
+    /// Adds `index` to the block's catalog.
+    pub fn create_index(&mut self, index: IndexDef) {
+        self.created.push(Created::Index(index.name.clone()));
+        crate::indexes::add_index(&mut self.private.catalog, index);
+    }
+
+    /// Readies the block for a write to `def`: copies its table from the
+    /// block's snapshot if this is the first write to it. `verb` names the
+    /// statement, for the error of a read-only block.
+    pub fn prepare_write(&mut self, def: &TableDef, verb: &str) -> WeirResult<()> {
+        self.check_writable(verb)?;
         if !self.private.tables.contains_key(&def.id) {
             let snapshot =
                 self.snapshot.tables.get(&def.id).ok_or_else(|| {
@@ -140,6 +184,8 @@ impl Transaction {
         self.savepoints.push(Savepoint {
             name,
             tables: self.private.tables.clone(),
+            catalog: self.private.catalog.clone(),
+            created: self.created.clone(),
         });
     }
 
@@ -155,7 +201,10 @@ impl Transaction {
     pub fn rollback_to(&mut self, name: &str) -> WeirResult<()> {
         let at = self.find_savepoint(name)?;
         self.savepoints.truncate(at + 1);
-        self.private.tables = self.savepoints[at].tables.clone();
+        let savepoint = &self.savepoints[at];
+        self.private.tables = savepoint.tables.clone();
+        self.private.catalog = savepoint.catalog.clone();
+        self.created = savepoint.created.clone();
         self.failed = false;
         Ok(())
     }
@@ -173,10 +222,11 @@ impl Transaction {
             })
     }
 
-    /// Applies the block's writes to the working state in one epoch and
-    /// waits until that epoch is committed. Fails with 40001, changing
-    /// nothing, if another transaction changed a row this one changed
-    /// since the block's snapshot.
+    /// Applies the block's tables, indexes and writes to the working state
+    /// in one epoch and waits until that epoch is committed. Fails,
+    /// changing nothing, with 40001 if another transaction changed a row
+    /// this one changed since the block's snapshot, and with 42P07 if
+    /// another session took the name of a relation the block created.
     pub async fn commit(mut self, db: &Database) -> WeirResult<()> {
         let mut changes = Vec::new();
         for (&id, table) in self.private.tables.iter_mut() {
@@ -184,12 +234,41 @@ impl Transaction {
                 changes.push((id, delta));
             }
         }
-        if changes.is_empty() {
+        if changes.is_empty() && self.created.is_empty() {
             return Ok(());
         }
         let mut working = db.working().await;
+        for created in &self.created {
+            let (Created::Table(name) | Created::Index(name)) = created;
+            if working.catalog.kind_of(name).is_some() || working.catalog.indexes.contains_key(name)
+            {
+                return Err(crate::ddl::duplicate_relation(name));
+            }
+            if let Created::Index(name) = created {
+                let relation = &self.private.catalog.indexes[name].relation;
+                let ours = self.created.contains(&Created::Table(relation.clone()));
+                if !ours && working.catalog.kind_of(relation).is_none() {
+                    return Err(WeirError::new(
+                        SqlState::SERIALIZATION_FAILURE,
+                        format!("could not serialize access: \"{relation}\" was dropped"),
+                    ));
+                }
+            }
+        }
+        let created_tables: HashMap<TableId, &TableDef> = self
+            .created
+            .iter()
+            .filter_map(|c| match c {
+                Created::Table(name) => self.private.catalog.tables.get(name),
+                Created::Index(_) => None,
+            })
+            .map(|def| (def.id, def))
+            .collect();
         let mut writes = Vec::with_capacity(changes.len());
         for (id, delta) in &changes {
+            if created_tables.contains_key(id) {
+                continue;
+            }
             let name = self.table_name(*id);
             let Some(current) = working.tables.get(id) else {
                 return Err(WeirError::new(
@@ -201,6 +280,31 @@ impl Transaction {
             writes.push((*id, commit::plan_write(&name, base, current, delta)?));
         }
         // Every table checked: now nothing can fail half-way.
+        for created in &self.created {
+            match created {
+                Created::Table(name) => {
+                    let def = &self.private.catalog.tables[name];
+                    let id = working.create_table(def.clone())?;
+                    let rows = changes.iter().find(|(block_id, _)| *block_id == def.id);
+                    if let Some(rows) = rows.and_then(|(_, delta)| delta.upserts.as_ref()) {
+                        let rows = def.spec().visible_columns(rows)?;
+                        working
+                            .table_mut(id)?
+                            .write(&[], Some(&rows))?
+                            .map_err(|_| {
+                                WeirError::internal(format!(
+                                    "a new table's rows violate \"{name}\"'s key"
+                                ))
+                            })?;
+                    }
+                }
+                Created::Index(name) => {
+                    let index = self.private.catalog.indexes[name].clone();
+                    crate::indexes::add_index(&mut working.catalog, index);
+                    working.catalog_changed();
+                }
+            }
+        }
         for (id, (deletes, inserts)) in writes {
             let name = self.table_name(id);
             working

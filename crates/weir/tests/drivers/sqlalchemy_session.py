@@ -6,13 +6,16 @@ savepoint support), a table is orders from the catalog (columns, types,
 nullability, primary key), Core inserts with parameters and selects with
 bound filters, the ORM adds, queries, updates and deletes objects in
 transactions (one rolled back, one failed on a duplicate key inside a
-savepoint), and a materialized view is read after FLUSH. Any difference
+savepoint), a schema is created with create_all inside its transaction
+(a uuid key and an index included) and a table created in a rolled-back
+transaction is gone, and a materialized view is read after FLUSH. Any difference
 raises; the last line printed is "ok".
 """
 
 import datetime
 import decimal
 import sys
+import uuid
 from typing import Optional
 
 from sqlalchemy import (
@@ -22,6 +25,7 @@ from sqlalchemy import (
     Numeric,
     String,
     Table,
+    Uuid,
     create_engine,
     func,
     insert,
@@ -52,15 +56,39 @@ class Order(Base):
     note: Mapped[Optional[str]] = mapped_column(String(12), server_default="none")
 
 
+class Item(Base):
+    __tablename__ = "sa_items"
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(20), index=True)
+
+
 def main(dsn):
     engine = create_engine(f"postgresql+psycopg://{dsn}")
-    # Weir runs DDL outside transaction blocks: DDL goes through an
+    # Views and drops run outside transaction blocks: they go through an
     # autocommit connection (docs/drivers.md).
     ddl = engine.execution_options(isolation_level="AUTOCOMMIT")
     with ddl.connect() as conn:
         conn.execute(text("DROP MATERIALIZED VIEW IF EXISTS sa_totals"))
         conn.execute(text("DROP TABLE IF EXISTS sa_orders"))
-        Base.metadata.create_all(conn)
+        conn.execute(text("DROP TABLE IF EXISTS sa_items"))
+        conn.execute(text("DROP TABLE IF EXISTS sa_scratch"))
+    # create_all as applications call it: CREATE TABLE and CREATE INDEX
+    # inside the transaction SQLAlchemy opens.
+    Base.metadata.create_all(engine)
+    with Session(engine) as session:
+        first = Item(name="first")
+        session.add_all([first, Item(name="second")])
+        session.commit()
+        check("uuid key", session.get(Item, first.id).name, "first")
+        check("by indexed name", session.scalars(select(Item.id).where(Item.name == "first")).one(), first.id)
+    check("index made in a block", [i["name"] for i in inspect(engine).get_indexes("sa_items")], ["ix_sa_items_name"])
+    with engine.connect() as conn:
+        block = conn.begin()
+        conn.execute(text("CREATE TABLE sa_scratch (id INT PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO sa_scratch VALUES (1)"))
+        check("table made in the block", conn.execute(text("SELECT count(*) FROM sa_scratch")).scalar(), 1)
+        block.rollback()
+    check("rolled-back table", inspect(engine).has_table("sa_scratch"), False)
 
     # The catalog: the table is listed, and reflected as it was declared.
     inspector = inspect(engine)

@@ -248,12 +248,39 @@ async fn catalog_and_rows_survive_a_clean_restart_and_a_kill() {
         .batch_execute("INSERT INTO log VALUES ('after restart')")
         .await
         .unwrap();
+    // A table and an index made in a committed block survive the kill with
+    // the block's rows; one made in a rolled-back block never existed.
+    client
+        .batch_execute(
+            "BEGIN;
+             CREATE TABLE made_in_block (id INT PRIMARY KEY, tag TEXT);
+             CREATE INDEX made_in_block_tag ON made_in_block (tag);
+             INSERT INTO made_in_block VALUES (1, 'kept'), (2, 'kept'), (3, 'other');
+             COMMIT;
+             BEGIN;
+             CREATE TABLE rolled_back (id INT);
+             ROLLBACK",
+        )
+        .await
+        .unwrap();
     server.restart_after_kill().await;
     let client = server.client().await;
     assert_eq!(
         column(&client, "SELECT count(*) FROM log").await,
         vec![Some("3".into())]
     );
+    assert_eq!(
+        column(
+            &client,
+            "SELECT id FROM made_in_block WHERE tag = 'kept' ORDER BY id"
+        )
+        .await,
+        vec![Some("1".into()), Some("2".into())]
+    );
+    let indexes = "SELECT count(*) FROM pg_class WHERE relname = 'made_in_block_tag'";
+    assert_eq!(column(&client, indexes).await, vec![Some("1".into())]);
+    let gone = client.simple_query("SELECT * FROM rolled_back").await;
+    assert_eq!(gone.unwrap_err().code().unwrap().code(), "42P01");
     // Row ids keep counting after recovery: no clash with recovered rows.
     client
         .batch_execute("INSERT INTO log VALUES ('z')")
