@@ -25,12 +25,7 @@ pub async fn create_table(
     append_only: bool,
     watermark: Option<&weir_sql::WatermarkClause>,
 ) -> WeirResult<Output> {
-    check_table_options(create)?;
-    if watermark.is_some() && !append_only {
-        return Err(WeirError::unsupported(
-            "WATERMARK FOR needs an APPEND ONLY table: a watermark cannot hold for rows that change",
-        ));
-    }
+    check_create_table(create, append_only, watermark)?;
     let db = session.db.clone();
     let mut working = db.working().await;
     if let Some(skipped) = claim_table_name(session, &working.catalog, create)? {
@@ -64,6 +59,22 @@ pub async fn create_table(
     drop(working);
     db.wait_committed(epoch).await?;
     Ok(tag)
+}
+
+/// What `CREATE TABLE` refuses before it plans: options Weir does not
+/// take, and a watermark on a table that is not append-only.
+pub(crate) fn check_create_table(
+    create: &CreateTable,
+    append_only: bool,
+    watermark: Option<&weir_sql::WatermarkClause>,
+) -> WeirResult<()> {
+    check_table_options(create)?;
+    if watermark.is_some() && !append_only {
+        return Err(WeirError::unsupported(
+            "WATERMARK FOR needs an APPEND ONLY table: a watermark cannot hold for rows that change",
+        ));
+    }
+    Ok(())
 }
 
 /// The definition of the table `create` declares, from its planned

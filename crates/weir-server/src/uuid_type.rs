@@ -21,7 +21,6 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::functions::utils::make_scalar_function;
-use datafusion::logical_expr::planner::TypePlanner;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -79,23 +78,10 @@ pub fn gen_random_uuid() -> ScalarUDF {
     ScalarUDF::from(UuidFunction::new(Op::Random))
 }
 
-/// Plans `uuid` as tagged text, and other types with `fallback`.
-#[derive(Debug)]
-pub struct UuidTypes {
-    /// The planner for every other type.
-    pub fallback: Option<Arc<dyn TypePlanner>>,
-}
-
-impl TypePlanner for UuidTypes {
-    fn plan_type_field(&self, sql_type: &SqlType) -> Result<Option<FieldRef>> {
-        match sql_type {
-            SqlType::Uuid => Ok(Some(field(""))),
-            _ => match &self.fallback {
-                Some(fallback) => fallback.plan_type_field(sql_type),
-                None => Ok(None),
-            },
-        }
-    }
+/// The field `uuid` is planned as: tagged text (the session's type
+/// planner, `json/planner.rs`, asks).
+pub fn plan_type(sql_type: &SqlType) -> Option<FieldRef> {
+    matches!(sql_type, SqlType::Uuid).then(|| field(""))
 }
 
 /// The analyzer rule reading the string literals of an `IN` list as uuids

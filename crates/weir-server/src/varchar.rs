@@ -14,7 +14,6 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::Result;
 use datafusion::functions::utils::make_scalar_function;
-use datafusion::logical_expr::planner::TypePlanner;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -82,28 +81,17 @@ pub fn is_cast_to_do(field: &Field) -> bool {
     is_varchar(field) && field.metadata().contains_key(CAST_LIMIT_KEY)
 }
 
-/// Plans `varchar`, `varchar(n)` and their spellings as tagged text, and
-/// other types with `fallback`.
-#[derive(Debug)]
-pub struct VarcharTypes {
-    /// The planner for every other type.
-    pub fallback: Option<Arc<dyn TypePlanner>>,
-}
-
-impl TypePlanner for VarcharTypes {
-    fn plan_type_field(&self, sql_type: &SqlType) -> Result<Option<FieldRef>> {
-        match sql_type {
-            SqlType::Varchar(length)
-            | SqlType::CharacterVarying(length)
-            | SqlType::CharVarying(length) => Ok(Some(cast_field(match length {
-                Some(CharacterLength::IntegerLength { length, .. }) => Some(*length),
-                _ => None,
-            }))),
-            _ => match &self.fallback {
-                Some(fallback) => fallback.plan_type_field(sql_type),
-                None => Ok(None),
-            },
-        }
+/// The field `varchar`, `varchar(n)` and their spellings are planned as:
+/// tagged text (the session's type planner, `json/planner.rs`, asks).
+pub fn plan_type(sql_type: &SqlType) -> Option<FieldRef> {
+    match sql_type {
+        SqlType::Varchar(length)
+        | SqlType::CharacterVarying(length)
+        | SqlType::CharVarying(length) => Some(cast_field(match length {
+            Some(CharacterLength::IntegerLength { length, .. }) => Some(*length),
+            _ => None,
+        })),
+        _ => None,
     }
 }
 

@@ -112,15 +112,9 @@ pub fn register(ctx: &SessionContext) -> datafusion::common::Result<()> {
     // function registry, and a copy left behind would be garbage.
     let existing = std::mem::replace(&mut *guard, SessionStateBuilder::new().build());
     let mut builder = SessionStateBuilder::new_from_existing(existing);
-    use datafusion::logical_expr::planner::TypePlanner;
-    let uuid = Arc::new(crate::uuid_type::UuidTypes {
-        fallback: builder.type_planner().clone(),
-    }) as Arc<dyn TypePlanner>;
-    let fallback = Some(Arc::new(crate::varchar::VarcharTypes {
-        fallback: Some(uuid),
-    }) as Arc<dyn TypePlanner>);
+    let fallback = builder.type_planner().clone();
     let mut rebuilt = builder
-        .with_type_planner(Arc::new(planner::JsonTypes { fallback }))
+        .with_type_planner(Arc::new(planner::TaggedTextTypes { fallback }))
         .build();
     for udf in scalar::functions() {
         rebuilt.register_udf(Arc::new(udf))?;

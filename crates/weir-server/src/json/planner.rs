@@ -1,5 +1,6 @@
 //! How SQL names the JSON types and operators: `json`/`jsonb` as column
-//! and cast types ([`JsonTypes`]), and the operators on JSON operands
+//! and cast types ([`TaggedTextTypes`], which also plans `varchar` and
+//! `uuid`), and the operators on JSON operands
 //! ([`JsonOperators`]), planned as the functions of [`super::scalar`].
 
 use std::sync::Arc;
@@ -13,23 +14,28 @@ use datafusion::sql::sqlparser::ast::{BinaryOperator, DataType as SqlType};
 use super::scalar::{JsonFunction, Op};
 use super::JsonKind;
 
-/// Plans `json` and `jsonb` as text fields tagged with their kind, and
-/// other types with `fallback`.
+/// Plans the types Weir stores as tagged text: `json` and `jsonb` (text
+/// fields tagged with their kind), `varchar` ([`crate::varchar`]) and
+/// `uuid` ([`crate::uuid_type`]); other types with `fallback`.
 #[derive(Debug)]
-pub struct JsonTypes {
+pub struct TaggedTextTypes {
     /// The planner for every other type.
     pub fallback: Option<Arc<dyn TypePlanner>>,
 }
 
-impl TypePlanner for JsonTypes {
+impl TypePlanner for TaggedTextTypes {
     fn plan_type_field(&self, sql_type: &SqlType) -> Result<Option<FieldRef>> {
-        match sql_type {
-            SqlType::JSON => Ok(Some(JsonKind::Json.field(""))),
-            SqlType::JSONB => Ok(Some(JsonKind::Jsonb.field(""))),
-            _ => match &self.fallback {
-                Some(fallback) => fallback.plan_type_field(sql_type),
-                None => Ok(None),
-            },
+        let tagged = match sql_type {
+            SqlType::JSON => Some(JsonKind::Json.field("")),
+            SqlType::JSONB => Some(JsonKind::Jsonb.field("")),
+            other => {
+                crate::varchar::plan_type(other).or_else(|| crate::uuid_type::plan_type(other))
+            }
+        };
+        match (tagged, &self.fallback) {
+            (Some(field), _) => Ok(Some(field)),
+            (None, Some(fallback)) => fallback.plan_type_field(sql_type),
+            (None, None) => Ok(None),
         }
     }
 }

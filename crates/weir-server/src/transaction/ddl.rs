@@ -35,12 +35,7 @@ pub async fn create_table(
 ) -> WeirResult<Output> {
     in_block(session, async |session, block| {
         block.check_writable("CREATE TABLE")?;
-        crate::ddl::check_table_options(create)?;
-        if watermark.is_some() && !append_only {
-            return Err(WeirError::unsupported(
-                "WATERMARK FOR needs an APPEND ONLY table: a watermark cannot hold for rows that change",
-            ));
-        }
+        crate::ddl::check_create_table(create, append_only, watermark)?;
         let catalog = block.catalog().clone();
         if let Some(skipped) = crate::ddl::claim_table_name(session, &catalog, create)? {
             return Ok(skipped);
