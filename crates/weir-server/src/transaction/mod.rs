@@ -238,23 +238,7 @@ impl Transaction {
             return Ok(());
         }
         let mut working = db.working().await;
-        for created in &self.created {
-            let (Created::Table(name) | Created::Index(name)) = created;
-            if working.catalog.kind_of(name).is_some() || working.catalog.indexes.contains_key(name)
-            {
-                return Err(crate::ddl::duplicate_relation(name));
-            }
-            if let Created::Index(name) = created {
-                let relation = &self.private.catalog.indexes[name].relation;
-                let ours = self.created.contains(&Created::Table(relation.clone()));
-                if !ours && working.catalog.kind_of(relation).is_none() {
-                    return Err(WeirError::new(
-                        SqlState::SERIALIZATION_FAILURE,
-                        format!("could not serialize access: \"{relation}\" was dropped"),
-                    ));
-                }
-            }
-        }
+        self.check_created(&working.catalog)?;
         let created_tables: HashMap<TableId, &TableDef> = self
             .created
             .iter()
@@ -280,6 +264,52 @@ impl Transaction {
             writes.push((*id, commit::plan_write(&name, base, current, delta)?));
         }
         // Every table checked: now nothing can fail half-way.
+        self.apply_created(&mut working, &changes)?;
+        for (id, (deletes, inserts)) in writes {
+            let name = self.table_name(id);
+            working
+                .table_mut(id)?
+                .write(&deletes, inserts.as_ref())?
+                .map_err(|_| {
+                    WeirError::internal(format!("a checked commit violates a key of \"{name}\""))
+                })?;
+        }
+        let epoch = working.epoch;
+        drop(working);
+        db.wait_committed(epoch).await
+    }
+
+    /// Fails if `shared` (the working catalog) no longer has room for
+    /// what the block created: 42P07 for a name another session took,
+    /// 40001 for an index whose relation was dropped.
+    fn check_created(&self, shared: &Catalog) -> WeirResult<()> {
+        for created in &self.created {
+            let (Created::Table(name) | Created::Index(name)) = created;
+            if shared.kind_of(name).is_some() || shared.indexes.contains_key(name) {
+                return Err(crate::ddl::duplicate_relation(name));
+            }
+            if let Created::Index(name) = created {
+                let relation = &self.private.catalog.indexes[name].relation;
+                let ours = self.created.contains(&Created::Table(relation.clone()));
+                if !ours && shared.kind_of(relation).is_none() {
+                    return Err(WeirError::new(
+                        SqlState::SERIALIZATION_FAILURE,
+                        format!("could not serialize access: \"{relation}\" was dropped"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the block's tables (with their rows, from `changes`) and
+    /// indexes in `working`, under lasting ids, in the order the block
+    /// made them.
+    fn apply_created(
+        &self,
+        working: &mut WorkingState,
+        changes: &[(TableId, weir_state::DeltaBatches)],
+    ) -> WeirResult<()> {
         for created in &self.created {
             match created {
                 Created::Table(name) => {
@@ -305,18 +335,7 @@ impl Transaction {
                 }
             }
         }
-        for (id, (deletes, inserts)) in writes {
-            let name = self.table_name(id);
-            working
-                .table_mut(id)?
-                .write(&deletes, inserts.as_ref())?
-                .map_err(|_| {
-                    WeirError::internal(format!("a checked commit violates a key of \"{name}\""))
-                })?;
-        }
-        let epoch = working.epoch;
-        drop(working);
-        db.wait_committed(epoch).await
+        Ok(())
     }
 
     fn table_name(&self, id: TableId) -> String {
