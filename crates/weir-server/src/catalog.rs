@@ -414,6 +414,13 @@ pub struct DeclaredType {
 }
 
 impl ColumnDef {
+    /// Whether the column was declared `uuid` (its values are uuids'
+    /// canonical text, `uuid_type.rs`).
+    pub fn is_uuid(&self) -> bool {
+        self.declared
+            .is_some_and(|d| d.oid == crate::uuid_type::OID)
+    }
+
     /// The column's PostgreSQL type name.
     pub fn type_name(&self) -> String {
         match (self.json, self.declared.map(|d| d.oid)) {

@@ -163,13 +163,7 @@ impl Decoder {
             DataType::Int64 => Decoder::I64(Int64Builder::new()),
             DataType::Float32 => Decoder::F32(Float32Builder::new()),
             DataType::Float64 => Decoder::F64(Float64Builder::new()),
-            DataType::Utf8
-                if column
-                    .declared
-                    .is_some_and(|d| d.oid == crate::uuid_type::OID) =>
-            {
-                Decoder::Uuid(StringBuilder::new())
-            }
+            DataType::Utf8 if column.is_uuid() => Decoder::Uuid(StringBuilder::new()),
             DataType::Utf8 => Decoder::Text(
                 StringBuilder::new(),
                 column.json == Some(crate::json::JsonKind::Jsonb),

@@ -258,9 +258,7 @@ pub struct ParameterHint {
 
 impl ParameterHint {
     fn new(index: usize, column: &ColumnDef) -> Self {
-        let uuid = column
-            .declared
-            .is_some_and(|d| d.oid == crate::uuid_type::OID);
+        let uuid = column.is_uuid();
         ParameterHint {
             index,
             data_type: column.data_type.clone(),
@@ -356,9 +354,7 @@ pub(super) fn assign(column: &ColumnDef, value: Expr, from: &DataType) -> WeirRe
         from,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
     );
-    let uuid = column
-        .declared
-        .is_some_and(|d| d.oid == crate::uuid_type::OID);
+    let uuid = column.is_uuid();
     let allowed = match column.json {
         Some(_) => text || from.is_null(),
         None if uuid => text || from.is_null(),
