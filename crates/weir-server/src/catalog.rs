@@ -37,6 +37,10 @@ pub struct Catalog {
     /// Secrets (`CREATE SECRET`) by name, sealed.
     #[serde(default)]
     pub secrets: BTreeMap<String, crate::secrets::SecretDef>,
+    /// Sequences (`CREATE SEQUENCE`, `SERIAL` and identity columns) by
+    /// name; their values are not here (`sequences/mod.rs`).
+    #[serde(default)]
+    pub sequences: BTreeMap<String, crate::sequences::SequenceDef>,
 }
 
 /// An index on a table or materialized view: an order of its rows by some
@@ -401,6 +405,9 @@ pub struct ColumnDef {
     /// for a view's column.
     #[serde(default)]
     pub display_scale: Option<crate::numeric_display::DisplayScale>,
+    /// Set for an identity column (`GENERATED ... AS IDENTITY`).
+    #[serde(default)]
+    pub identity: Option<crate::sequences::ddl::Identity>,
 }
 
 /// A column's PostgreSQL type as declared: its `pg_type` OID and type
@@ -477,6 +484,8 @@ pub enum ObjectKind {
     Source,
     /// A sink: a view whose output goes to a connector.
     Sink,
+    /// A sequence.
+    Sequence,
 }
 
 impl Catalog {
@@ -506,6 +515,8 @@ impl Catalog {
             })
         } else if self.sources.contains_key(name) {
             Some(ObjectKind::Source)
+        } else if self.sequences.contains_key(name) {
+            Some(ObjectKind::Sequence)
         } else {
             None
         }

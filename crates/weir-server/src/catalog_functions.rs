@@ -12,9 +12,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, StringArray,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
 use datafusion::common::{Result, ScalarValue};
@@ -33,7 +31,6 @@ use crate::provider::PinnedSnapshot;
 /// Registers the functions in `ctx`; keys and views are looked up in
 /// `pinned`, relations' OIDs in `names`.
 pub fn register(ctx: &SessionContext, pinned: &Arc<PinnedSnapshot>, names: &CatalogOids) {
-    ctx.register_udf(pg_get_serial_sequence());
     // Weir has one collation, and its functions are all visible.
     ctx.register_udf(always("pg_collation_is_visible", true));
     ctx.register_udf(pg_get_expr());
@@ -288,7 +285,7 @@ fn size_pretty(bytes: i64) -> String {
 }
 
 /// An identifier as PostgreSQL's `quote_ident` writes it.
-fn quoted(name: &str) -> String {
+pub(crate) fn quoted(name: &str) -> String {
     let plain = name
         .chars()
         .next()
@@ -310,23 +307,6 @@ fn quoted_list(names: &[&str]) -> String {
         .map(|n| quoted(n))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `pg_get_serial_sequence(table, column)`: the sequence behind a serial
-/// column; NULL, as Weir has no sequences.
-fn pg_get_serial_sequence() -> ScalarUDF {
-    create_udf(
-        "pg_get_serial_sequence",
-        vec![DataType::Utf8, DataType::Utf8],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            Ok(ColumnarValue::Array(new_null_array(
-                &DataType::Utf8,
-                rows_of(args),
-            )))
-        }),
-    )
 }
 
 #[cfg(test)]

@@ -69,6 +69,17 @@ const INDEX_OID_BASE: i64 = 1 << 30;
 const CONSTRAINT_OID_BASE: i64 = (1 << 30) + (1 << 28);
 const ATTRDEF_OID_BASE: i64 = (1 << 30) + (1 << 29);
 const IDS_PER_KIND: i64 = 1 << 28;
+/// Above the defaults' OIDs (their last is below 2,030,000,000).
+const SEQUENCE_OID_BASE: i64 = 2_050_000_000;
+
+/// The `pg_class` OID of sequence `id`.
+pub fn sequence_oid(id: TableId) -> i32 {
+    (SEQUENCE_OID_BASE + id as i64 % (i32::MAX as i64 - SEQUENCE_OID_BASE)) as i32
+}
+
+/// The OID of the `public` namespace when no relation's row tells it
+/// (datafusion-pg-catalog hands it the first OID).
+const PUBLIC_NAMESPACE: i32 = 16384;
 
 impl KeyOid {
     /// The OID.
@@ -360,6 +371,11 @@ impl WeirRows {
                 .iter()
                 .map(|index| KeyOid::Index(index.id).oid()),
         );
+        for sequence in catalog.sequences.values() {
+            let oid = sequence_oid(sequence.id);
+            oids.visible.insert(oid);
+            oids.names.insert(oid, sequence.name.clone());
+        }
         for batch in class {
             let oid = cast(column(batch, "oid")?, &DataType::Int32)?;
             let namespace = cast(column(batch, "relnamespace")?, &DataType::Int32)?;
@@ -606,7 +622,35 @@ fn class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<Vec<RecordBatc
             }
         }
     }
+    out.push(sequence_class_rows(class, catalog)?);
     Ok(out)
+}
+
+/// A `pg_class` row (`relkind = 'S'`) for each sequence.
+fn sequence_class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<RecordBatch> {
+    let schema = class
+        .first()
+        .map(|b| b.schema())
+        .ok_or_else(|| DataFusionError::Internal("pg_class has no batch".into()))?;
+    let namespace = relation_oids(class, catalog)?
+        .values()
+        .next()
+        .map_or(PUBLIC_NAMESPACE, |r| r.namespace);
+    let rows = catalog
+        .sequences
+        .values()
+        .map(|sequence| {
+            vec![
+                ("oid", ScalarValue::Int32(Some(sequence_oid(sequence.id)))),
+                ("relname", ScalarValue::Utf8(Some(sequence.name.clone()))),
+                ("relnamespace", ScalarValue::Int32(Some(namespace))),
+                ("relkind", ScalarValue::Utf8(Some("S".into()))),
+                ("relpersistence", ScalarValue::Utf8(Some("p".into()))),
+                ("relnatts", ScalarValue::Int32(Some(3))),
+            ]
+        })
+        .collect();
+    named_rows(&schema, rows)
 }
 
 /// A batch of `rows`, each a value per column of `schema`.
@@ -767,6 +811,10 @@ fn attrdef_rows(
             continue;
         };
         for (i, column) in table.columns.iter().enumerate() {
+            // An identity column's sequence is not a default in PostgreSQL.
+            if column.identity.is_some() {
+                continue;
+            }
             if let Some(default) = column.default.as_deref().map(|d| shown_default(column, d)) {
                 let attrdef = ATTRDEF_OID_BASE + (table.id as i64 % (1 << 18)) * 1600 + i as i64;
                 rows.push(vec![
@@ -782,8 +830,16 @@ fn attrdef_rows(
 }
 
 /// A default as PostgreSQL shows it: a string literal with a cast to its
-/// column's type (`'none'::character varying`), anything else as written.
+/// column's type (`'none'::character varying`), a sequence's `nextval`
+/// with its name as a `regclass` (`nextval('t_id_seq'::regclass)`),
+/// anything else as written.
 fn shown_default(column: &crate::catalog::ColumnDef, default: &str) -> String {
+    if let Some(name) = default
+        .strip_prefix("nextval('")
+        .and_then(|rest| rest.strip_suffix("')"))
+    {
+        return format!("nextval('{name}'::regclass)");
+    }
     let literal = default.len() >= 2
         && default.starts_with('\'')
         && default.ends_with('\'')
@@ -820,16 +876,17 @@ fn attribute_rows(
             let attnum = attnum.as_primitive::<Int32Type>();
             let mut columns = batch.columns().to_vec();
             let at = |name: &str| schema.index_of(name);
-            let (type_at, typmod_at, default_at, not_null_at) = (
+            let (type_at, typmod_at, default_at, not_null_at, identity_at) = (
                 at("atttypid")?,
                 at("atttypmod")?,
                 at("atthasdef")?,
                 at("attnotnull")?,
+                at("attidentity")?,
             );
             let old_type = cast(&columns[type_at], &DataType::Int32)?;
             let old_typmod = cast(&columns[typmod_at], &DataType::Int32)?;
-            let (mut types, mut typmods, mut defaults, mut not_nulls) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut types, mut typmods, mut defaults, mut not_nulls, mut identities) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for row in 0..batch.num_rows() {
                 let name = by_oid.get(&relid.value(row));
                 let table = name.and_then(|n| catalog.tables.get(*n));
@@ -852,7 +909,8 @@ fn attribute_rows(
                         d.typmod
                     }),
                 );
-                defaults.push(column.is_some_and(|c| c.default.is_some()));
+                defaults.push(column.is_some_and(|c| c.default.is_some() && c.identity.is_none()));
+                identities.push(column.and_then(|c| c.identity).map_or("", |i| i.code()));
                 // A view's (or materialized view's) columns have no NOT NULL.
                 let view = name.is_some() && table.is_none();
                 not_nulls.push(!view && columns[not_null_at].as_boolean().value(row));
@@ -867,6 +925,10 @@ fn attribute_rows(
             )?;
             columns[default_at] = Arc::new(BooleanArray::from(defaults));
             columns[not_null_at] = Arc::new(BooleanArray::from(not_nulls));
+            columns[identity_at] = cast(
+                &(Arc::new(datafusion::arrow::array::StringArray::from(identities)) as ArrayRef),
+                schema.field(identity_at).data_type(),
+            )?;
             let batch = RecordBatch::try_new(schema, columns)?;
             let indexes = index_attributes(&batch, catalog, oids)?;
             Ok([batch, indexes])

@@ -25,15 +25,17 @@ pub async fn create_table(
     append_only: bool,
     watermark: Option<&weir_sql::WatermarkClause>,
 ) -> WeirResult<Output> {
-    check_create_table(create, append_only, watermark)?;
     let db = session.db.clone();
     let mut working = db.working().await;
     if let Some(skipped) = claim_table_name(session, &working.catalog, create)? {
         return Ok(skipped);
     }
+    let (create, serials) = crate::sequences::ddl::serial_columns(create, &working.catalog)?;
+    let create = &create;
+    check_create_table(create, append_only, watermark)?;
     session.pinned.pin(Arc::new(db.working_snapshot(&working)));
     let memory = plan_columns(session, create).await?;
-    let def = table_def(session, create, &memory, append_only, watermark)?;
+    let mut def = table_def(session, create, &memory, append_only, watermark)?;
     // Run an `AS SELECT` before touching the catalog, so that a failed or
     // cancelled query leaves nothing behind.
     let rows = match create.query {
@@ -44,6 +46,14 @@ pub async fn create_table(
         }
         None => None,
     };
+    let ids = crate::sequences::ddl::allocate_ids(&mut working.catalog, serials.len());
+    crate::sequences::ddl::add_column_sequences(
+        &mut working.catalog,
+        &ids,
+        &db.sequences,
+        &mut def,
+        &serials,
+    );
     let id = working.create_table(def.clone())?;
     let mut tag = Output::command("CREATE TABLE");
     if let Some(rows) = rows {
@@ -118,6 +128,7 @@ pub fn table_def(
             .and_then(|c| declared_type(&c.data_type));
         columns.push(ColumnDef {
             name: field.name().clone(),
+            identity: None,
             data_type: storage_type(field.data_type()),
             nullable: field.is_nullable() && !primary_key.contains(&i),
             default,
@@ -441,6 +452,7 @@ fn kind_noun(kind: ObjectKind) -> &'static str {
         ObjectKind::MaterializedView => "materialized view",
         ObjectKind::Source => "source",
         ObjectKind::Sink => "sink",
+        ObjectKind::Sequence => "sequence",
     }
 }
 
@@ -472,6 +484,7 @@ pub async fn drop_relations(
         ObjectKind::MaterializedView => "DROP MATERIALIZED VIEW",
         ObjectKind::Source => "DROP SOURCE",
         ObjectKind::Sink => "DROP SINK",
+        ObjectKind::Sequence => "DROP SEQUENCE",
     };
     let db = session.db.clone();
     let mut working = db.working().await;
@@ -569,6 +582,7 @@ pub async fn drop_relations(
             fed.extend(crate::cdc::upstream_of(&db, &working.catalog, def));
         }
         working.drop_table(&name);
+        crate::sequences::ddl::drop_owned(&mut working.catalog, &db.sequences, &name);
     }
     crate::indexes::forget_orphans(&mut working.catalog);
     crate::views::refresh_tracking(&mut working);

@@ -389,6 +389,10 @@ impl Connection {
         })
         .await;
         session.statement_running = false;
+        let result = match result {
+            Ok(output) => crate::sequences::functions::durable(session, output).await,
+            Err(e) => Err(e),
+        };
         if result.is_err() {
             session.fail_transaction();
         }

@@ -71,6 +71,7 @@ mod regtype;
 mod result_types;
 mod rows;
 mod secrets;
+pub mod sequences;
 pub mod server;
 pub mod session;
 mod settings;

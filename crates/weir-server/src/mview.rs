@@ -198,6 +198,7 @@ pub(crate) async fn plan_view_in(
         }
         columns.push(ColumnDef {
             name,
+            identity: None,
             data_type: field.data_type().clone(),
             nullable: field.is_nullable(),
             default: None,

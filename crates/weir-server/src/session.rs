@@ -201,6 +201,9 @@ pub struct Session {
     pub shapes: crate::point_read::ShapeCache,
     /// Statements `PREPARE` named (`sql_prepare.rs`).
     pub sql_prepared: crate::sql_prepare::SqlPreparedStatements,
+    /// `currval`'s and `lastval`'s values, and the epoch the numbers the
+    /// session took wait for (`sequences/functions.rs`).
+    pub sequences: Arc<crate::sequences::functions::SessionSequences>,
 }
 
 /// The OIDs a session's catalog tables have handed out (`pg_catalog`'s and
@@ -358,6 +361,7 @@ impl Session {
             reported_time_zone: "UTC".into(),
             shapes: Default::default(),
             sql_prepared: Default::default(),
+            sequences: Default::default(),
         };
         let ctx = session.make_context()?;
         // Just made: the cell is empty.
@@ -606,6 +610,12 @@ impl Session {
             self.settings.clone(),
             self.db.advisory_locks.clone(),
             self.id,
+        );
+        crate::sequences::functions::register(
+            &ctx,
+            self.db.sequences.clone(),
+            self.pinned.clone(),
+            self.sequences.clone(),
         );
         let zone = self.settings.lock().arrow_time_zone();
         ctx.state_ref()

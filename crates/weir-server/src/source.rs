@@ -140,6 +140,7 @@ pub async fn create(
         .chain(&included)
         .map(|field| ColumnDef {
             display_scale: None,
+            identity: None,
             name: field.name().clone(),
             data_type: crate::ddl::storage_type(field.data_type()),
             // Generated values are never NULL; records may lack a field.

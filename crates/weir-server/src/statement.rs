@@ -167,6 +167,32 @@ pub async fn execute(
             names,
             ..
         } => crate::indexes::drop_indexes(session, names, *if_exists).await,
+        Statement::CreateSequence {
+            temporary,
+            if_not_exists,
+            name,
+            data_type,
+            sequence_options,
+            owned_by,
+        } => {
+            crate::sequences::ddl::create_sequence(
+                session,
+                name,
+                *if_not_exists,
+                *temporary,
+                data_type.as_ref(),
+                sequence_options,
+                owned_by.as_ref(),
+            )
+            .await
+        }
+        Statement::Drop {
+            object_type: ObjectType::Sequence,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => crate::sequences::ddl::drop_sequences(session, names, *if_exists, *cascade).await,
         Statement::Drop {
             object_type,
             if_exists,
@@ -287,6 +313,7 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
         Statement::CreateView(create) if create.materialized => "CREATE MATERIALIZED VIEW".into(),
         Statement::CreateView(_) => "CREATE VIEW".into(),
         Statement::CreateIndex(_) => "CREATE INDEX".into(),
+        Statement::CreateSequence { .. } => "CREATE SEQUENCE".into(),
         Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
         _ => return None,
     })

@@ -32,6 +32,7 @@ mod pg_forms;
 mod proctime;
 mod secret;
 mod selects;
+mod sequence_options;
 mod sink;
 mod stream_plan;
 mod subquery_ops;

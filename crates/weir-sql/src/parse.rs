@@ -297,6 +297,15 @@ fn parse_segment(
             });
             Ok(())
         }
+        [Token::Word(verb), ..] if verb.value.eq_ignore_ascii_case("create") => {
+            match crate::sequence_options::reorder(&words) {
+                Some(text) => {
+                    out.push(WeirStatement::Sql(Box::new(parse_rewritten(&text)?)));
+                    Ok(())
+                }
+                None => parse_standard(text, tokens, &words, out),
+            }
+        }
         _ => parse_standard(text, tokens, &words, out),
     }
 }

@@ -96,12 +96,22 @@ impl Database {
             mut tables,
             mut snapshots,
             table_positions,
+            sequences,
             through_views: _,
         } = part;
         for (id, position) in table_positions {
             views
                 .positions
                 .insert(table_position_key(id), vec![position]);
+        }
+        // Only the sequences that still exist.
+        views
+            .positions
+            .retain(|key, _| !key.starts_with(crate::sequences::POSITION_PREFIX));
+        for (id, value) in sequences {
+            views
+                .positions
+                .insert(crate::sequences::position_key(id), value.to_position());
         }
         for failed in views.failures {
             let failure = ViewFailure::from_reason(failed.reason);

@@ -96,6 +96,8 @@ impl Database {
         match working.cut() {
             Ok(mut part) => {
                 part.through_views = through_views;
+                let ids = part.catalog.sequences.values().map(|s| s.id);
+                part.sequences = self.sequences.cut(epoch, ids);
                 if through_views {
                     if !changes.is_empty() {
                         self.send_to_worker(Command::Changes(changes));
@@ -115,6 +117,6 @@ impl Database {
     }
 
     pub(super) fn is_dirty(&self, working: &WorkingState) -> bool {
-        working.is_dirty() || self.stream_dirty()
+        working.is_dirty() || self.stream_dirty() || self.sequences.moved()
     }
 }

@@ -229,6 +229,8 @@ pub struct Database {
     pub cdc: crate::cdc::CdcStatuses,
     /// How each file source's listing goes.
     pub file_listings: crate::file_source::ListingStates,
+    /// Every sequence's value (`sequences/mod.rs`).
+    pub sequences: Arc<crate::sequences::Sequences>,
 }
 
 impl Database {
@@ -510,6 +512,7 @@ mod tests {
             id: 0,
             name: "t".into(),
             columns: vec![ColumnDef {
+                identity: None,
                 display_scale: None,
                 name: "x".into(),
                 data_type: DataType::Int32,

@@ -99,6 +99,7 @@ impl Database {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recovered state"
         );
+        let sequences = recovered_sequences(&working.catalog, last_manifest.as_deref(), epoch);
         let store_config = store.config().clone();
         let slice_reader = store.slice_reader();
         let runtime = Runtime::new(RuntimeConfig {
@@ -134,6 +135,7 @@ impl Database {
             sink_deliveries: Default::default(),
             cdc: Default::default(),
             file_listings: Default::default(),
+            sequences: Arc::new(sequences),
         }))
     }
 
@@ -193,6 +195,26 @@ fn split_positions(
         }
     }
     splits
+}
+
+/// Every sequence of `catalog` at the value `manifest` (of `epoch`)
+/// recorded for it; one it has none for is new.
+fn recovered_sequences(
+    catalog: &Catalog,
+    manifest: Option<&Manifest>,
+    epoch: u64,
+) -> crate::sequences::Sequences {
+    use crate::sequences::{position_key, SequenceValue, Sequences};
+    let sequences = Sequences::new(epoch + 1);
+    for def in catalog.sequences.values() {
+        let recorded = manifest.and_then(|m| match m.sources.get(&position_key(def.id)) {
+            Some(ReaderPosition::Splits(position)) => SequenceValue::from_position(position),
+            _ => None,
+        });
+        let value = recorded.unwrap_or_else(|| SequenceValue::start(&def.options));
+        sequences.insert(def.id, def.options, value);
+    }
+    sequences
 }
 
 /// Where each table a connector feeds stood at a manifest.

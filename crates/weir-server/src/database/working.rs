@@ -142,6 +142,7 @@ impl WorkingState {
             tables: changes,
             snapshots,
             table_positions: self.table_positions.clone(),
+            sequences: BTreeMap::new(),
             through_views: true,
         })
     }
@@ -157,6 +158,8 @@ pub(super) struct TablePart {
     /// Where the tables connectors feed stand (see
     /// [`WorkingState::table_positions`]).
     pub(super) table_positions: BTreeMap<TableId, u64>,
+    /// Every sequence's value at the cut (filled in by the coordinator).
+    pub(super) sequences: BTreeMap<TableId, crate::sequences::SequenceValue>,
     /// Whether the epoch went through the stream worker, which then hands
     /// over the views' part; if not, no view changed in it.
     pub(super) through_views: bool,

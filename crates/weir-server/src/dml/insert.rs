@@ -64,6 +64,7 @@ pub(super) async fn insert_rows(
 ) -> WeirResult<Written> {
     let def = insert_target(&working.catalog, insert)?.clone();
     let columns = insert_columns(&def, insert)?;
+    check_identity_values(&def, &columns, insert)?;
     let literal = insert
         .source
         .as_deref()
@@ -161,6 +162,45 @@ pub(super) async fn insert_rows(
         }
         Some(_) => Err(WeirError::unsupported("ON DUPLICATE KEY UPDATE")),
     }
+}
+
+/// Fails with 428C9 when the INSERT gives a value (not `DEFAULT`) to a
+/// `GENERATED ALWAYS AS IDENTITY` column, as PostgreSQL does.
+fn check_identity_values(def: &TableDef, columns: &[usize], insert: &Insert) -> WeirResult<()> {
+    use crate::sequences::ddl::Identity;
+    let is_default = |expr: &SqlExpr| {
+        matches!(expr, SqlExpr::Identifier(i)
+            if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
+    };
+    let values = insert
+        .source
+        .as_deref()
+        .and_then(|q| match q.body.as_ref() {
+            SetExpr::Values(values) => Some(values),
+            _ => None,
+        });
+    for (j, &column) in columns.iter().enumerate() {
+        let column = &def.columns[column];
+        if column.identity != Some(Identity::Always) {
+            continue;
+        }
+        let only_defaults =
+            values.is_some_and(|v| v.rows.iter().all(|row| row.get(j).is_none_or(is_default)));
+        if !only_defaults {
+            return Err(WeirError::new(
+                SqlState("428C9"),
+                format!(
+                    "cannot insert a non-DEFAULT value into column \"{}\"",
+                    column.name
+                ),
+            )
+            .with_detail(format!(
+                "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
+                column.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `VALUES (1, DEFAULT)`: replaces each `DEFAULT` with its column's

@@ -35,14 +35,16 @@ pub async fn create_table(
 ) -> WeirResult<Output> {
     in_block(session, async |session, block| {
         block.check_writable("CREATE TABLE")?;
-        crate::ddl::check_create_table(create, append_only, watermark)?;
         let catalog = block.catalog().clone();
         if let Some(skipped) = crate::ddl::claim_table_name(session, &catalog, create)? {
             return Ok(skipped);
         }
+        let (create, serials) = crate::sequences::ddl::serial_columns(create, &catalog)?;
+        let create = &create;
+        crate::ddl::check_create_table(create, append_only, watermark)?;
         session.pinned.pin(Arc::new(block.read_snapshot()));
         let memory = crate::ddl::plan_columns(session, create).await?;
-        let def = crate::ddl::table_def(session, create, &memory, append_only, watermark)?;
+        let mut def = crate::ddl::table_def(session, create, &memory, append_only, watermark)?;
         let rows = match create.query {
             Some(_) => {
                 let input = Arc::unwrap_or_clone(memory.input);
@@ -51,6 +53,17 @@ pub async fn create_table(
             }
             None => None,
         };
+        if !serials.is_empty() {
+            // Lasting ids from the shared counter: the sequences' values
+            // are kept under them from now on (a block's table ids are
+            // provisional).
+            let ids = {
+                let mut working = session.db.working().await;
+                working.catalog_changed();
+                crate::sequences::ddl::allocate_ids(&mut working.catalog, serials.len())
+            };
+            block.create_sequences(&mut def, &ids, &serials, session.db.sequences.clone());
+        }
         let id = block.create_table(def.clone())?;
         let Some(rows) = rows else {
             return Ok(Output::command("CREATE TABLE"));

@@ -49,8 +49,16 @@ pub struct Transaction {
     /// Opened by the server around a multi-statement query or a
     /// pipeline of Executes (`pipeline.rs`), not by BEGIN.
     implicit: bool,
-    /// The tables and indexes the block created, in order, by name.
+    /// The tables, indexes and sequences the block created, in order, by
+    /// name.
     created: Vec<Created>,
+    /// The ids of every sequence the block made (savepoints rolled back
+    /// included), and where their values are: the values of those that do
+    /// not commit are forgotten when the block ends.
+    made_sequences: Vec<TableId>,
+    sequences: Option<Arc<crate::sequences::Sequences>>,
+    /// Its COMMIT applied it.
+    applied: bool,
 }
 
 /// A relation a block created.
@@ -58,6 +66,7 @@ pub struct Transaction {
 enum Created {
     Table(String),
     Index(String),
+    Sequence(String),
 }
 
 /// The private tables and catalog as they were at `SAVEPOINT name`.
@@ -82,6 +91,9 @@ impl Transaction {
             read_only,
             implicit,
             created: Vec::new(),
+            made_sequences: Vec::new(),
+            sequences: None,
+            applied: false,
         }
     }
 
@@ -143,6 +155,28 @@ impl Transaction {
         let id = self.private.create_table(def)?;
         self.created.push(Created::Table(name));
         Ok(id)
+    }
+
+    /// Adds the sequences `made` of table `def`'s columns to the block's
+    /// catalog under the lasting `ids`, their values to `sequences`.
+    pub fn create_sequences(
+        &mut self,
+        def: &mut TableDef,
+        ids: &[TableId],
+        made: &[crate::sequences::ddl::ColumnSequence],
+        sequences: Arc<crate::sequences::Sequences>,
+    ) {
+        crate::sequences::ddl::add_column_sequences(
+            &mut self.private.catalog,
+            ids,
+            &sequences,
+            def,
+            made,
+        );
+        self.created
+            .extend(made.iter().map(|m| Created::Sequence(m.name.clone())));
+        self.made_sequences.extend_from_slice(ids);
+        self.sequences = Some(sequences);
     }
 
     /// Adds `index` to the block's catalog.
@@ -244,7 +278,7 @@ impl Transaction {
             .iter()
             .filter_map(|c| match c {
                 Created::Table(name) => self.private.catalog.tables.get(name),
-                Created::Index(_) => None,
+                Created::Index(_) | Created::Sequence(_) => None,
             })
             .map(|def| (def.id, def))
             .collect();
@@ -265,6 +299,7 @@ impl Transaction {
         }
         // Every table checked: now nothing can fail half-way.
         self.apply_created(&mut working, &changes)?;
+        self.applied = true;
         for (id, (deletes, inserts)) in writes {
             let name = self.table_name(id);
             working
@@ -284,7 +319,7 @@ impl Transaction {
     /// 40001 for an index whose relation was dropped.
     fn check_created(&self, shared: &Catalog) -> WeirResult<()> {
         for created in &self.created {
-            let (Created::Table(name) | Created::Index(name)) = created;
+            let (Created::Table(name) | Created::Index(name) | Created::Sequence(name)) = created;
             if shared.kind_of(name).is_some() || shared.indexes.contains_key(name) {
                 return Err(crate::ddl::duplicate_relation(name));
             }
@@ -333,6 +368,11 @@ impl Transaction {
                     crate::indexes::add_index(&mut working.catalog, index);
                     working.catalog_changed();
                 }
+                Created::Sequence(name) => {
+                    let sequence = self.private.catalog.sequences[name].clone();
+                    working.catalog.sequences.insert(name.clone(), sequence);
+                    working.catalog_changed();
+                }
             }
         }
         Ok(())
@@ -345,5 +385,21 @@ impl Transaction {
             .values()
             .find(|t| t.id == id)
             .map_or_else(|| format!("#{id}"), |t| t.name.clone())
+    }
+}
+
+impl Drop for Transaction {
+    /// Forgets the values of the sequences the block made that did not
+    /// commit with it (rolled back, or its savepoint was).
+    fn drop(&mut self) {
+        let Some(sequences) = &self.sequences else {
+            return;
+        };
+        for &id in &self.made_sequences {
+            let kept = self.applied && self.private.catalog.sequences.values().any(|s| s.id == id);
+            if !kept {
+                sequences.forget(id);
+            }
+        }
     }
 }
