@@ -228,7 +228,14 @@ pub async fn describe(
     };
     let plan = match statement {
         Statement::Insert(insert) => match &insert.source {
-            Some(query) => Some(session.plan(Statement::Query(query.clone()), &None).await?),
+            Some(query) => {
+                // `DEFAULT` in VALUES stands for the column's default, as
+                // when the statement runs.
+                let def = insert_target(&catalog, insert)?;
+                let columns = insert_columns(def, insert)?;
+                let query = insert::replace_default_keyword(query, def, &columns)?;
+                Some(session.plan(Statement::Query(query), &None).await?)
+            }
             None => None,
         },
         Statement::Update(update) => {

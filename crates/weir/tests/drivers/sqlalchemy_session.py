@@ -7,8 +7,11 @@ nullability, primary key), Core inserts with parameters and selects with
 bound filters, the ORM adds, queries, updates and deletes objects in
 transactions (one rolled back, one failed on a duplicate key inside a
 savepoint), a schema is created with create_all inside its transaction
-(a uuid key and an index included) and a table created in a rolled-back
-transaction is gone, and a materialized view is read after FLUSH. Any difference
+(a uuid key, an autoincrement key, an identity key and an index
+included; the autoincrement and identity keys are numbered by the
+server and come back through RETURNING) and a table created in a
+rolled-back transaction is gone, and a materialized view is read after
+FLUSH. Any difference
 raises; the last line printed is "ok".
 """
 
@@ -19,7 +22,9 @@ import uuid
 from typing import Optional
 
 from sqlalchemy import (
+    BigInteger,
     Date,
+    Identity,
     Integer,
     MetaData,
     Numeric,
@@ -48,7 +53,7 @@ class Base(DeclarativeBase):
 
 class Order(Base):
     __tablename__ = "sa_orders"
-    # Weir has no sequences yet, so no SERIAL: keys are given.
+    # Keys given by the application.
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     customer: Mapped[str] = mapped_column(String, nullable=False)
     amount: Mapped[Optional[decimal.Decimal]] = mapped_column(Numeric(10, 2))
@@ -62,6 +67,19 @@ class Item(Base):
     name: Mapped[str] = mapped_column(String(20), index=True)
 
 
+class Ticket(Base):
+    __tablename__ = "sa_tickets"
+    # SQLAlchemy's default for an integer key: SERIAL, ids from RETURNING.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String)
+
+
+class Event(Base):
+    __tablename__ = "sa_events"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True, start=100), primary_key=True)
+    kind: Mapped[str] = mapped_column(String)
+
+
 def main(dsn):
     engine = create_engine(f"postgresql+psycopg://{dsn}")
     # Views and drops run outside transaction blocks: they go through an
@@ -72,6 +90,8 @@ def main(dsn):
         conn.execute(text("DROP TABLE IF EXISTS sa_orders"))
         conn.execute(text("DROP TABLE IF EXISTS sa_items"))
         conn.execute(text("DROP TABLE IF EXISTS sa_scratch"))
+        conn.execute(text("DROP TABLE IF EXISTS sa_tickets"))
+        conn.execute(text("DROP TABLE IF EXISTS sa_events"))
     # create_all as applications call it: CREATE TABLE and CREATE INDEX
     # inside the transaction SQLAlchemy opens.
     Base.metadata.create_all(engine)
@@ -82,6 +102,29 @@ def main(dsn):
         check("uuid key", session.get(Item, first.id).name, "first")
         check("by indexed name", session.scalars(select(Item.id).where(Item.name == "first")).one(), first.id)
     check("index made in a block", [i["name"] for i in inspect(engine).get_indexes("sa_items")], ["ix_sa_items_name"])
+    # Keys the server numbers: SERIAL and an identity column.
+    with Session(engine) as session:
+        tickets = [Ticket(title="first"), Ticket(title="second")]
+        events = [Event(kind="open"), Event(kind="close")]
+        session.add_all(tickets + events)
+        session.flush()
+        check("serial keys", [t.id for t in tickets], [1, 2])
+        check("identity keys", [e.id for e in events], [100, 101])
+        session.rollback()
+    with Session(engine) as session:
+        third = Ticket(title="third")
+        session.add(third)
+        session.commit()
+        # Numbers taken by the rolled-back block are not given back.
+        check("serial key after a rollback", third.id, 3)
+        check("stored tickets", session.scalars(select(Ticket.title)).all(), ["third"])
+    tickets = {c["name"]: c for c in inspect(engine).get_columns("sa_tickets")}
+    check("reflected serial default", tickets["id"]["default"], "nextval('sa_tickets_id_seq'::regclass)")
+    check("reflected autoincrement", tickets["id"]["autoincrement"], True)
+    events = {c["name"]: c for c in inspect(engine).get_columns("sa_events")}
+    # The identity column has no default (PostgreSQL keeps none for it);
+    # its options are not reflected yet (no pg_sequence rows).
+    check("reflected identity column's default", events["id"]["default"], None)
     with engine.connect() as conn:
         block = conn.begin()
         conn.execute(text("CREATE TABLE sa_scratch (id INT PRIMARY KEY)"))

@@ -581,3 +581,116 @@ async fn a_sink_runs_on_after_a_kill() {
         server.restart_after_kill().await;
     }
 }
+
+/// What sequence numbers the clients saw: ids of rows an INSERT returned,
+/// and numbers a bare `SELECT nextval` returned.
+#[derive(Default)]
+struct SeenNumbers {
+    row_ids: BTreeSet<i64>,
+    selected: BTreeSet<i64>,
+}
+
+/// Takes numbers until the server goes away: each task alternates
+/// INSERTs into a `SERIAL` table (ids from RETURNING) and `SELECT
+/// nextval` of a plain sequence, recording what came back.
+async fn take_numbers_until_error(conn: String, seen: Arc<Mutex<SeenNumbers>>) {
+    let Ok((client, connection)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await
+    else {
+        return;
+    };
+    tokio::spawn(connection);
+    loop {
+        let Ok(rows) = client
+            .query(
+                "INSERT INTO numbered (note) VALUES ('a'), ('b'), ('c') RETURNING id",
+                &[],
+            )
+            .await
+        else {
+            return;
+        };
+        let ids: Vec<i64> = rows.iter().map(|r| i64::from(r.get::<_, i32>(0))).collect();
+        seen.lock().unwrap().row_ids.extend(ids);
+        let Ok(row) = client.query_one("SELECT nextval('tickets')", &[]).await else {
+            return;
+        };
+        seen.lock().unwrap().selected.insert(row.get::<_, i64>(0));
+    }
+}
+
+/// Sequence numbers through SIGKILL: every row a client was told it
+/// inserted is there, and no number a client saw (a row's id, or a bare
+/// `nextval`) is handed out again after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_numbers_are_never_handed_out_twice_through_sigkill() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut server = TestServer::start().await;
+    server
+        .client()
+        .await
+        .batch_execute(
+            "CREATE TABLE numbered (id SERIAL PRIMARY KEY, note TEXT);
+             CREATE SEQUENCE tickets",
+        )
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(SeenNumbers::default()));
+    for cycle in 0..CYCLES {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(take_numbers_until_error(server.conn_string(), seen.clone())))
+            .collect();
+        let before = seen.lock().unwrap().selected.len();
+        crate::common::wait_until(Duration::from_secs(20), || {
+            seen.lock().unwrap().selected.len() >= before + 10
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+        server.restart_after_kill().await;
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let client = server.client().await;
+        let stored: BTreeSet<i64> = client
+            .query("SELECT id FROM numbered", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| i64::from(r.get::<_, i32>(0)))
+            .collect();
+        let seen = seen.lock().unwrap();
+        let missing: Vec<&i64> = seen.row_ids.difference(&stored).collect();
+        assert!(
+            missing.is_empty(),
+            "cycle {cycle}: acknowledged rows lost: {missing:?}"
+        );
+        // The next numbers are past every one a client saw.
+        let next_id: i32 = client
+            .query_one("SELECT nextval('numbered_id_seq')::int", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let next_ticket: i64 = client
+            .query_one("SELECT nextval('tickets')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let max_stored = stored.iter().max().copied().unwrap_or(0);
+        assert!(
+            i64::from(next_id) > max_stored.max(seen.row_ids.last().copied().unwrap_or(0)),
+            "cycle {cycle}: id {next_id} handed out again (stored up to {max_stored})"
+        );
+        let max_selected = seen.selected.last().copied().unwrap_or(0);
+        assert!(
+            next_ticket > max_selected,
+            "cycle {cycle}: nextval gave {next_ticket} after a client saw {max_selected}"
+        );
+    }
+    let seen = seen.lock().unwrap();
+    // The clients did take numbers (each cycle waits for ten more).
+    assert!(
+        seen.selected.len() >= 10 * CYCLES,
+        "{}",
+        seen.selected.len()
+    );
+    assert!(seen.row_ids.len() >= 30 * CYCLES, "{}", seen.row_ids.len());
+}
