@@ -10,11 +10,11 @@
 //! block lands in one epoch. `ROLLBACK` drops the copies; a savepoint is a
 //! copy of the copies.
 //!
-//! `CREATE TABLE` and `CREATE INDEX` in a block (`ddl.rs`) change the
-//! block's own catalog; `COMMIT` adds them to the shared one in the same
-//! epoch as the block's rows (42P07 if another session took the name
-//! meanwhile), and `ROLLBACK` forgets them. Other DDL is refused in a
-//! block (25001).
+//! `CREATE TABLE` (with its `SERIAL` and identity sequences) and `CREATE
+//! INDEX` in a block (`ddl.rs`) change the block's own catalog; `COMMIT`
+//! adds them to the shared one in the same epoch as the block's rows
+//! (42P07 if another session took the name meanwhile), and `ROLLBACK`
+//! forgets them. Other DDL is refused in a block (25001).
 
 mod commit;
 pub mod control;

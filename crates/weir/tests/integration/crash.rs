@@ -657,12 +657,16 @@ async fn sequence_numbers_are_never_handed_out_twice_through_sigkill() {
             .iter()
             .map(|r| i64::from(r.get::<_, i32>(0)))
             .collect();
-        let seen = seen.lock().unwrap();
-        let missing: Vec<&i64> = seen.row_ids.difference(&stored).collect();
-        assert!(
-            missing.is_empty(),
-            "cycle {cycle}: acknowledged rows lost: {missing:?}"
-        );
+        let (max_row_id, max_selected) = {
+            let seen = seen.lock().unwrap();
+            let missing: Vec<&i64> = seen.row_ids.difference(&stored).collect();
+            assert!(
+                missing.is_empty(),
+                "cycle {cycle}: acknowledged rows lost: {missing:?}"
+            );
+            let max = |numbers: &BTreeSet<i64>| numbers.last().copied().unwrap_or(0);
+            (max(&seen.row_ids), max(&seen.selected))
+        };
         // The next numbers are past every one a client saw.
         let next_id: i32 = client
             .query_one("SELECT nextval('numbered_id_seq')::int", &[])
@@ -676,10 +680,9 @@ async fn sequence_numbers_are_never_handed_out_twice_through_sigkill() {
             .get(0);
         let max_stored = stored.iter().max().copied().unwrap_or(0);
         assert!(
-            i64::from(next_id) > max_stored.max(seen.row_ids.last().copied().unwrap_or(0)),
+            i64::from(next_id) > max_stored.max(max_row_id),
             "cycle {cycle}: id {next_id} handed out again (stored up to {max_stored})"
         );
-        let max_selected = seen.selected.last().copied().unwrap_or(0);
         assert!(
             next_ticket > max_selected,
             "cycle {cycle}: nextval gave {next_ticket} after a client saw {max_selected}"
