@@ -225,6 +225,7 @@ enum Corrected {
     Constraint,
     Attrdef,
     Attribute,
+    Sequence,
     /// Only its identifier columns typed `name`.
     Named,
 }
@@ -237,6 +238,7 @@ impl Corrected {
             "pg_constraint" => Corrected::Constraint,
             "pg_attrdef" => Corrected::Attrdef,
             "pg_attribute" => Corrected::Attribute,
+            "pg_sequence" => Corrected::Sequence,
             "pg_type" | "pg_namespace" | "pg_proc" | "pg_database" | "pg_roles" => Corrected::Named,
             _ => return None,
         })
@@ -308,6 +310,7 @@ impl TableProvider for WeirRows {
         let catalog = &self.pinned.get().catalog;
         let batches = match self.kind {
             Corrected::Named => rows,
+            Corrected::Sequence => vec![sequence_rows(&schema, catalog)?],
             Corrected::Class => {
                 self.record(&rows, catalog)?;
                 class_rows(&rows, catalog)?
@@ -337,7 +340,9 @@ impl TableProvider for WeirRows {
                         batches
                     }
                     Corrected::Attribute => attribute_rows(&rows, catalog, &oids)?,
-                    Corrected::Class | Corrected::Named => unreachable!("handled above"),
+                    Corrected::Class | Corrected::Named | Corrected::Sequence => {
+                        unreachable!("handled above")
+                    }
                 }
             }
         };
@@ -624,6 +629,34 @@ fn class_rows(class: &[RecordBatch], catalog: &Catalog) -> Result<Vec<RecordBatc
     }
     out.push(sequence_class_rows(class, catalog)?);
     Ok(out)
+}
+
+/// `pg_sequence`: each sequence's type, bounds, increment and start.
+fn sequence_rows(schema: &SchemaRef, catalog: &Catalog) -> Result<RecordBatch> {
+    let rows = catalog
+        .sequences
+        .values()
+        .map(|sequence| {
+            let options = &sequence.options;
+            vec![
+                (
+                    "seqrelid",
+                    ScalarValue::Int32(Some(sequence_oid(sequence.id))),
+                ),
+                (
+                    "seqtypid",
+                    ScalarValue::Int32(Some(options.type_oid as i32)),
+                ),
+                ("seqstart", ScalarValue::Int64(Some(options.start))),
+                ("seqincrement", ScalarValue::Int64(Some(options.increment))),
+                ("seqmax", ScalarValue::Int64(Some(options.max))),
+                ("seqmin", ScalarValue::Int64(Some(options.min))),
+                ("seqcache", ScalarValue::Int64(Some(1))),
+                ("seqcycle", ScalarValue::Boolean(Some(options.cycle))),
+            ]
+        })
+        .collect();
+    named_rows(schema, rows)
 }
 
 /// A `pg_class` row (`relkind = 'S'`) for each sequence.

@@ -616,6 +616,7 @@ impl Session {
             self.db.sequences.clone(),
             self.pinned.clone(),
             self.sequences.clone(),
+            self.oids.names.clone(),
         );
         let zone = self.settings.lock().arrow_time_zone();
         ctx.state_ref()

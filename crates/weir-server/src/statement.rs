@@ -149,6 +149,7 @@ pub async fn execute(
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             dml::execute(session, statement, params).await
         }
+        Statement::Truncate(truncate) => dml::truncate(session, truncate).await,
         Statement::CreateTable(create) if in_block => {
             crate::transaction::ddl::create_table(session, create, false, None).await
         }

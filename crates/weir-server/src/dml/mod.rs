@@ -14,6 +14,7 @@ mod constraints;
 mod insert;
 mod returning;
 mod target;
+mod truncate;
 mod upsert;
 mod values;
 
@@ -38,6 +39,7 @@ pub(crate) use insert::text_rows;
 use insert::{insert_columns, insert_rows, insert_target};
 use target::{delete_query, plan_target_query, update_query};
 use target::{delete_rows, update_rows, update_target};
+pub use truncate::truncate;
 
 /// Runs INSERT, UPDATE or DELETE. Outside a transaction block it waits
 /// until its change is committed; inside one it changes the block's

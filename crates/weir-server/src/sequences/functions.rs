@@ -125,6 +125,7 @@ pub fn register(
     sequences: Arc<Sequences>,
     pinned: Arc<PinnedSnapshot>,
     session: Arc<SessionSequences>,
+    names: crate::catalog_rows::CatalogOids,
 ) {
     let shared = Shared {
         sequences,
@@ -137,7 +138,10 @@ pub fn register(
             shared.clone(),
         )));
     }
-    ctx.register_udf(ScalarUDF::new_from_impl(SerialSequence::new(shared.pinned)));
+    ctx.register_udf(ScalarUDF::new_from_impl(SerialSequence::new(
+        shared.pinned,
+        names,
+    )));
 }
 
 /// What every sequence function reaches.
@@ -388,6 +392,10 @@ fn strings(value: &ColumnarValue, rows: usize) -> WeirResult<StringArray> {
 #[derive(Debug)]
 struct SerialSequence {
     pinned: Arc<PinnedSnapshot>,
+    /// The OIDs the session's catalog handed out: a table may be named by
+    /// its OID as text (`attrelid::regclass::text`, as SQLAlchemy's
+    /// reflection passes it).
+    names: crate::catalog_rows::CatalogOids,
     signature: Signature,
 }
 
@@ -406,9 +414,10 @@ impl std::hash::Hash for SerialSequence {
 }
 
 impl SerialSequence {
-    fn new(pinned: Arc<PinnedSnapshot>) -> Self {
+    fn new(pinned: Arc<PinnedSnapshot>, names: crate::catalog_rows::CatalogOids) -> Self {
         SerialSequence {
             pinned,
+            names,
             signature: Signature::string(2, Volatility::Stable),
         }
     }
@@ -419,7 +428,14 @@ impl SerialSequence {
         table: &str,
         column: &str,
     ) -> WeirResult<Option<String>> {
-        let table = parse_name(table)?;
+        let by_oid = table
+            .parse::<i32>()
+            .ok()
+            .and_then(|oid| self.names.read().names.get(&oid).cloned());
+        let table = match by_oid {
+            Some(name) => name,
+            None => parse_name(table)?,
+        };
         let def = catalog.table(&table)?;
         if def.column_index(column).is_none() {
             return Err(WeirError::new(

@@ -234,6 +234,12 @@ impl Sequences {
         Ok(epoch)
     }
 
+    /// Starts sequence `def` again from its first value (`TRUNCATE ...
+    /// RESTART IDENTITY`); returns the epoch that makes it durable.
+    pub fn restart(&self, def: &SequenceDef) -> WeirResult<u64> {
+        self.set(def, SequenceValue::start(&def.options))
+    }
+
     /// Whether a value changed since the last cut.
     pub fn moved(&self) -> bool {
         self.moved.load(Ordering::SeqCst)
