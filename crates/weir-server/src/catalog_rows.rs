@@ -866,7 +866,7 @@ fn attrdef_rows(
 /// column's type (`'none'::character varying`), a sequence's `nextval`
 /// with its name as a `regclass` (`nextval('t_id_seq'::regclass)`),
 /// anything else as written.
-fn shown_default(column: &crate::catalog::ColumnDef, default: &str) -> String {
+pub(crate) fn shown_default(column: &crate::catalog::ColumnDef, default: &str) -> String {
     if let Some(name) = default
         .strip_prefix("nextval('")
         .and_then(|rest| rest.strip_suffix("')"))

@@ -274,8 +274,10 @@ pub fn session_context(
         SCHEMA,
         Arc::new(PublicSchema::new(pinned.clone(), ctx.state_weak_ref(), db)),
     )?;
-    let information_schema =
-        crate::info_schema::InformationSchema::new(ctx.state().catalog_list().clone());
+    let information_schema = crate::info_schema::InformationSchema::new(
+        ctx.state().catalog_list().clone(),
+        pinned.clone(),
+    );
     catalog.register_schema("information_schema", Arc::new(information_schema))?;
     ctx.register_catalog(DATABASE, Arc::new(catalog));
     let names = oids.names.clone();

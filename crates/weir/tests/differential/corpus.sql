@@ -577,8 +577,9 @@ SELECT conname, contype FROM pg_constraint WHERE conrelid = 'orders'::regclass;
 -- differs: `regclass` casts show OIDs where PostgreSQL shows the relation's name
 SELECT indexrelid::regclass, indisprimary FROM pg_index WHERE indrelid = 'orders'::regclass;
 SELECT column_name, column_default FROM information_schema.columns WHERE table_name = 'words' ORDER BY ordinal_position;
--- differs: `information_schema.columns` has no character lengths and types its numeric columns `bigint`
 SELECT character_maximum_length FROM information_schema.columns WHERE table_name = 'words' AND column_name = 'v';
+SELECT column_name, ordinal_position, data_type, udt_name, is_nullable FROM information_schema.columns WHERE table_name = 'words' ORDER BY ordinal_position;
+SELECT column_name, numeric_precision, numeric_scale, character_octet_length FROM information_schema.columns WHERE table_name = 'nums' ORDER BY ordinal_position;
 SELECT numeric_precision, numeric_scale FROM information_schema.columns WHERE table_name = 'nums' AND column_name = 'n';
 
 -- DML.
@@ -843,3 +844,5 @@ INSERT INTO trunc_me (v) VALUES (4) RETURNING id, v;
 SELECT count(*) FROM trunc_me;
 TRUNCATE no_such_table_here;
 SELECT seqstart, seqincrement, seqmin, seqcycle FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relname = 'trunc_me_id_seq';
+SELECT column_name, column_default, is_identity, identity_generation FROM information_schema.columns WHERE table_name = 'trunc_me' ORDER BY ordinal_position;
+SELECT column_name, column_default, is_identity, identity_generation FROM information_schema.columns WHERE table_name = 'idents' ORDER BY ordinal_position;
