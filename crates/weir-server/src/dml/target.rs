@@ -56,7 +56,25 @@ pub(super) fn update_query(catalog: &Catalog, update: &Update) -> WeirResult<(Ta
         if values[index].is_some() {
             return Err(multiple_assignments(&def.columns[index].name));
         }
-        values[index] = Some(format!("({})", assignment.value));
+        let column = &def.columns[index];
+        let is_default = matches!(&assignment.value, SqlExpr::Identifier(i)
+            if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"));
+        let always = column.identity == Some(crate::sequences::ddl::Identity::Always);
+        if always && !is_default {
+            return Err(WeirError::new(
+                SqlState("428C9"),
+                format!("column \"{}\" can only be updated to DEFAULT", column.name),
+            )
+            .with_detail(format!(
+                "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
+                column.name
+            )));
+        }
+        values[index] = Some(match (is_default, column.default.as_deref()) {
+            (true, Some(default)) => format!("({default})"),
+            (true, None) => "NULL".to_owned(),
+            (false, _) => format!("({})", assignment.value),
+        });
     }
     let alias_q = quoted(&alias);
     let mut select = vec![format!("{alias_q}.{}", quoted(POSITION_COLUMN))];
