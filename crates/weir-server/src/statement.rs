@@ -108,6 +108,9 @@ pub async fn execute(
             return crate::secrets::create_secret(session, create).await
         }
         WeirStatement::DropSecret(drop) => return crate::secrets::drop_secret(session, drop).await,
+        WeirStatement::AlterSequence(alter) => {
+            return crate::sequences::ddl::alter_sequence(session, alter).await
+        }
         WeirStatement::ShowSinks => return crate::sink::show(session),
         WeirStatement::DropSource(drop) => {
             return drop_rewritten(session, drop, ObjectKind::Source).await
@@ -306,6 +309,7 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
         WeirStatement::DropSink(_) => return Some("DROP SINK".into()),
         WeirStatement::CreateSecret(_) => return Some("CREATE SECRET".into()),
         WeirStatement::DropSecret(_) => return Some("DROP SECRET".into()),
+        WeirStatement::AlterSequence(_) => return Some("ALTER SEQUENCE".into()),
         WeirStatement::Sql(statement) => statement.as_ref(),
         _ => return None,
     };

@@ -33,6 +33,7 @@ mod proctime;
 mod secret;
 mod selects;
 mod sequence_options;
+pub use sequence_options::AlterSequence;
 mod sink;
 mod stream_plan;
 mod subquery_ops;

@@ -92,6 +92,8 @@ pub enum WeirStatement {
     /// `COPY (SUBSCRIBE ...) TO STDOUT ...`: the `COPY` of `(SELECT 1)`,
     /// and the subscription.
     CopySubscribe(Box<Statement>, Subscribe),
+    /// `ALTER SEQUENCE`, which sqlparser does not read.
+    AlterSequence(crate::sequence_options::AlterSequence),
     /// Any statement sqlparser understands.
     Sql(Box<Statement>),
 }
@@ -295,6 +297,16 @@ fn parse_segment(
                     ))
                 }
             });
+            Ok(())
+        }
+        [Token::Word(verb), Token::Word(noun), ..]
+            if verb.value.eq_ignore_ascii_case("alter")
+                && noun.quote_style.is_none()
+                && noun.value.eq_ignore_ascii_case("sequence") =>
+        {
+            out.push(WeirStatement::AlterSequence(
+                crate::sequence_options::parse_alter(&words)?,
+            ));
             Ok(())
         }
         [Token::Word(verb), ..] if verb.value.eq_ignore_ascii_case("create") => {
@@ -749,6 +761,7 @@ mod tests {
             WeirStatement::DropSource(s) => s.to_string(),
             WeirStatement::Move(s) => format!("MOVE {s}"),
             WeirStatement::Subscribe(s) => format!("{s:?}"),
+            WeirStatement::AlterSequence(a) => format!("{a:?}"),
             WeirStatement::FetchWithin(f, t) => format!("{f} WITH (TIMEOUT = {t})"),
             WeirStatement::DeclareSubscribe(d, s) | WeirStatement::CopySubscribe(d, s) => {
                 format!("{d} {s:?}")

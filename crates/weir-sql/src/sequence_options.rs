@@ -7,7 +7,102 @@
 //! takes them in any order; so the statement's text is written again
 //! with its options in sqlparser's order before it is parsed.
 
+use datafusion::sql::sqlparser::ast::{DataType, ObjectName, SequenceOptions, Statement};
 use datafusion::sql::sqlparser::tokenizer::Token;
+
+use crate::ParseError;
+
+/// `ALTER SEQUENCE [IF EXISTS] name [AS type] [options] [RESTART [[WITH]
+/// n]] [OWNED BY table.column | NONE]`: only what it names changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlterSequence {
+    /// The sequence.
+    pub name: ObjectName,
+    /// `IF EXISTS`.
+    pub if_exists: bool,
+    /// `AS type`.
+    pub data_type: Option<DataType>,
+    /// The options named, as `CREATE SEQUENCE` reads them.
+    pub options: Vec<SequenceOptions>,
+    /// `RESTART` (`Some(None)`: from the start value) or `RESTART WITH n`.
+    pub restart: Option<Option<i64>>,
+    /// `OWNED BY`.
+    pub owned_by: Option<ObjectName>,
+}
+
+/// Reads `ALTER SEQUENCE` from `words` (its tokens without whitespace):
+/// `RESTART` is taken out, and the rest is read as the options of a
+/// `CREATE SEQUENCE` of the same name.
+pub(crate) fn parse_alter(words: &[&Token]) -> Result<AlterSequence, ParseError> {
+    let mut rest: Vec<String> = Vec::with_capacity(words.len());
+    let mut restart = None;
+    let mut if_exists = false;
+    let mut i = 2;
+    if words.get(i).is_some_and(|t| is_keyword(t, "if"))
+        && words.get(i + 1).is_some_and(|t| is_keyword(t, "exists"))
+    {
+        if_exists = true;
+        i += 2;
+    }
+    while i < words.len() {
+        if is_keyword(words[i], "restart") {
+            i += 1;
+            if words.get(i).is_some_and(|t| is_keyword(t, "with")) {
+                i += 1;
+            }
+            let negative = matches!(words.get(i), Some(Token::Minus));
+            if negative {
+                i += 1;
+            }
+            let value = match words.get(i) {
+                Some(Token::Number(digits, _)) => {
+                    i += 1;
+                    let value: i64 = digits.parse().map_err(|_| {
+                        ParseError::Syntax(format!("RESTART value {digits} is not a bigint"))
+                    })?;
+                    Some(if negative { -value } else { value })
+                }
+                _ if negative => {
+                    return Err(ParseError::Syntax("RESTART WITH needs a number".into()))
+                }
+                _ => None,
+            };
+            restart = Some(value);
+            continue;
+        }
+        rest.push(words[i].to_string());
+        i += 1;
+    }
+    let text = format!("CREATE SEQUENCE {}", rest.join(" "));
+    let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+        &text,
+    )
+    .tokenize()
+    .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    let create_words: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let text = reorder(&create_words).unwrap_or(text);
+    match crate::parse::parse_rewritten(&text)? {
+        Statement::CreateSequence {
+            name,
+            data_type,
+            sequence_options,
+            owned_by,
+            ..
+        } => Ok(AlterSequence {
+            name,
+            if_exists,
+            data_type,
+            options: sequence_options,
+            restart,
+            owned_by,
+        }),
+        _ => Err(ParseError::Syntax("ALTER SEQUENCE does not parse".into())),
+    }
+}
 
 /// The option clauses in the order sqlparser reads them; each is named by
 /// its first word (`NO` clauses by their second).
@@ -172,6 +267,30 @@ mod tests {
             reordered("CREATE SEQUENCE s INCREMENT BY 2 START WITH 3"),
             None
         );
+    }
+
+    #[test]
+    fn alter_sequence_takes_restart_and_any_options() {
+        let parsed =
+            crate::parse("ALTER SEQUENCE IF EXISTS s RESTART WITH 50 INCREMENT BY 2 OWNED BY t.id")
+                .unwrap();
+        let [crate::WeirStatement::AlterSequence(alter)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert!(alter.if_exists);
+        assert_eq!(alter.name.to_string(), "s");
+        assert_eq!(alter.restart, Some(Some(50)));
+        assert_eq!(alter.options.len(), 1);
+        assert_eq!(
+            alter.owned_by.as_ref().map(|o| o.to_string()).as_deref(),
+            Some("t.id")
+        );
+        let parsed = crate::parse("alter sequence s restart").unwrap();
+        let [crate::WeirStatement::AlterSequence(alter)] = parsed.as_slice() else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!((alter.if_exists, alter.restart), (false, Some(None)));
+        assert!(crate::parse("ALTER SEQUENCE s RESTART WITH -").is_err());
     }
 
     #[test]

@@ -11,11 +11,12 @@
 
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, ColumnOptionDef, CreateTable, DataType as Sql, Expr, GeneratedAs, ObjectName,
-    SequenceOptions as SqlOptions, UnaryOperator, Value,
+    SequenceOptions as SqlOptions,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{type_max, type_min, SequenceDef, SequenceOptions, SequenceValue, Sequences};
+use super::options::{check_within, options_of, resolve, Given};
+use super::{SequenceDef, SequenceOptions, SequenceValue, Sequences};
 use crate::catalog::{relation_name, Catalog, ObjectKind, TableDef};
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -101,8 +102,7 @@ pub fn serial_columns(
                     })?,
                 };
                 column.data_type = integer_type(type_oid);
-                let options =
-                    sequence_options_of(type_oid, sequence_options.as_deref().unwrap_or(&[]))?;
+                let options = options_of(type_oid, sequence_options.as_deref().unwrap_or(&[]))?;
                 let identity = match generated_as {
                     GeneratedAs::Always => Identity::Always,
                     _ => Identity::ByDefault,
@@ -211,7 +211,7 @@ pub async fn create_sequence(
             )
         })?,
     };
-    let options = sequence_options_of(type_oid, options)?;
+    let options = options_of(type_oid, options)?;
     let db = session.db.clone();
     let mut working = db.working().await;
     if let Some(skipped) = crate::ddl::claim_name(
@@ -242,6 +242,63 @@ pub async fn create_sequence(
     drop(working);
     db.wait_committed(epoch).await?;
     Ok(Output::command("CREATE SEQUENCE"))
+}
+
+/// `ALTER SEQUENCE`: the options it names change, the others stay;
+/// `RESTART` moves the sequence (to its start value, or to the one
+/// given), `OWNED BY` ties it to a column (or `NONE`).
+pub async fn alter_sequence(
+    session: &mut Session,
+    alter: &weir_sql::AlterSequence,
+) -> WeirResult<Output> {
+    let name = relation_name(&alter.name)?;
+    let db = session.db.clone();
+    let mut working = db.working().await;
+    let Some(def) = working.catalog.sequences.get(&name).cloned() else {
+        if working.catalog.kind_of(&name).is_some() {
+            return Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is not a sequence"),
+            ));
+        }
+        if alter.if_exists {
+            session.notice(format!("relation \"{name}\" does not exist, skipping"));
+            return Ok(Output::command("ALTER SEQUENCE"));
+        }
+        return Err(crate::catalog::undefined_relation(&name));
+    };
+    let type_oid = match &alter.data_type {
+        Some(data_type) => integer_oid(data_type).ok_or_else(|| {
+            WeirError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                "sequence type must be smallint, integer, or bigint",
+            )
+        })?,
+        None => def.options.type_oid,
+    };
+    let options = resolve(type_oid, Given::of(&alter.options)?, Some(&def.options))?;
+    let restart = alter.restart.map(|value| value.unwrap_or(options.start));
+    if let Some(value) = restart {
+        check_within("RESTART", value, options.min, options.max)?;
+    }
+    let owned_by = match &alter.owned_by {
+        Some(owned_by) => owner(&working.catalog, Some(owned_by))?,
+        None => def.owned_by.clone(),
+    };
+    working.catalog.sequences.insert(
+        name,
+        SequenceDef {
+            options,
+            owned_by,
+            ..def.clone()
+        },
+    );
+    db.sequences.alter(def.id, options, restart);
+    working.catalog_changed();
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(Output::command("ALTER SEQUENCE"))
 }
 
 /// The table and column `OWNED BY` names (`None` for `NONE` or no clause).
@@ -440,110 +497,4 @@ fn integer_type(type_oid: u32) -> Sql {
         23 => Sql::Integer(None),
         _ => Sql::BigInt(None),
     }
-}
-
-/// PostgreSQL's name of integer type `type_oid`.
-fn type_name(type_oid: u32) -> &'static str {
-    match type_oid {
-        21 => "smallint",
-        23 => "integer",
-        _ => "bigint",
-    }
-}
-
-/// The options of a sequence of `type_oid` values, with PostgreSQL's
-/// defaults and checks.
-pub fn sequence_options_of(type_oid: u32, options: &[SqlOptions]) -> WeirResult<SequenceOptions> {
-    let (mut increment, mut min, mut max, mut start, mut cycle) = (1, None, None, None, false);
-    for option in options {
-        match option {
-            SqlOptions::IncrementBy(expr, _) => increment = integer(expr)?,
-            SqlOptions::MinValue(expr) => min = expr.as_ref().map(integer).transpose()?,
-            SqlOptions::MaxValue(expr) => max = expr.as_ref().map(integer).transpose()?,
-            SqlOptions::StartWith(expr, _) => start = Some(integer(expr)?),
-            SqlOptions::Cache(expr) => {
-                if integer(expr)? < 1 {
-                    return Err(invalid("CACHE must be greater than zero".into()));
-                }
-            }
-            SqlOptions::Cycle(no) => cycle = !no,
-        }
-    }
-    if increment == 0 {
-        return Err(invalid("INCREMENT must not be zero".into()));
-    }
-    let type_range = type_min(type_oid)..=type_max(type_oid);
-    let min = min.unwrap_or(if increment > 0 { 1 } else { type_min(type_oid) });
-    let max = max.unwrap_or(if increment > 0 {
-        type_max(type_oid)
-    } else {
-        -1
-    });
-    for (what, value) in [("MINVALUE", min), ("MAXVALUE", max)] {
-        if !type_range.contains(&value) {
-            return Err(invalid(format!(
-                "{what} ({value}) is out of range for sequence data type {}",
-                type_name(type_oid)
-            )));
-        }
-    }
-    if min >= max {
-        return Err(invalid(format!(
-            "MINVALUE ({min}) must be less than MAXVALUE ({max})"
-        )));
-    }
-    let start = start.unwrap_or(if increment > 0 { min } else { max });
-    if start < min {
-        return Err(invalid(format!(
-            "START value ({start}) cannot be less than MINVALUE ({min})"
-        )));
-    }
-    if start > max {
-        return Err(invalid(format!(
-            "START value ({start}) cannot be greater than MAXVALUE ({max})"
-        )));
-    }
-    Ok(SequenceOptions {
-        type_oid,
-        start,
-        increment,
-        min,
-        max,
-        cycle,
-    })
-}
-
-fn invalid(message: String) -> WeirError {
-    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
-}
-
-/// An integer option's value (`5`, `-5`).
-fn integer(expr: &Expr) -> WeirResult<i64> {
-    let (negative, expr) = match expr {
-        Expr::UnaryOp {
-            op: UnaryOperator::Minus,
-            expr,
-        } => (true, expr.as_ref()),
-        Expr::UnaryOp {
-            op: UnaryOperator::Plus,
-            expr,
-        } => (false, expr.as_ref()),
-        other => (false, other),
-    };
-    let parsed = match expr {
-        Expr::Value(value) => match &value.value {
-            Value::Number(digits, _) => digits.parse::<i128>().ok(),
-            _ => None,
-        },
-        _ => None,
-    };
-    let value = parsed
-        .map(|v| if negative { -v } else { v })
-        .and_then(|v| i64::try_from(v).ok());
-    value.ok_or_else(|| {
-        WeirError::new(
-            SqlState::INVALID_PARAMETER_VALUE,
-            format!("sequence option value must be an integer of bigint's range: {expr}"),
-        )
-    })
 }

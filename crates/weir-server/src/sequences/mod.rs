@@ -21,6 +21,7 @@
 
 pub mod ddl;
 pub mod functions;
+mod options;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -232,6 +233,26 @@ impl Sequences {
         drop(state);
         self.moved.store(true, Ordering::SeqCst);
         Ok(epoch)
+    }
+
+    /// `ALTER SEQUENCE`: sequence `id` counts by `options` from now on;
+    /// with `restart`, its next value is that one. Returns the epoch that
+    /// makes the change durable.
+    pub fn alter(&self, id: TableId, options: SequenceOptions, restart: Option<i64>) -> u64 {
+        let mut state = self.state();
+        let epoch = state.open_epoch;
+        if let Some(entry) = state.entries.get_mut(&id) {
+            entry.options = options;
+            if let Some(last) = restart {
+                entry.value = SequenceValue {
+                    last,
+                    called: false,
+                };
+            }
+        }
+        drop(state);
+        self.moved.store(true, Ordering::SeqCst);
+        epoch
     }
 
     /// Starts sequence `def` again from its first value (`TRUNCATE ...
