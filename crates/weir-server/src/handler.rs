@@ -612,7 +612,7 @@ impl SimpleQueryHandler for Connection {
         }
         if implicit {
             if let Some(block) = session.transaction.take() {
-                let result = block.commit(&session.db).await;
+                let result = session.commit_block(block).await;
                 session.block_ended(result.is_ok());
                 if let Err(e) = result {
                     send_response(client, error_response(e)).await?;

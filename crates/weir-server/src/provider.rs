@@ -208,6 +208,14 @@ impl SchemaProvider for PublicSchema {
         if let Some(source) = snapshot.catalog.sources.get(name) {
             return Ok(Some(Arc::new(crate::source::SourceTable::new(source))));
         }
+        if let (Some(sequence), Some(db)) = (snapshot.catalog.sequences.get(name), &self.db) {
+            let row = db
+                .sequences
+                .relation(sequence)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let table = datafusion::catalog::MemTable::try_new(row.schema(), vec![vec![row]])?;
+            return Ok(Some(Arc::new(table)));
+        }
         match &self.db {
             Some(db) => system::table(db, &snapshot, name).transpose(),
             None => Ok(None),

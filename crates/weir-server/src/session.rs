@@ -431,6 +431,13 @@ impl Session {
         self.transaction = Some(block);
     }
 
+    /// Commits `block` (see [`Transaction::commit`]), then waits until the
+    /// sequence numbers the session took in it are durable.
+    pub async fn commit_block(&self, block: Transaction) -> WeirResult<()> {
+        block.commit(&self.db).await?;
+        crate::sequences::functions::wait_taken(self).await
+    }
+
     /// Takes the open block out to end it; `committed` says how it ends,
     /// for the settings it changed and the cursors it leaves.
     pub fn close_block(&mut self, committed: bool) -> Option<Transaction> {

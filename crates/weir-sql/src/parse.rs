@@ -348,7 +348,15 @@ fn parse_standard(
 ) -> Result<(), ParseError> {
     let flink = crate::windows::flink_window_text(tokens);
     let text = flink.as_deref().unwrap_or(text);
-    let parsed = if words.iter().any(|t| reads_catalog(t)) {
+    // A table's definition (without `AS SELECT`) is stored, not run: a
+    // default written as pg_dump writes it (`nextval('s'::regclass)`)
+    // keeps its form.
+    let creates_table = matches!(words, [Token::Word(c), Token::Word(t), ..]
+        if c.value.eq_ignore_ascii_case("create") && t.value.eq_ignore_ascii_case("table"))
+        && !words
+            .iter()
+            .any(|w| matches!(w, Token::Word(w) if w.keyword == Keyword::SELECT));
+    let parsed = if !creates_table && words.iter().any(|t| reads_catalog(t)) {
         COMPAT.parse(text)
     } else {
         Parser::parse_sql(&PostgreSqlDialect {}, text)

@@ -5,9 +5,11 @@
 //!
 //! `RESTART IDENTITY` starts the sequences the tables' columns own
 //! (`SERIAL`, identity) again from their first value once the rows are
-//! gone: at once outside a block, at `COMMIT` inside one (a rolled-back
-//! block leaves them as they were, as in PostgreSQL). Weir has no foreign
-//! keys, so `CASCADE` and `RESTRICT` change nothing.
+//! gone, in the same epoch. Inside a transaction block it is refused
+//! (0A000): a sequence's value is not transactional here, and a restart
+//! that took effect before the block's commit, or only at it, would hand
+//! out numbers the block's or other sessions' rows already hold. Weir has
+//! no foreign keys, so `CASCADE` and `RESTRICT` change nothing.
 
 use std::sync::Arc;
 
@@ -16,7 +18,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::catalog::{relation_name, Catalog};
-use crate::error::{WeirError, WeirResult};
+use crate::error::{SqlState, WeirError, WeirResult};
 use crate::sequences::SequenceDef;
 use crate::session::{Output, Session};
 
@@ -40,6 +42,15 @@ pub async fn truncate(session: &mut Session, truncate: &Truncate) -> WeirResult<
     }
     let restart = matches!(truncate.identity, Some(TruncateIdentityOption::Restart));
     let db = session.db.clone();
+    if restart && session.transaction.is_some() {
+        return Err(WeirError::new(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "TRUNCATE ... RESTART IDENTITY cannot run inside a transaction block",
+        )
+        .with_hint(
+            "Run it outside the block, or TRUNCATE inside it and move the sequences with setval after COMMIT.",
+        ));
+    }
     if let Some(mut block) = session.transaction.take() {
         let result = async {
             for (_, delete) in &deletes {
@@ -47,10 +58,6 @@ pub async fn truncate(session: &mut Session, truncate: &Truncate) -> WeirResult<
                 block.prepare_write(&def, "TRUNCATE TABLE")?;
                 session.pinned.pin(Arc::new(block.read_snapshot()));
                 run_delete(session, block.private_state(), delete).await?;
-            }
-            if restart {
-                let owned = owned_sequences(block.catalog(), &deletes);
-                block.restart_on_commit(owned, db.sequences.clone());
             }
             Ok::<(), WeirError>(())
         }

@@ -63,6 +63,9 @@ pub fn serial_columns(
     let table = relation_name(&create.name)?;
     let mut create = create.clone();
     let mut made = Vec::new();
+    for column in create.columns.iter_mut() {
+        canonical_nextval_defaults(&mut column.options);
+    }
     for (i, column) in create.columns.iter_mut().enumerate() {
         let serial = serial_type(&column.data_type);
         let identity = column.options.iter().position(|o| {
@@ -223,6 +226,13 @@ pub async fn create_sequence(
     )? {
         return Ok(skipped);
     }
+    if working.catalog.indexes.contains_key(&name) {
+        if if_not_exists {
+            session.notice(format!("relation \"{name}\" already exists, skipping"));
+            return Ok(Output::command("CREATE SEQUENCE"));
+        }
+        return Err(crate::ddl::duplicate_relation(&name));
+    }
     let owned_by = owner(&working.catalog, owned_by)?;
     let id = working.catalog.next_table_id;
     working.catalog.next_table_id += 1;
@@ -366,6 +376,26 @@ pub async fn drop_sequences(
                 ))
             }
         }
+        // An identity column's sequence goes only with its column.
+        let identity = catalog.sequences[&name]
+            .owned_by
+            .as_ref()
+            .filter(|(table, column)| {
+                catalog.tables.get(table).is_some_and(|t| {
+                    t.columns
+                        .iter()
+                        .any(|c| &c.name == column && c.identity.is_some())
+                })
+            });
+        if let Some((table, column)) = identity {
+            return Err(WeirError::new(
+                SqlState("2BP01"),
+                format!(
+                    "cannot drop sequence {name} because column {column} of table {table} requires it"
+                ),
+            )
+            .with_hint(format!("You can drop table {table} instead.")));
+        }
         let users = default_users(&catalog, &name);
         if !users.is_empty() && !cascade {
             let detail: Vec<String> = users
@@ -435,6 +465,49 @@ fn default_users(catalog: &Catalog, name: &str) -> Vec<(String, String)> {
                 .map(|c| (t.name.clone(), c.name.clone()))
         })
         .collect()
+}
+
+/// Defaults that call `nextval` of a named sequence, written the one way
+/// the catalog keeps them (`nextval('s')`): `nextval('public.s')` and
+/// pg_dump's `nextval('s'::regclass)` name the same sequence (and a
+/// `regclass` cast would be planned as an OID).
+fn canonical_nextval_defaults(options: &mut [ColumnOptionDef]) {
+    for option in options {
+        if let ColumnOption::Default(expr) = &mut option.option {
+            if let Some(name) = nextval_target(expr) {
+                *expr = nextval_call(&name);
+            }
+        }
+    }
+}
+
+/// The sequence a `nextval('name')` call (its name perhaps cast to
+/// `regclass`) names.
+fn nextval_target(expr: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+    let Expr::Function(call) = expr else {
+        return None;
+    };
+    if !call.name.to_string().eq_ignore_ascii_case("nextval") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &call.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))] = list.args.as_slice() else {
+        return None;
+    };
+    let argument = match argument {
+        Expr::Cast { expr, .. } => expr.as_ref(),
+        other => other,
+    };
+    let Expr::Value(value) = argument else {
+        return None;
+    };
+    let Value::SingleQuotedString(text) = &value.value else {
+        return None;
+    };
+    super::functions::parse_name(text).ok()
 }
 
 /// `nextval('name')`, the default of a column a sequence numbers.

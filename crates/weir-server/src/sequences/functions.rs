@@ -20,7 +20,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use futures::stream::{self, BoxStream};
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use weir_state::TableId;
 
@@ -71,8 +71,11 @@ impl SessionSequences {
 }
 
 /// `output` of a statement of `session`, returned once the sequence
-/// numbers the statement took are durable: its rows end with the wait.
-/// Inside a transaction block the numbers wait for the block's end.
+/// numbers the statement took are durable: each batch of its rows waits
+/// before it goes out if numbers were taken for it. Inside a transaction
+/// block (explicit, or implicit around several statements) the numbers
+/// wait for the block's commit ([`Session::commit_block`]), as
+/// PostgreSQL makes a sequence's advance durable with the transaction.
 pub async fn durable(session: &Session, output: Output) -> WeirResult<Output> {
     if session.transaction.is_some() {
         return Ok(output);
@@ -93,30 +96,39 @@ pub async fn durable(session: &Session, output: Output) -> WeirResult<Output> {
             data: then_durable(data, db, taken),
         },
         other => {
-            if let Some(epoch) = taken.take_pending() {
-                db.wait_committed(epoch).await?;
-            }
+            wait_taken(session).await?;
             other
         }
     })
 }
 
-/// `items`, followed by the wait for the epoch holding the numbers they
-/// took (an error item if it fails).
+/// Waits until the sequence numbers `session` took are durable.
+pub async fn wait_taken(session: &Session) -> WeirResult<()> {
+    match session.sequences.take_pending() {
+        Some(epoch) => session.db.wait_committed(epoch).await,
+        None => Ok(()),
+    }
+}
+
+/// `items`, each held back until the numbers taken while it was made are
+/// durable (an error in its place if the wait fails), so a client never
+/// sees a number a crash could hand out again.
 fn then_durable<T: Send + 'static, E: From<WeirError> + Send + 'static>(
     items: BoxStream<'static, Result<T, E>>,
     db: Arc<Database>,
     taken: Arc<SessionSequences>,
 ) -> BoxStream<'static, Result<T, E>> {
-    let wait = stream::once(async move {
-        let epoch = taken.take_pending()?;
-        db.wait_committed(epoch)
-            .await
-            .err()
-            .map(|e| Err(E::from(e)))
-    })
-    .filter_map(|item| async move { item });
-    items.chain(wait).boxed()
+    items
+        .then(move |item| {
+            let (db, taken) = (db.clone(), taken.clone());
+            async move {
+                if let Some(epoch) = taken.take_pending() {
+                    db.wait_committed(epoch).await.map_err(E::from)?;
+                }
+                item
+            }
+        })
+        .boxed()
 }
 
 /// Registers the sequence functions of a session.
@@ -359,7 +371,7 @@ pub fn find_sequence(catalog: &Catalog, name: &str) -> WeirResult<SequenceDef> {
 
 /// A relation's name written as SQL writes it (`orders_id_seq`,
 /// `public."Orders_id_seq"`), as the catalog keys it.
-fn parse_name(text: &str) -> WeirResult<String> {
+pub(super) fn parse_name(text: &str) -> WeirResult<String> {
     let name = Parser::new(&PostgreSqlDialect {})
         .try_with_sql(text)
         .and_then(|mut p| p.parse_object_name(false))
@@ -428,16 +440,25 @@ impl SerialSequence {
         table: &str,
         column: &str,
     ) -> WeirResult<Option<String>> {
-        let by_oid = table
-            .parse::<i32>()
-            .ok()
-            .and_then(|oid| self.names.read().names.get(&oid).cloned());
-        let table = match by_oid {
-            Some(name) => name,
-            None => parse_name(table)?,
+        // A table named by its OID as text: one the session's catalog
+        // handed out, or a system catalog's (which owns no sequence).
+        let table = match table.parse::<i32>() {
+            Ok(oid) => match self.names.read().names.get(&oid).cloned() {
+                Some(name) => name,
+                None => return Ok(None),
+            },
+            Err(_) => parse_name(table)?,
         };
-        let def = catalog.table(&table)?;
-        if def.column_index(column).is_none() {
+        if catalog.kind_of(&table).is_none() {
+            return Err(crate::catalog::undefined_relation(&table));
+        }
+        let columns = catalog
+            .tables
+            .get(&table)
+            .map(|t| &t.columns)
+            .or_else(|| catalog.materialized_views.get(&table).map(|v| &v.columns))
+            .or_else(|| catalog.sources.get(&table).map(|s| &s.columns));
+        if columns.is_some_and(|columns| columns.iter().all(|c| c.name != column)) {
             return Err(WeirError::new(
                 SqlState::UNDEFINED_COLUMN,
                 format!("column \"{column}\" of relation \"{table}\" does not exist"),

@@ -10,10 +10,11 @@
 //! manifest's positions, [`position_key`]), so a committed row never holds
 //! a number that a restarted server hands out again: the row was written
 //! after its number was taken, so the cut of the row's epoch saw the
-//! sequence at or past it. A statement that took numbers returns once the
-//! epoch holding them is committed (`functions.rs`), so a number a client
-//! has seen is never handed out again either, even by a `SELECT nextval`
-//! that wrote nothing.
+//! sequence at or past it. Outside a transaction block a statement's rows
+//! are held back until the epoch holding the numbers it took is committed
+//! (`functions.rs`), so a number a client has seen is never handed out
+//! again either, even by a `SELECT nextval` that wrote nothing; inside a
+//! block, the block's commit waits for them.
 //!
 //! One file per concern: this one the definitions and the values, `ddl.rs`
 //! the statements and `SERIAL`/identity columns, `functions.rs` `nextval`,
@@ -25,7 +26,11 @@ mod options;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
 
 use serde::{Deserialize, Serialize};
 use weir_state::TableId;
@@ -198,9 +203,7 @@ impl Sequences {
     pub fn next(&self, def: &SequenceDef, n: usize) -> WeirResult<(Vec<i64>, u64)> {
         let mut state = self.state();
         let epoch = state.open_epoch;
-        let entry = state.entries.get_mut(&def.id).ok_or_else(|| {
-            WeirError::internal(format!("sequence \"{}\" has no state", def.name))
-        })?;
+        let entry = state.entries.get_mut(&def.id).ok_or_else(|| dropped(def))?;
         let mut value = entry.value;
         let values = advance(&entry.options, &mut value, n, &def.name)?;
         entry.value = value;
@@ -216,9 +219,7 @@ impl Sequences {
     pub fn set(&self, def: &SequenceDef, value: SequenceValue) -> WeirResult<u64> {
         let mut state = self.state();
         let epoch = state.open_epoch;
-        let entry = state.entries.get_mut(&def.id).ok_or_else(|| {
-            WeirError::internal(format!("sequence \"{}\" has no state", def.name))
-        })?;
+        let entry = state.entries.get_mut(&def.id).ok_or_else(|| dropped(def))?;
         let SequenceOptions { min, max, .. } = entry.options;
         if !(min..=max).contains(&value.last) {
             return Err(WeirError::new(
@@ -261,6 +262,29 @@ impl Sequences {
         self.set(def, SequenceValue::start(&def.options))
     }
 
+    /// Sequence `def` read as a relation (`SELECT * FROM s`), as
+    /// PostgreSQL shows it: one row of `last_value`, `log_cnt` (always 0:
+    /// nothing is logged ahead) and `is_called`.
+    pub fn relation(&self, def: &SequenceDef) -> WeirResult<RecordBatch> {
+        let value = self
+            .state()
+            .entries
+            .get(&def.id)
+            .map(|e| e.value)
+            .ok_or_else(|| dropped(def))?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("last_value", DataType::Int64, false),
+            Field::new("log_cnt", DataType::Int64, false),
+            Field::new("is_called", DataType::Boolean, false),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![value.last])),
+            Arc::new(Int64Array::from(vec![0])),
+            Arc::new(BooleanArray::from(vec![value.called])),
+        ];
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
     /// Whether a value changed since the last cut.
     pub fn moved(&self) -> bool {
         self.moved.load(Ordering::SeqCst)
@@ -280,6 +304,12 @@ impl Sequences {
         ids.filter_map(|id| state.entries.get(&id).map(|e| (id, e.value)))
             .collect()
     }
+}
+
+/// The error for a sequence a statement's snapshot still names but that
+/// was dropped since (its values are gone).
+fn dropped(def: &SequenceDef) -> WeirError {
+    crate::catalog::undefined_relation(&def.name)
 }
 
 /// Moves `value` on by `n` steps of `options`, returning the values

@@ -122,7 +122,7 @@ async fn commit(session: &mut Session, chain: bool) -> WeirResult<Output> {
     let result = if block.is_failed() {
         Ok("ROLLBACK")
     } else {
-        block.commit(&session.db).await.map(|()| "COMMIT")
+        session.commit_block(block).await.map(|()| "COMMIT")
     };
     session.block_ended(matches!(result, Ok("COMMIT")));
     let tag = result?;

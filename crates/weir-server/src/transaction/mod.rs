@@ -57,8 +57,6 @@ pub struct Transaction {
     /// not commit are forgotten when the block ends.
     made_sequences: Vec<TableId>,
     sequences: Option<Arc<crate::sequences::Sequences>>,
-    /// Sequences `TRUNCATE ... RESTART IDENTITY` starts again at COMMIT.
-    restarts: Vec<crate::sequences::SequenceDef>,
     /// Its COMMIT applied it.
     applied: bool,
 }
@@ -78,7 +76,6 @@ struct Savepoint {
     tables: HashMap<TableId, StateTable>,
     catalog: Catalog,
     created: Vec<Created>,
-    restarts: Vec<crate::sequences::SequenceDef>,
 }
 
 impl Transaction {
@@ -96,7 +93,6 @@ impl Transaction {
             created: Vec::new(),
             made_sequences: Vec::new(),
             sequences: None,
-            restarts: Vec::new(),
             applied: false,
         }
     }
@@ -183,17 +179,6 @@ impl Transaction {
         self.sequences = Some(sequences);
     }
 
-    /// Starts `sequences` again from their first values when the block
-    /// commits (`TRUNCATE ... RESTART IDENTITY`).
-    pub fn restart_on_commit(
-        &mut self,
-        sequences: Vec<crate::sequences::SequenceDef>,
-        values: Arc<crate::sequences::Sequences>,
-    ) {
-        self.restarts.extend(sequences);
-        self.sequences = Some(values);
-    }
-
     /// Adds `index` to the block's catalog.
     pub fn create_index(&mut self, index: IndexDef) {
         self.created.push(Created::Index(index.name.clone()));
@@ -235,7 +220,6 @@ impl Transaction {
             tables: self.private.tables.clone(),
             catalog: self.private.catalog.clone(),
             created: self.created.clone(),
-            restarts: self.restarts.clone(),
         });
     }
 
@@ -255,7 +239,6 @@ impl Transaction {
         self.private.tables = savepoint.tables.clone();
         self.private.catalog = savepoint.catalog.clone();
         self.created = savepoint.created.clone();
-        self.restarts = savepoint.restarts.clone();
         self.failed = false;
         Ok(())
     }
@@ -285,7 +268,7 @@ impl Transaction {
                 changes.push((id, delta));
             }
         }
-        if changes.is_empty() && self.created.is_empty() && self.restarts.is_empty() {
+        if changes.is_empty() && self.created.is_empty() {
             return Ok(());
         }
         let mut working = db.working().await;
@@ -317,11 +300,6 @@ impl Transaction {
         // Every table checked: now nothing can fail half-way.
         self.apply_created(&mut working, &changes)?;
         self.applied = true;
-        if let Some(sequences) = &self.sequences {
-            for sequence in &self.restarts {
-                sequences.restart(sequence)?;
-            }
-        }
         for (id, (deletes, inserts)) in writes {
             let name = self.table_name(id);
             working

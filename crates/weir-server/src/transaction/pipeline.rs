@@ -51,7 +51,7 @@ pub async fn end(session: &mut Session) -> WeirResult<()> {
     let Some(block) = session.transaction.take_if(|b| b.is_implicit()) else {
         return Ok(());
     };
-    let result = block.commit(&session.db).await;
+    let result = session.commit_block(block).await;
     session.block_ended(result.is_ok());
     result
 }

@@ -615,6 +615,21 @@ async fn take_numbers_until_error(conn: String, seen: Arc<Mutex<SeenNumbers>>) {
             return;
         };
         seen.lock().unwrap().selected.insert(row.get::<_, i64>(0));
+        // Two statements in one simple query (an implicit block), and a
+        // block: numbers count as seen once the query or COMMIT returned.
+        for sql in [
+            "SELECT nextval('tickets'); SELECT nextval('tickets')",
+            "BEGIN; SELECT nextval('tickets'); COMMIT",
+        ] {
+            let Ok(messages) = client.simple_query(sql).await else {
+                return;
+            };
+            let numbers = messages.iter().filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
+                _ => None,
+            });
+            seen.lock().unwrap().selected.extend(numbers);
+        }
     }
 }
 
