@@ -77,6 +77,13 @@ async def main(dsn):
 
     # Parameter types come from the statement, as PostgreSQL infers them.
     check("cast parameter", await conn.fetchval("SELECT $1::int + 1", 41), 42)
+    # A key the server numbers, read back through RETURNING.
+    await conn.execute("DROP TABLE IF EXISTS atickets")
+    await conn.execute("CREATE TABLE atickets (id SERIAL PRIMARY KEY, title TEXT)")
+    check("serial key", await conn.fetchval("INSERT INTO atickets (title) VALUES ($1) RETURNING id", "a"), 1)
+    await conn.executemany("INSERT INTO atickets (title) VALUES ($1)", [("b",), ("c",)])
+    check("serial keys", [r["id"] for r in await conn.fetch("SELECT id FROM atickets ORDER BY id")], [1, 2, 3])
+    check("currval", await conn.fetchval("SELECT currval('atickets_id_seq')"), 3)
     check("integer literal", await conn.fetchval("SELECT 1"), 1)
     lookup = await conn.prepare("SELECT t FROM akinds WHERE id = $1")
     check("prepared", [await lookup.fetchval(1), await lookup.fetchval(2)], ["héllo", None])
