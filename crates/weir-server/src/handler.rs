@@ -368,6 +368,8 @@ impl Connection {
         let timeout = session.settings.lock().timeout("statement_timeout");
         let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
         session.statement_running = true;
+        // A point read takes no sequence numbers: its rows need no wait.
+        let point_read = reuse.point_read.is_some();
         // A point read is a shallow statement (and is answered without
         // walking it again).
         let deep = reuse.point_read.is_none()
@@ -390,8 +392,10 @@ impl Connection {
         .await;
         session.statement_running = false;
         let result = match result {
-            Ok(output) => crate::sequences::functions::durable(session, output).await,
-            Err(e) => Err(e),
+            Ok(output) if !point_read => {
+                crate::sequences::functions::durable(session, output).await
+            }
+            other => other,
         };
         if result.is_err() {
             session.fail_transaction();
