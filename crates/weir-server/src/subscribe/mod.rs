@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, ArrayRef, BooleanArray, Int64Array};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::Ident;
@@ -171,6 +171,7 @@ impl Plan {
             schema: self.schema.clone(),
             columns: self.columns.clone(),
             progress: self.subscribe.progress,
+            open: Vec::new(),
         };
         let mut follow = Follow {
             db,
@@ -285,7 +286,9 @@ impl Follow {
 }
 
 /// Where a subscription's rows go: a channel the client's stream reads,
-/// with the bytes it holds counted against a budget.
+/// with the bytes it holds counted against a budget. Each epoch's rows
+/// (and its progress row) go as one batch, so a reader that takes the
+/// rows that are there (a cursor's `FETCH`) never takes part of an epoch.
 struct Out {
     sender: mpsc::UnboundedSender<WeirResult<RecordBatch>>,
     buffered: Arc<AtomicUsize>,
@@ -293,11 +296,13 @@ struct Out {
     schema: SchemaRef,
     columns: SchemaRef,
     progress: bool,
+    /// The open epoch's rows, sent when it closes.
+    open: Vec<RecordBatch>,
 }
 
 impl Out {
     /// Sends `rows`, changed in `epoch`.
-    fn changes(&self, epoch: u64, rows: SignedRows) -> WeirResult<()> {
+    fn changes(&mut self, epoch: u64, rows: SignedRows) -> WeirResult<()> {
         let count = rows.rows.num_rows();
         let mut columns: Vec<ArrayRef> =
             vec![Arc::new(Int64Array::from_value(epoch as i64, count))];
@@ -312,15 +317,28 @@ impl Out {
                 cast(column, field.data_type())?
             });
         }
-        self.send(RecordBatch::try_new(self.schema.clone(), columns)?)
+        self.open
+            .push(RecordBatch::try_new(self.schema.clone(), columns)?);
+        Ok(())
     }
 
-    /// Sends the row that closes `epoch`, if the subscription asked for
-    /// progress.
-    fn progress(&self, epoch: u64) -> WeirResult<()> {
-        if !self.progress {
+    /// Closes `epoch`: sends its rows, with the row that marks it closed
+    /// if the subscription asked for progress.
+    fn progress(&mut self, epoch: u64) -> WeirResult<()> {
+        if self.progress {
+            let closed = self.progress_row(epoch)?;
+            self.open.push(closed);
+        }
+        if self.open.is_empty() {
             return Ok(());
         }
+        let epoch_rows = concat_batches(&self.schema, &self.open)?;
+        self.open.clear();
+        self.send(epoch_rows)
+    }
+
+    /// The row that marks `epoch` closed.
+    fn progress_row(&self, epoch: u64) -> WeirResult<RecordBatch> {
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(vec![epoch as i64])),
             Arc::new(BooleanArray::from(vec![true])),
@@ -330,7 +348,7 @@ impl Out {
                 .iter()
                 .map(|f| new_null_array(f.data_type(), 1)),
         );
-        self.send(RecordBatch::try_new(self.schema.clone(), columns)?)
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 
     fn send(&self, batch: RecordBatch) -> WeirResult<()> {
