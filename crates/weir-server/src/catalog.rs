@@ -522,6 +522,22 @@ impl Catalog {
         }
     }
 
+    /// The declared columns of the table, materialized view or source
+    /// `name` (a plain view keeps none).
+    pub fn columns_of(&self, name: &str) -> Option<&[ColumnDef]> {
+        let view = || {
+            self.materialized_views
+                .get(name)
+                .map(|v| v.columns.as_slice())
+        };
+        let source = || self.sources.get(name).map(|s| s.columns.as_slice());
+        self.tables
+            .get(name)
+            .map(|t| t.columns.as_slice())
+            .or_else(view)
+            .or_else(source)
+    }
+
     /// The table called `name`, or a 42P01 / 42809 error.
     pub fn table(&self, name: &str) -> WeirResult<&TableDef> {
         match self.tables.get(name) {

@@ -923,13 +923,8 @@ fn attribute_rows(
             for row in 0..batch.num_rows() {
                 let name = by_oid.get(&relid.value(row));
                 let table = name.and_then(|n| catalog.tables.get(*n));
-                let columns_of = |n: &str| {
-                    let view = catalog.materialized_views.get(n).map(|v| &v.columns);
-                    let source = || catalog.sources.get(n).map(|s| &s.columns);
-                    table.map(|t| &t.columns).or_else(|| view.or_else(source))
-                };
                 let column = name
-                    .and_then(|n| columns_of(n))
+                    .and_then(|n| catalog.columns_of(n))
                     .and_then(|c| c.get(attnum.value(row) as usize - 1));
                 let declared = column.and_then(|c| c.declared);
                 types.push(

@@ -27,17 +27,71 @@ pub async fn create_table(
 ) -> WeirResult<Output> {
     let db = session.db.clone();
     let mut working = db.working().await;
-    if let Some(skipped) = claim_table_name(session, &working.catalog, create)? {
-        return Ok(skipped);
+    let snapshot = db.working_snapshot(&working);
+    let planned = plan_table(session, snapshot, create, append_only, watermark).await?;
+    let PlannedTable {
+        mut def,
+        sequences,
+        rows,
+    } = match planned {
+        Planned::Table(table) => table,
+        Planned::Skipped(output) => return Ok(output),
+    };
+    let ids = crate::sequences::ddl::allocate_ids(&mut working.catalog, sequences.len());
+    crate::sequences::ddl::add_column_sequences(
+        &mut working.catalog,
+        &ids,
+        &db.sequences,
+        &mut def,
+        &sequences,
+    );
+    let id = working.create_table(def.clone())?;
+    let tag = fill_table(&def, working.table_mut(id)?, rows)?;
+    let epoch = working.epoch;
+    drop(working);
+    db.wait_committed(epoch).await?;
+    Ok(tag)
+}
+
+/// A `CREATE TABLE` planned against `snapshot` (the working state's, or a
+/// transaction block's), before anything is created.
+pub enum Planned {
+    /// The name is taken and the statement said `IF NOT EXISTS`: its
+    /// output.
+    Skipped(Output),
+    /// The table to create.
+    Table(PlannedTable),
+}
+
+/// What a planned `CREATE TABLE` creates.
+pub struct PlannedTable {
+    /// The table's definition.
+    pub def: TableDef,
+    /// The sequences its `SERIAL` and identity columns need.
+    pub sequences: Vec<crate::sequences::ddl::ColumnSequence>,
+    /// The rows of its `AS SELECT`.
+    pub rows: Option<datafusion::arrow::record_batch::RecordBatch>,
+}
+
+/// Plans `create` against `snapshot`'s catalog: claims its name, writes
+/// its `SERIAL` and identity columns out, checks and plans it, and runs
+/// its `AS SELECT` (before the caller touches any catalog, so that a
+/// failed or cancelled query leaves nothing behind).
+pub async fn plan_table(
+    session: &mut Session,
+    snapshot: crate::database::DbSnapshot,
+    create: &CreateTable,
+    append_only: bool,
+    watermark: Option<&weir_sql::WatermarkClause>,
+) -> WeirResult<Planned> {
+    if let Some(skipped) = claim_table_name(session, &snapshot.catalog, create)? {
+        return Ok(Planned::Skipped(skipped));
     }
-    let (create, serials) = crate::sequences::ddl::serial_columns(create, &working.catalog)?;
-    let create = &create;
-    check_create_table(create, append_only, watermark)?;
-    session.pinned.pin(Arc::new(db.working_snapshot(&working)));
-    let memory = plan_columns(session, create).await?;
-    let mut def = table_def(session, create, &memory, append_only, watermark)?;
-    // Run an `AS SELECT` before touching the catalog, so that a failed or
-    // cancelled query leaves nothing behind.
+    let (create, sequences) = crate::sequences::ddl::serial_columns(create, &snapshot.catalog)?;
+    check_create_table(&create, append_only, watermark)?;
+    session.pinned.pin(Arc::new(snapshot));
+    let memory = plan_columns(session, &create).await?;
+    let def = table_def(session, &create, &memory, append_only, watermark)?;
     let rows = match create.query {
         Some(_) => {
             let input = Arc::unwrap_or_clone(memory.input);
@@ -46,34 +100,34 @@ pub async fn create_table(
         }
         None => None,
     };
-    let ids = crate::sequences::ddl::allocate_ids(&mut working.catalog, serials.len());
-    crate::sequences::ddl::add_column_sequences(
-        &mut working.catalog,
-        &ids,
-        &db.sequences,
-        &mut def,
-        &serials,
-    );
-    let id = working.create_table(def.clone())?;
-    let mut tag = Output::command("CREATE TABLE");
-    if let Some(rows) = rows {
-        let count = rows.num_rows();
-        let table = working.table_mut(id)?;
-        dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-        tag = Output::Command {
-            tag: "SELECT",
-            rows: Some(count),
-        };
-    }
-    let epoch = working.epoch;
-    drop(working);
-    db.wait_committed(epoch).await?;
-    Ok(tag)
+    Ok(Planned::Table(PlannedTable {
+        def,
+        sequences,
+        rows,
+    }))
+}
+
+/// Writes an `AS SELECT`'s `rows` into the new table `def`, whose state
+/// is `table`; returns the statement's output.
+pub fn fill_table(
+    def: &TableDef,
+    table: &mut weir_state::StateTable,
+    rows: Option<datafusion::arrow::record_batch::RecordBatch>,
+) -> WeirResult<Output> {
+    let Some(rows) = rows else {
+        return Ok(Output::command("CREATE TABLE"));
+    };
+    let count = rows.num_rows();
+    dml::check_write(def, &rows, table.write(&[], Some(&rows))?)?;
+    Ok(Output::Command {
+        tag: "SELECT",
+        rows: Some(count),
+    })
 }
 
 /// What `CREATE TABLE` refuses before it plans: options Weir does not
 /// take, and a watermark on a table that is not append-only.
-pub(crate) fn check_create_table(
+fn check_create_table(
     create: &CreateTable,
     append_only: bool,
     watermark: Option<&weir_sql::WatermarkClause>,

@@ -226,7 +226,7 @@ fn describe_columns(
     let (mut udt_names, mut identities, mut generations) = (Vec::new(), Vec::new(), Vec::new());
     for row in 0..batch.num_rows() {
         let declared = (schemas.value(row) == crate::catalog::SCHEMA)
-            .then(|| columns_of(catalog, tables.value(row)))
+            .then(|| catalog.columns_of(tables.value(row)))
             .flatten()
             .and_then(|c| c.iter().find(|c| c.name == names.value(row)));
         let arrow_type = DataType::from_str(types.value(row)).ok();
@@ -319,24 +319,6 @@ fn describe_columns(
     columns.push(Arc::new(StringArray::from(identities)));
     columns.push(Arc::new(StringArray::from(generations)));
     Ok(())
-}
-
-/// The columns of Weir's relation `name` (a table, materialized view or
-/// source) as the catalog declares them.
-fn columns_of<'a>(catalog: &'a Catalog, name: &str) -> Option<&'a [ColumnDef]> {
-    let view = || {
-        catalog
-            .materialized_views
-            .get(name)
-            .map(|v| v.columns.as_slice())
-    };
-    let source = || catalog.sources.get(name).map(|s| s.columns.as_slice());
-    catalog
-        .tables
-        .get(name)
-        .map(|t| t.columns.as_slice())
-        .or_else(view)
-        .or_else(source)
 }
 
 /// `pg_type.typname` of a declared column (`int4`, `varchar`, `uuid`).

@@ -452,12 +452,7 @@ impl SerialSequence {
         if catalog.kind_of(&table).is_none() {
             return Err(crate::catalog::undefined_relation(&table));
         }
-        let columns = catalog
-            .tables
-            .get(&table)
-            .map(|t| &t.columns)
-            .or_else(|| catalog.materialized_views.get(&table).map(|v| &v.columns))
-            .or_else(|| catalog.sources.get(&table).map(|s| &s.columns));
+        let columns = catalog.columns_of(&table);
         if columns.is_some_and(|columns| columns.iter().all(|c| c.name != column)) {
             return Err(WeirError::new(
                 SqlState::UNDEFINED_COLUMN,

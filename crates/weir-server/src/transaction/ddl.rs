@@ -4,10 +4,9 @@
 //! ORMs create their schema this way (SQLAlchemy's `create_all`,
 //! migration tools), inside the transaction their driver opens.
 
-use std::sync::Arc;
-
 use datafusion::sql::sqlparser::ast::{CreateIndex, CreateTable};
 
+use crate::ddl::{fill_table, plan_table, Planned, PlannedTable};
 use crate::error::{WeirError, WeirResult};
 use crate::session::{Output, Session};
 use crate::transaction::Transaction;
@@ -35,46 +34,29 @@ pub async fn create_table(
 ) -> WeirResult<Output> {
     in_block(session, async |session, block| {
         block.check_writable("CREATE TABLE")?;
-        let catalog = block.catalog().clone();
-        if let Some(skipped) = crate::ddl::claim_table_name(session, &catalog, create)? {
-            return Ok(skipped);
-        }
-        let (create, serials) = crate::sequences::ddl::serial_columns(create, &catalog)?;
-        let create = &create;
-        crate::ddl::check_create_table(create, append_only, watermark)?;
-        session.pinned.pin(Arc::new(block.read_snapshot()));
-        let memory = crate::ddl::plan_columns(session, create).await?;
-        let mut def = crate::ddl::table_def(session, create, &memory, append_only, watermark)?;
-        let rows = match create.query {
-            Some(_) => {
-                let input = Arc::unwrap_or_clone(memory.input);
-                let (_, batches) = session.collect(input).await?;
-                Some(crate::dml::conform(&def, &batches)?)
-            }
-            None => None,
+        let snapshot = block.read_snapshot();
+        let planned = plan_table(session, snapshot, create, append_only, watermark).await?;
+        let PlannedTable {
+            mut def,
+            sequences,
+            rows,
+        } = match planned {
+            Planned::Table(table) => table,
+            Planned::Skipped(output) => return Ok(output),
         };
-        if !serials.is_empty() {
+        if !sequences.is_empty() {
             // Lasting ids from the shared counter: the sequences' values
             // are kept under them from now on (a block's table ids are
             // provisional).
             let ids = {
                 let mut working = session.db.working().await;
                 working.catalog_changed();
-                crate::sequences::ddl::allocate_ids(&mut working.catalog, serials.len())
+                crate::sequences::ddl::allocate_ids(&mut working.catalog, sequences.len())
             };
-            block.create_sequences(&mut def, &ids, &serials, session.db.sequences.clone());
+            block.create_sequences(&mut def, &ids, &sequences, session.db.sequences.clone());
         }
         let id = block.create_table(def.clone())?;
-        let Some(rows) = rows else {
-            return Ok(Output::command("CREATE TABLE"));
-        };
-        let count = rows.num_rows();
-        let table = block.private_state().table_mut(id)?;
-        crate::dml::check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-        Ok(Output::Command {
-            tag: "SELECT",
-            rows: Some(count),
-        })
+        fill_table(&def, block.private_state().table_mut(id)?, rows)
     })
     .await
 }
