@@ -23,6 +23,7 @@
 pub mod avro;
 pub mod datagen;
 pub mod dead_letters;
+pub mod duration;
 pub mod files;
 mod generated;
 pub mod kafka;

@@ -23,7 +23,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 
 use crate::avro::AvroFormat;
-use crate::dead_letters::{DeadLetter, DeadLetterBox};
+use crate::dead_letters::{DeadLetter, DeadLetterBox, RecordPlace};
 
 /// How a record's value is encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,13 +170,12 @@ impl Rejects {
 
     /// Handles `bad` (records of `values`) as `bad_records` says: fails
     /// with the first one, or counts them and, with dead letters, stores
-    /// them before returning. `place(i)` names record `i`'s place as an
-    /// object key that sorts in the source's order and as text.
+    /// them before returning. `place(i)` says where record `i` was.
     pub async fn handle(
         &self,
         values: &Values,
         bad: &[BadRecord],
-        place: impl Fn(usize) -> (String, String),
+        place: impl Fn(usize) -> RecordPlace,
     ) -> Result<(), DataFusionError> {
         let Some(first) = bad.first() else {
             return Ok(());
@@ -186,23 +185,24 @@ impl Rejects {
                 "{}{}: the record does not parse: {} \
                  (bad_records = 'skip' or 'dead_letter' leaves such records out)",
                 self.subject,
-                place(first.index).1,
+                place(first.index).text,
                 first.error
             )));
         }
-        self.count.add(bad, |i| place(i).1);
+        self.count.add(bad, |i| place(i).text);
         let Some(letters) = &self.letters else {
             return Ok(());
         };
         let kept = bad
             .iter()
             .map(|b| {
-                let (key, place) = place(b.index);
+                let place = place(b.index);
                 DeadLetter {
-                    key,
-                    place,
+                    key: place.key,
+                    place: place.text,
                     error: b.error.clone(),
                     value: values.record(b.index).to_vec(),
+                    passed_at: Some((place.split, place.passed_at)),
                 }
             })
             .collect();

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::duration::parse_duration;
 use crate::records::{BadRecords, Format};
 
 /// How often a location is listed when `source.monitor-interval` is not
@@ -114,8 +115,12 @@ impl FileOptions {
                             .map_err(|e| format!("match_pattern = '{value}': {e}"))?,
                     )
                 }
-                "source.monitor-interval" => monitor_interval = parse_interval(key, value)?,
+                "source.monitor-interval" => monitor_interval = parse_duration(key, value)?,
                 "bad_records" => bad_records = BadRecords::parse(value)?,
+                // Read by the server; checked here with the other options.
+                crate::dead_letters::RETENTION_OPTION => {
+                    crate::dead_letters::retention(options)?;
+                }
                 "s3.region_name" => s3.region = Some(value.clone()),
                 "s3.endpoint_url" => s3.endpoint = Some(value.clone()),
                 "s3.credentials.access" => s3.access_key = Some(value.clone()),
@@ -167,29 +172,6 @@ impl FileOptions {
             s3,
         })
     }
-}
-
-/// A duration written as a number and a unit: `500ms`, `10s`, `2min`,
-/// `1h` (a bare number is seconds).
-fn parse_interval(key: &str, value: &str) -> Result<Duration, String> {
-    let invalid = || format!("{key} = '{value}' is not a duration such as '500ms' or '10s'");
-    let text = value.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| invalid())?;
-    let millis = match unit.trim() {
-        "ms" => number,
-        "" | "s" => number.saturating_mul(1000),
-        "min" => number.saturating_mul(60_000),
-        "h" => number.saturating_mul(3_600_000),
-        _ => return Err(invalid()),
-    };
-    if millis == 0 {
-        return Err(format!("{key} must be more than zero"));
-    }
-    Ok(Duration::from_millis(millis))
 }
 
 #[cfg(test)]

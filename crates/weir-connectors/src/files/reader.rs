@@ -23,6 +23,7 @@ use super::log::{FileLog, LoggedFile};
 use super::options::FileFormat;
 use super::parquet_object::ParquetObject;
 use super::{file_index, offset_in_file, position, SPLITS};
+use crate::dead_letters::RecordPlace;
 use crate::records::{Decoder, Rejects, Values};
 
 /// How many bytes of a CSV or JSON file one request fetches.
@@ -216,10 +217,13 @@ impl ReadTask {
         // Dead letters are stored before the rows after them leave.
         self.rejects
             .handle(&batch.values, &bad, |i| {
-                (
-                    format!("f{ordinal:010}-b{:020}", batch.starts[i]),
-                    format!("file \"{}\" byte {}", file.path, batch.starts[i]),
-                )
+                let start = batch.starts[i];
+                RecordPlace {
+                    key: format!("f{ordinal:010}-b{start:020}"),
+                    text: format!("file \"{}\" byte {start}", file.path),
+                    split: self.splits[slot],
+                    passed_at: position(index, start) + 1,
+                }
             })
             .await?;
         batch.clear();

@@ -161,7 +161,7 @@ async fn json_lines_skip_bad_records_when_asked() {
     let (id, keeping) = source(dir.path(), "json", &[("bad_records", "dead_letter")]);
     publish_new(id, &keeping).await;
     let mut reader = open(&keeping, vec![0; SPLITS as usize]);
-    let (ids, _) = read(&mut reader, 4).await;
+    let (ids, positions) = read(&mut reader, 4).await;
     assert_eq!(ids, vec![1, 3, 1, 3]);
     let kept = letters().folder(id).list().await.expect("listed");
     assert_eq!(kept.len(), 2);
@@ -169,6 +169,14 @@ async fn json_lines_skip_bad_records_when_asked() {
         assert_eq!(letter.value, b"{\"id\": oops}");
         let place = format!("{file}\" byte 23");
         assert!(letter.place.ends_with(&place), "{}", letter.place);
+        // The positions after the read pass the record; those before, and
+        // those that stop at its first byte, do not.
+        assert!(letter.read_by(&positions), "{letter:?} {positions:?}");
+        assert!(!letter.read_by(&vec![0; SPLITS as usize]));
+        let (split, at) = letter.passed_at.expect("a split position");
+        let mut at_record = positions.clone();
+        at_record[split as usize] = at - 1;
+        assert!(!letter.read_by(&at_record));
     }
 }
 

@@ -88,6 +88,10 @@ impl KafkaOptions {
                     }
                 }
                 "bad_records" => bad_records = BadRecords::parse(value)?,
+                // Read by the server; checked here with the other options.
+                crate::dead_letters::RETENTION_OPTION => {
+                    crate::dead_letters::retention(options)?;
+                }
                 "avro.schema" => avro_schema = Some(value.clone()),
                 _ if key.starts_with("include.") => {
                     let kind = Include::named(&key["include.".len()..])?;

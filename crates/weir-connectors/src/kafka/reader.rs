@@ -28,6 +28,7 @@ use weir_stream::runtime::{ReadFrom, SourceReader};
 
 use super::metadata::{Origins, RowShape};
 use super::options::{KafkaOptions, Startup};
+use crate::dead_letters::RecordPlace;
 use crate::records::{Decoder, Rejects, Values};
 
 /// How many decoded batches may wait for the view.
@@ -359,10 +360,13 @@ impl ConsumerThread {
             .runtime
             .block_on(self.rejects.handle(values, &bad, |i| {
                 let (partition, offset) = origins.place(i);
-                (
-                    format!("p{partition:05}-o{offset:020}"),
-                    format!("partition {partition} offset {offset}"),
-                )
+                RecordPlace {
+                    key: format!("p{partition:05}-o{offset:020}"),
+                    text: format!("partition {partition} offset {offset}"),
+                    split: partition as u32,
+                    // A split's position is its next offset plus one.
+                    passed_at: offset as u64 + 2,
+                }
             }));
         let rows = handled.and_then(|()| {
             self.shape
