@@ -249,8 +249,11 @@ impl Broker {
             // The partition's last offsets may be transaction markers,
             // which no poll returns: done at the end, or once nothing
             // more comes (the tests read a topic nothing writes to).
+            // The first fetch may take long on a loaded machine: wait
+            // longer for a partition's first record than between records.
             let mut idle = Duration::ZERO;
-            while idle < Duration::from_secs(2) {
+            let mut patience = Duration::from_secs(15);
+            while idle < patience {
                 let position = consumer
                     .position()
                     .unwrap()
@@ -266,6 +269,7 @@ impl Broker {
                             |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
                         records.push((text(message.key()), text(message.payload())));
                         idle = Duration::ZERO;
+                        patience = Duration::from_secs(2);
                         if message.offset() + 1 >= high {
                             break;
                         }
