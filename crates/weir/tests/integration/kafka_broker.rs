@@ -241,6 +241,9 @@ impl Broker {
             let (_, high) = ends_of
                 .fetch_watermarks(topic, partition, Duration::from_secs(30))
                 .unwrap();
+            if high <= 0 {
+                continue;
+            }
             let mut assignment = TopicPartitionList::new();
             assignment
                 .add_partition_offset(topic, partition, Offset::Beginning)
