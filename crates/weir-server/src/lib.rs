@@ -59,6 +59,7 @@ mod numeric_div;
 mod numeric_sum;
 #[cfg(test)]
 mod numeric_wire;
+mod order_builder;
 mod panics;
 mod parameters;
 mod pg_functions;

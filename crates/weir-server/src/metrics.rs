@@ -74,6 +74,12 @@ pub fn render(db: &Database) -> String {
         db.plans_reused.load(Ordering::Relaxed).to_string(),
     );
     metric(
+        "weir_lookup_chunks_sorted_ahead_total",
+        "counter",
+        "Chunks of tables and views sorted for key and index lookups after their commit, before a read needed them.",
+        db.chunks_sorted_ahead.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
         "weir_session_contexts_released_total",
         "counter",
         "Idle sessions' planner contexts dropped since start (made again by their next statement).",

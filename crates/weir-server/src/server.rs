@@ -71,6 +71,7 @@ async fn accept_connections(
         db.clone(),
         shutdown.clone(),
     ));
+    tokio::spawn(crate::order_builder::run(db.clone(), shutdown.clone()));
     let shared = Arc::new(Shared {
         db,
         connections: Arc::new(ConnectionManager::new()),

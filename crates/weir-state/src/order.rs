@@ -3,8 +3,10 @@
 //! A table's rows live in immutable chunks (`table.rs`). For a set of key
 //! columns, each chunk keeps its rows' order by those columns (a
 //! permutation of row numbers, 4 bytes per row), built with Arrow's
-//! `lexsort` the first time a lookup needs it and shared by every snapshot
-//! that holds the chunk: a chunk never changes, so its order never goes
+//! `lexsort` ahead of lookups ([`crate::TableSnapshot::build_orders`],
+//! which the server runs for each new chunk after its commit) or else the
+//! first time a lookup needs it, and shared by every snapshot that holds
+//! the chunk: a chunk never changes, so its order never goes
 //! stale, and writes need not maintain anything (a deleted row only loses
 //! its live bit, which lookups check). A lookup binary-searches each
 //! chunk's order, so it costs a few comparisons per chunk, and the chunk
@@ -91,10 +93,22 @@ pub(crate) struct ChunkOrders {
 }
 
 impl ChunkOrders {
+    /// Whether the order of `columns` is built.
+    pub(crate) fn has(&self, columns: &[usize]) -> bool {
+        let built = self.built.lock().expect("chunk orders lock");
+        built
+            .iter()
+            .any(|(c, slot)| c == columns && slot.get().is_some())
+    }
+
     /// The rows of `batch` (this chunk's) in the order of `columns`,
     /// sorted now if no lookup needed that order before (lookups racing
     /// to sort a chunk first each sort it; the first result is kept).
-    fn order(&self, batch: &RecordBatch, columns: &[usize]) -> Result<UInt32Array, ArrowError> {
+    pub(crate) fn order(
+        &self,
+        batch: &RecordBatch,
+        columns: &[usize],
+    ) -> Result<UInt32Array, ArrowError> {
         let slot = {
             let mut built = self.built.lock().expect("chunk orders lock");
             match built.iter().find(|(c, _)| c == columns) {

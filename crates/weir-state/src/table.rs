@@ -1153,6 +1153,34 @@ impl TableSnapshot {
         Ok(out)
     }
 
+    /// Whether some chunk has its order by `columns` built (a lookup used
+    /// it, or [`TableSnapshot::build_orders`] made it).
+    pub fn has_orders(&self, columns: &[usize]) -> bool {
+        self.chunks.iter().any(|chunk| chunk.orders.has(columns))
+    }
+
+    /// Sorts every chunk whose order by `columns` no lookup has built
+    /// yet, so that lookups find it ready; returns how many it sorted.
+    /// Columns that cannot be looked up by order are left alone.
+    pub fn build_orders(&self, columns: &[usize]) -> StateResult<usize> {
+        let schema = &self.spec.schema;
+        if columns.is_empty()
+            || columns
+                .iter()
+                .any(|&c| c >= self.spec.visible_len() || !orderable(schema.field(c).data_type()))
+        {
+            return Ok(0);
+        }
+        let mut sorted = 0;
+        for chunk in self.chunks.iter() {
+            if !chunk.orders.has(columns) {
+                chunk.orders.order(&chunk.batch, columns)?;
+                sorted += 1;
+            }
+        }
+        Ok(sorted)
+    }
+
     /// The live rows that `selection` selects on the leading columns of
     /// `columns` (visible column indices), found through each chunk's
     /// order by `columns` (`order.rs`) rather than a scan; projected, and

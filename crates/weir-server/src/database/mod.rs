@@ -201,6 +201,9 @@ pub struct Database {
     pub plans_reused: AtomicU64,
     /// Idle sessions' DataFusion contexts dropped (`idle.rs`).
     pub contexts_released: AtomicU64,
+    /// Chunks sorted for lookups after their commit, before a read asked
+    /// (`order_builder.rs`).
+    pub chunks_sorted_ahead: AtomicU64,
     /// Session-scoped advisory locks (`pg_advisory_lock`).
     pub advisory_locks: Arc<crate::functions::AdvisoryLocks>,
     history: std::sync::Mutex<VecDeque<CheckpointRecord>>,

@@ -122,6 +122,7 @@ impl Database {
             counters: CommitCounters::default(),
             point_reads: AtomicU64::new(0),
             plans_reused: AtomicU64::new(0),
+            chunks_sorted_ahead: AtomicU64::new(0),
             contexts_released: AtomicU64::new(0),
             advisory_locks: Default::default(),
             history: std::sync::Mutex::new(VecDeque::new()),

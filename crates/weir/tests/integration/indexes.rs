@@ -495,6 +495,61 @@ async fn kept_plans_read_each_executions_snapshot() {
     assert_eq!(reused(), before);
 }
 
+/// Once reads look rows up by an order (a primary key, an index), the
+/// chunks each later commit makes are sorted by it right after the commit
+/// (`order_builder.rs`), before a read asks; and reads find the new rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_in_use_are_sorted_for_each_new_chunk() {
+    let (server, port) = TestServer::start_with_metrics().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE acc (id BIGINT PRIMARY KEY, phone BIGINT, v TEXT);
+             CREATE INDEX acc_phone ON acc (phone);
+             INSERT INTO acc SELECT x, x * 10, 'v' || x FROM generate_series(1, 1000) AS x",
+        )
+        .await
+        .unwrap();
+    let sorted = || counter(port, "weir_lookup_chunks_sorted_ahead_total");
+    let by_id = client
+        .prepare("SELECT v FROM acc WHERE id = $1")
+        .await
+        .unwrap();
+    let by_phone = client
+        .prepare("SELECT v FROM acc WHERE phone = $1")
+        .await
+        .unwrap();
+    // The reads sort the first chunk; nothing was sorted ahead of them.
+    assert_eq!(first_column(&client, &by_id, &7i64).await, ["v7"]);
+    assert_eq!(first_column(&client, &by_phone, &70i64).await, ["v7"]);
+    let before = sorted();
+    for batch in 0..3i64 {
+        let from = 1001 + batch * 100;
+        client
+            .batch_execute(&format!(
+                "INSERT INTO acc SELECT x, x * 10, 'v' || x FROM generate_series({from}, {}) AS x",
+                from + 99
+            ))
+            .await
+            .unwrap();
+    }
+    // Each commit's chunk (or the chunk compaction merged them into) is
+    // sorted by both orders in use.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sorted() < before + 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no chunk sorted ahead of reads: {} then {}",
+            before,
+            sorted()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(first_column(&client, &by_id, &1250i64).await, ["v1250"]);
+    assert_eq!(first_column(&client, &by_phone, &12990i64).await, ["v1299"]);
+    assert_eq!(first_column(&client, &by_id, &7i64).await, ["v7"]);
+}
+
 /// The first column (text) of a prepared statement's rows for one
 /// parameter, sorted.
 async fn first_column(
