@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod aggregates;
+mod alter_table;
 mod array_compare;
 mod array_input;
 mod auth;

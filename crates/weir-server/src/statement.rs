@@ -165,6 +165,7 @@ pub async fn execute(
             crate::transaction::ddl::create_index(session, create).await
         }
         Statement::CreateIndex(create) => crate::indexes::create(session, create).await,
+        Statement::AlterTable(alter) => crate::alter_table::alter_table(session, alter).await,
         Statement::Drop {
             object_type: ObjectType::Index,
             if_exists,
@@ -319,6 +320,7 @@ fn ddl_name(statement: &WeirStatement) -> Option<String> {
         Statement::CreateView(_) => "CREATE VIEW".into(),
         Statement::CreateIndex(_) => "CREATE INDEX".into(),
         Statement::CreateSequence { .. } => "CREATE SEQUENCE".into(),
+        Statement::AlterTable(_) => "ALTER TABLE".into(),
         Statement::Drop { object_type, .. } => format!("DROP {object_type}"),
         _ => return None,
     })

@@ -30,7 +30,10 @@
 //! - `TUMBLE(...)` and `HOP(...)` in `FROM` are the queries they stand
 //!   for ([`crate::windows`]);
 //! - number literals beyond `bigint` and `numeric` ([`crate::numbers`]) and comparisons
-//!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]).
+//!   with `ANY`/`ALL` of a subquery ([`crate::subquery_ops`]);
+//! - `a IS [NOT] DISTINCT FROM b OR c` is `(a IS DISTINCT FROM b) OR c`:
+//!   sqlparser reads everything after `FROM` as the right operand
+//!   ([`distinct_from_precedence`]).
 
 use std::ops::ControlFlow;
 
@@ -143,6 +146,7 @@ impl VisitorMut for Forms {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        distinct_from_precedence(expr);
         crate::numbers::negate_smallest_bigint(expr);
         unicode_string_as_standard(expr);
         interval_literal_as_cast(expr);
@@ -162,6 +166,49 @@ impl VisitorMut for Forms {
         extract_as_numeric(expr);
         ControlFlow::Continue(())
     }
+}
+
+/// `a IS [NOT] DISTINCT FROM b AND c`: sqlparser parses the right operand
+/// of `IS [NOT] DISTINCT FROM` as a whole expression, so `AND` and `OR`
+/// after it (which bind more loosely than `IS` in PostgreSQL) land inside
+/// it: `a IS DISTINCT FROM (b AND c)`, an error or, over booleans, a
+/// silently different answer. A right operand written in parentheses is
+/// `Expr::Nested` and stays as it is; a bare `AND`/`OR` is taken apart
+/// again, its leftmost operand becoming the right operand of `IS`.
+fn distinct_from_precedence(expr: &mut Expr) {
+    fn regroup(left: Expr, right: Expr, not: bool) -> Expr {
+        match right {
+            Expr::BinaryOp {
+                left: inner,
+                op: op @ (BinaryOperator::And | BinaryOperator::Or),
+                right: rest,
+            } => Expr::BinaryOp {
+                left: Box::new(regroup(left, *inner, not)),
+                op,
+                right: rest,
+            },
+            right if not => Expr::IsNotDistinctFrom(Box::new(left), Box::new(right)),
+            right => Expr::IsDistinctFrom(Box::new(left), Box::new(right)),
+        }
+    }
+    let (left, right, not) = match expr {
+        Expr::IsDistinctFrom(left, right) => (left, right, false),
+        Expr::IsNotDistinctFrom(left, right) => (left, right, true),
+        _ => return,
+    };
+    if !matches!(
+        right.as_ref(),
+        Expr::BinaryOp {
+            op: BinaryOperator::And | BinaryOperator::Or,
+            ..
+        }
+    ) {
+        return;
+    }
+    let placeholder = || Box::new(Expr::Value(Value::Null.into()));
+    let left = std::mem::replace(left, placeholder());
+    let right = std::mem::replace(right, placeholder());
+    *expr = regroup(*left, *right, not);
 }
 
 /// `x op ANY('{...}')` or `ALL`: PostgreSQL reads the untyped literal as
@@ -616,6 +663,10 @@ fn extract_as_numeric(expr: &mut Expr) {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, SelectItem, SetExpr, Statement};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
     use crate::parse::parsed_text as rewritten;
 
     #[test]
@@ -660,5 +711,66 @@ mod tests {
             rewritten("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"),
             "SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)"
         );
+    }
+
+    /// The first select-list expression of `SELECT {expr}`, rewritten.
+    fn select_expr(expr: &str) -> Expr {
+        let sql = format!("SELECT {expr}");
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            .expect("parses")
+            .remove(0);
+        super::rewrite(&mut statement);
+        let Statement::Query(query) = statement else {
+            panic!("a query")
+        };
+        let SetExpr::Select(select) = *query.body else {
+            panic!("a select")
+        };
+        match select.projection.into_iter().next() {
+            Some(SelectItem::UnnamedExpr(expr)) => expr,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn is_distinct_from_binds_tighter_than_and_and_or() {
+        // (a IS DISTINCT FROM b) OR c
+        let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Or,
+            right,
+        } = select_expr("a IS DISTINCT FROM b OR c")
+        else {
+            panic!("not an OR at the top")
+        };
+        assert!(matches!(*left, Expr::IsDistinctFrom(..)), "{left}");
+        assert_eq!(right.to_string(), "c");
+        // ((a IS NOT DISTINCT FROM b) AND c) OR d
+        let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Or,
+            ..
+        } = select_expr("a IS NOT DISTINCT FROM b AND c OR d")
+        else {
+            panic!("not an OR at the top")
+        };
+        let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            ..
+        } = *left
+        else {
+            panic!("not an AND under the OR")
+        };
+        assert!(matches!(*left, Expr::IsNotDistinctFrom(..)), "{left}");
+        // Parentheses, and operators that bind tighter than IS, stay.
+        assert!(matches!(
+            select_expr("a IS DISTINCT FROM (b OR c)"),
+            Expr::IsDistinctFrom(..)
+        ));
+        assert!(matches!(
+            select_expr("a IS DISTINCT FROM b = c"),
+            Expr::IsDistinctFrom(..)
+        ));
     }
 }

@@ -85,6 +85,24 @@ impl WorkingState {
         Ok(id)
     }
 
+    /// Puts `def` with its rows `state` in place of table `name` (an
+    /// `ALTER TABLE` that wrote the table again): under a new id, so that
+    /// the epoch's commit drops the old table's state and stores the new
+    /// one whole.
+    pub fn replace_table(&mut self, name: &str, mut def: TableDef, state: StateTable) -> TableId {
+        if let Some(old) = self.catalog.tables.remove(name) {
+            self.tables.remove(&old.id);
+            self.table_positions.remove(&old.id);
+        }
+        let id = self.catalog.next_table_id;
+        self.catalog.next_table_id += 1;
+        def.id = id;
+        self.tables.insert(id, state);
+        self.catalog.tables.insert(def.name.clone(), def);
+        self.catalog_changed = true;
+        id
+    }
+
     /// Records that `table`'s rows include its upstream's changes up to
     /// `position`.
     pub fn set_table_position(&mut self, table: TableId, position: u64) {

@@ -337,7 +337,7 @@ fn fit_columns(mut columns: Vec<usize>, width: usize, insert: &Insert) -> WeirRe
 /// The rows `source` stores in `def`: column `columns[j]` takes source
 /// column `j`, the others their default (or NULL), by the assignment rules;
 /// checked against the table's constraints.
-async fn plan_rows(
+pub(crate) async fn plan_rows(
     session: &Session,
     def: &TableDef,
     source: LogicalPlan,

@@ -35,6 +35,7 @@ use crate::types::{assignable, pg_type_name};
 
 pub use constraints::{check_write, conform};
 pub use insert::insert_batch;
+pub(crate) use insert::plan_rows;
 pub(crate) use insert::text_rows;
 use insert::{insert_columns, insert_rows, insert_target};
 use target::{delete_query, plan_target_query, update_query};

@@ -474,10 +474,18 @@ fn default_users(catalog: &Catalog, name: &str) -> Vec<(String, String)> {
 fn canonical_nextval_defaults(options: &mut [ColumnOptionDef]) {
     for option in options {
         if let ColumnOption::Default(expr) = &mut option.option {
-            if let Some(name) = nextval_target(expr) {
-                *expr = nextval_call(&name);
-            }
+            *expr = canonical_default(expr);
         }
+    }
+}
+
+/// A column default as the catalog keeps it: a `nextval` call written
+/// the one way (see [`canonical_nextval_defaults`]), any other expression
+/// as it is.
+pub fn canonical_default(expr: &Expr) -> Expr {
+    match nextval_target(expr) {
+        Some(name) => nextval_call(&name),
+        None => expr.clone(),
     }
 }
 

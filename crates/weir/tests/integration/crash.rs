@@ -712,3 +712,131 @@ async fn sequence_numbers_are_never_handed_out_twice_through_sigkill() {
     );
     assert!(seen.row_ids.len() >= 30 * CYCLES, "{}", seen.row_ids.len());
 }
+
+/// Inserts rows with ids from `next` on until the server goes away;
+/// records the ids of acknowledged inserts.
+async fn insert_until_error(conn: String, next: i64, acked: Arc<Mutex<BTreeSet<i64>>>) {
+    let Ok((client, connection)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await
+    else {
+        return;
+    };
+    tokio::spawn(connection);
+    for id in next.. {
+        let sql = format!("INSERT INTO altered (id, v) VALUES ({id}, {id} * 2)");
+        if client.batch_execute(&sql).await.is_err() {
+            return;
+        }
+        acked.lock().unwrap().insert(id);
+    }
+}
+
+/// `ALTER TABLE ... ADD COLUMN` while another connection inserts, killed
+/// at random moments (during the rewrite, or just after it returned):
+/// after each restart every acknowledged insert and every acknowledged
+/// column is there, and each column holds its default in every row,
+/// rows inserted before it and after it alike. The table is written again
+/// by each `ALTER`, so a lost or half-applied one would show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_table_commits_whole_through_sigkill() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let mut server = TestServer::start().await;
+    server
+        .client()
+        .await
+        .batch_execute(
+            "CREATE TABLE altered (id BIGINT PRIMARY KEY, v BIGINT);
+             INSERT INTO altered SELECT x, x * 2 FROM generate_series(1000000, 1019999) AS x",
+        )
+        .await
+        .unwrap();
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut columns_acked = BTreeSet::new();
+    let mut alters = 0;
+    for cycle in 0..CYCLES {
+        let writer = tokio::spawn(insert_until_error(
+            server.conn_string(),
+            (cycle as i64) * 1_000_000_000 + 1,
+            acked.clone(),
+        ));
+        // Two ALTERs a cycle: the first waited for, the second killed at
+        // a random moment.
+        for k in 0..2 {
+            let column = cycle * 2 + k;
+            let sql = format!("ALTER TABLE altered ADD COLUMN c{column} BIGINT DEFAULT {column}");
+            let client = server.client().await;
+            let alter = tokio::spawn(async move { client.batch_execute(&sql).await.is_ok() });
+            if k == 0 {
+                assert!(alter.await.unwrap(), "cycle {cycle}: ALTER failed");
+                columns_acked.insert(column);
+                alters += 1;
+            } else {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+                server.restart_after_kill().await;
+                if alter.await.unwrap() {
+                    columns_acked.insert(column);
+                    alters += 1;
+                }
+            }
+        }
+        writer.await.unwrap();
+        let client = server.client().await;
+        let stored: BTreeSet<i64> = client
+            .query(
+                "SELECT id FROM altered WHERE id < 1000000 OR id >= 1020000",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i64>(0))
+            .collect();
+        let missing: Vec<i64> = acked.lock().unwrap().difference(&stored).copied().collect();
+        assert!(
+            missing.is_empty(),
+            "cycle {cycle}: acknowledged rows lost: {missing:?}"
+        );
+        let present: BTreeSet<usize> = client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_name = 'altered' AND column_name LIKE 'c%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0)[1..].parse().unwrap())
+            .collect();
+        let lost: Vec<&usize> = columns_acked.difference(&present).collect();
+        assert!(
+            lost.is_empty(),
+            "cycle {cycle}: acknowledged columns lost: {lost:?}"
+        );
+        for column in &present {
+            let wrong: i64 = client
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM altered \
+                         WHERE c{column} IS DISTINCT FROM {column} OR v <> id * 2"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(wrong, 0, "cycle {cycle}: rows without c{column}'s default");
+        }
+        let total: i64 = client
+            .query_one("SELECT count(*) FROM altered", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(total as usize, 20_000 + stored.len(), "cycle {cycle}");
+    }
+    // The operations did happen: every cycle's first ALTER, and inserts.
+    assert!(alters >= CYCLES, "{alters}");
+    assert!(
+        acked.lock().unwrap().len() >= CYCLES,
+        "{:?}",
+        acked.lock().unwrap().len()
+    );
+}
