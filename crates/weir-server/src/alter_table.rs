@@ -1,6 +1,7 @@
 //! `ALTER TABLE`: columns added, dropped and renamed, defaults and
-//! `NOT NULL` set and dropped, and the table renamed, as migration tools
-//! (Alembic, Django, Rails) write them.
+//! `NOT NULL` set and dropped, `UNIQUE` constraints added and dropped,
+//! and the table renamed, as migration tools (Alembic, Django, Rails)
+//! write them.
 //!
 //! A table's rows live in chunks whose schema is the table's, so an
 //! `ALTER TABLE` that changes the columns writes the table again: its
@@ -18,21 +19,22 @@
 //! Refused with a clear error: a table that materialized views or sinks
 //! read (their dataflows were planned against its columns), dropping or
 //! renaming a column or renaming the table that plain views name (they
-//! are kept as text), tables a connector feeds, constraints, `SERIAL`
+//! are kept as text), tables a connector feeds, constraints other than
+//! `UNIQUE` (and dropping the primary key's), `SERIAL`
 //! and identity columns added later, changes of a column's type, and
 //! `ALTER TABLE` inside a transaction block.
 
 use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
-    AlterColumnOperation, AlterTable, AlterTableOperation, ColumnDef as SqlColumnDef,
-    RenameTableNameKind, Statement,
+    AlterColumnOperation, AlterTable, AlterTableOperation, ColumnDef as SqlColumnDef, Expr,
+    RenameTableNameKind, Statement, TableConstraint, UniqueConstraint,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use weir_state::StateTable;
 
-use crate::catalog::{relation_name, undefined_relation, Catalog, ColumnDef, TableDef};
+use crate::catalog::{relation_name, undefined_relation, Catalog, ColumnDef, TableDef, UniqueDef};
 use crate::catalog_functions::quoted;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -68,8 +70,15 @@ pub async fn alter_table(session: &mut Session, alter: &AlterTable) -> WeirResul
     } else {
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
         let rows = change.rows(session).await?;
+        // Ids for the unique constraints added.
+        for unique in change.def.unique.iter_mut().filter(|u| u.id == 0) {
+            unique.id = working.catalog.next_table_id;
+            working.catalog.next_table_id += 1;
+        }
         let mut state = StateTable::new(change.def.spec())?;
-        crate::dml::check_write(&change.def, &rows, state.write(&[], Some(&rows))?)?;
+        if let Err(violation) = state.write(&[], Some(&rows))? {
+            return Err(change.unbuildable(&rows, violation)?);
+        }
         change.finish(&mut working.catalog, &db.sequences);
         working.replace_table(&name, change.def, state);
     }
@@ -250,6 +259,15 @@ impl Change {
                             *key -= 1;
                         }
                     }
+                    // So does a unique constraint, as PostgreSQL drops it.
+                    self.def.unique.retain(|u| !u.columns.contains(&i));
+                    for unique in &mut self.def.unique {
+                        for c in &mut unique.columns {
+                            if *c > i {
+                                *c -= 1;
+                            }
+                        }
+                    }
                     self.writes_rows = true;
                 }
             }
@@ -285,6 +303,40 @@ impl Change {
                 }
                 self.def.name = new;
             }
+            AlterTableOperation::AddConstraint {
+                constraint: TableConstraint::Unique(unique),
+                not_valid: false,
+            } => {
+                self.add_unique(catalog, unique)?;
+                self.writes_rows = true;
+            }
+            AlterTableOperation::DropConstraint {
+                if_exists, name, ..
+            } => {
+                let name = crate::catalog::normalize_ident(name);
+                if let Some(at) = self.def.unique.iter().position(|u| u.name == name) {
+                    self.def.unique.remove(at);
+                } else if !self.def.primary_key.is_empty()
+                    && name == format!("{}_pkey", self.old.name)
+                {
+                    self.def.primary_key.clear();
+                } else if *if_exists {
+                    session.notice(format!(
+                        "constraint \"{name}\" of relation \"{}\" does not exist, skipping",
+                        self.old.name
+                    ));
+                    return Ok(());
+                } else {
+                    return Err(WeirError::new(
+                        SqlState::UNDEFINED_OBJECT,
+                        format!(
+                            "constraint \"{name}\" of relation \"{}\" does not exist",
+                            self.old.name
+                        ),
+                    ));
+                }
+                self.writes_rows = true;
+            }
             AlterTableOperation::AlterColumn { column_name, op } => {
                 let i = self.column(&crate::catalog::normalize_ident(column_name))?;
                 self.alter_column(session, i, op)?;
@@ -297,6 +349,47 @@ impl Change {
                 )))
             }
         }
+        Ok(())
+    }
+
+    /// `ADD [CONSTRAINT name] UNIQUE (columns)`: checked against the
+    /// rows when they are written again.
+    fn add_unique(&mut self, catalog: &Catalog, unique: &UniqueConstraint) -> WeirResult<()> {
+        crate::ddl::check_unique_form(unique)?;
+        let columns = unique
+            .columns
+            .iter()
+            .map(|c| match &c.column.expr {
+                Expr::Identifier(ident) => self.column(&crate::catalog::normalize_ident(ident)),
+                other => Err(WeirError::unsupported(format!(
+                    "UNIQUE on an expression ({other})"
+                ))),
+            })
+            .collect::<WeirResult<Vec<usize>>>()?;
+        let name = match &unique.name {
+            Some(name) => crate::catalog::normalize_ident(name),
+            None => {
+                let names: Vec<&str> = columns
+                    .iter()
+                    .map(|&i| self.def.columns[i].name.as_str())
+                    .collect();
+                format!("{}_{}_key", self.old.name, names.join("_"))
+            }
+        };
+        let taken = catalog.kind_of(&name).is_some()
+            || catalog.indexes.contains_key(&name)
+            || self.def.unique.iter().any(|u| u.name == name)
+            || crate::catalog_rows::catalog_indexes(catalog)
+                .iter()
+                .any(|i| i.name == name);
+        if taken {
+            return Err(crate::ddl::duplicate_relation(&name));
+        }
+        self.def.unique.push(UniqueDef {
+            id: 0,
+            name,
+            columns,
+        });
         Ok(())
     }
 
@@ -351,6 +444,29 @@ impl Change {
             }
         }
         Ok(())
+    }
+
+    /// The error for rows that break a constraint of the new definition:
+    /// only one added here can (the others held before).
+    fn unbuildable(
+        &self,
+        rows: &datafusion::arrow::record_batch::RecordBatch,
+        violation: weir_state::KeyViolation,
+    ) -> WeirResult<WeirError> {
+        let Some(unique) = violation.constraint.and_then(|i| self.def.unique.get(i)) else {
+            return Err(crate::dml::check_write(&self.def, rows, Err(violation))
+                .expect_err("a violation is an error"));
+        };
+        let mut error = crate::dml::unique_violation(
+            &self.def,
+            &unique.name,
+            &unique.columns,
+            rows,
+            violation.row,
+            "is duplicated",
+        )?;
+        error.message = format!("could not create unique index \"{}\"", unique.name);
+        Ok(error)
     }
 
     /// The table's rows in the new definition, read from the session's

@@ -375,6 +375,24 @@ pub struct TableDef {
     /// whose rows come from upstream rather than from DML.
     #[serde(default)]
     pub connector: Option<ConnectorDef>,
+    /// `UNIQUE` constraints besides the primary key.
+    #[serde(default)]
+    pub unique: Vec<UniqueDef>,
+}
+
+/// A `UNIQUE` constraint: no two rows share its columns' values (rows
+/// with a NULL in them excepted), enforced by every write
+/// (`weir-state` `unique.rs`) and shown as a constraint and its index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UniqueDef {
+    /// Stable id (from the same counter as tables): its OIDs derive from
+    /// it.
+    pub id: TableId,
+    /// The constraint's name, and its index's (`<table>_<columns>_key`
+    /// unless given).
+    pub name: String,
+    /// Its columns, as indices into the table's.
+    pub columns: Vec<usize>,
 }
 
 /// A column's definition.
@@ -458,11 +476,12 @@ impl TableDef {
 
     /// The state table shape for this definition.
     pub fn spec(&self) -> TableSpec {
-        if self.primary_key.is_empty() {
+        let spec = if self.primary_key.is_empty() {
             TableSpec::with_row_id(self.schema())
         } else {
             TableSpec::with_primary_key(self.schema(), self.primary_key.clone())
-        }
+        };
+        spec.with_unique(self.unique.iter().map(|u| u.columns.clone()).collect())
     }
 
     /// Index of a column by name.

@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 
 use crate::catalog::Catalog;
-use crate::catalog_rows::{key_of, CatalogOids, KeyOid};
+use crate::catalog_rows::{key_of, CatalogIndex, CatalogOids, KeyOid};
 use crate::functions::rows_of;
 use crate::provider::PinnedSnapshot;
 
@@ -72,7 +72,12 @@ pub fn register(ctx: &SessionContext, pinned: &Arc<PinnedSnapshot>, names: &Cata
         let catalog = &constraintdef.get().catalog;
         let index = key_of(catalog, KeyOid::of(oid)?)?;
         Some(format!(
-            "PRIMARY KEY ({})",
+            "{} ({})",
+            if index.primary {
+                "PRIMARY KEY"
+            } else {
+                "UNIQUE"
+            },
             quoted_list(&index.column_names)
         ))
     }));
@@ -80,7 +85,9 @@ pub fn register(ctx: &SessionContext, pinned: &Arc<PinnedSnapshot>, names: &Cata
 
 /// A view's (or materialized view's) query, as its definition was
 /// written.
-fn view_definition(catalog: &Catalog, name: &str) -> Option<String> {
+/// A view's or materialized view's definition as `pg_get_viewdef` gives
+/// it.
+pub(crate) fn view_definition(catalog: &Catalog, name: &str) -> Option<String> {
     let query = match catalog.views.get(name) {
         Some(view) => &view.query,
         None => &catalog.materialized_views.get(name)?.query,
@@ -94,14 +101,20 @@ fn indexdef_of(catalog: &Catalog, oid: i64, column: Option<i64>) -> Option<Strin
     let index = key_of(catalog, KeyOid::of(oid)?)?;
     match column.filter(|c| *c > 0) {
         Some(n) => index.column_names.get(n as usize - 1).map(|c| quoted(c)),
-        None => Some(format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({})",
-            if index.primary { "UNIQUE " } else { "" },
-            quoted(&index.name),
-            quoted(index.relation),
-            quoted_list(&index.column_names)
-        )),
+        None => Some(index_definition(&index)),
     }
+}
+
+/// The `CREATE INDEX` statement of `index`, as `pg_get_indexdef` and
+/// `pg_indexes.indexdef` give it.
+pub(crate) fn index_definition(index: &CatalogIndex<'_>) -> String {
+    format!(
+        "CREATE {}INDEX {} ON public.{} USING btree ({})",
+        if index.unique { "UNIQUE " } else { "" },
+        quoted(&index.name),
+        quoted(index.relation),
+        quoted_list(&index.column_names)
+    )
 }
 
 /// A function of an OID (and an optional number, then an ignored `pretty`

@@ -12,7 +12,8 @@
 //!   tables with a primary key, `relam` heap for stored relations, and a
 //!   row (`relkind = 'i'`, btree) for each primary key's index,
 //!   `<table>_pkey` as PostgreSQL names it;
-//! - `pg_index` and `pg_constraint`: a row for each primary key, and their
+//! - `pg_index` and `pg_constraint`: a row for each primary key and
+//!   `UNIQUE` constraint, and their
 //!   vector columns (`indkey`, `conkey`) as arrays, which drivers `unnest`
 //!   (`pg_index`'s written as `int2vector`/`oidvector`, `1 2` in text);
 //! - `pg_attrdef`: a row for each column default, whose `adbin` is the
@@ -125,6 +126,9 @@ pub struct CatalogIndex<'a> {
     pub column_names: Vec<&'a str>,
     /// A primary key's index (unique, with a constraint).
     pub primary: bool,
+    /// A primary key's or `UNIQUE` constraint's index: unique, with a
+    /// constraint of its own.
+    pub unique: bool,
 }
 
 /// Every index of the catalog: primary keys' first, then the others.
@@ -144,7 +148,23 @@ pub fn catalog_indexes(catalog: &Catalog) -> Vec<CatalogIndex<'_>> {
                 .map(|&i| table.columns[i].name.as_str())
                 .collect(),
             primary: true,
+            unique: true,
         });
+    let constraints = catalog.tables.values().flat_map(|table| {
+        table.unique.iter().map(move |unique| CatalogIndex {
+            id: unique.id,
+            name: unique.name.clone(),
+            relation: &table.name,
+            columns: unique.columns.clone(),
+            column_names: unique
+                .columns
+                .iter()
+                .map(|&i| table.columns[i].name.as_str())
+                .collect(),
+            primary: false,
+            unique: true,
+        })
+    });
     let created = catalog.indexes.values().filter_map(|index| {
         let columns = match catalog.tables.get(&index.relation) {
             Some(table) => &table.columns,
@@ -161,9 +181,10 @@ pub fn catalog_indexes(catalog: &Catalog) -> Vec<CatalogIndex<'_>> {
                 .map(|&i| columns[i].name.as_str())
                 .collect(),
             primary: false,
+            unique: false,
         })
     });
-    primary.chain(created).collect()
+    primary.chain(constraints).chain(created).collect()
 }
 
 /// The index (or primary key constraint) with key OID `key`.
@@ -172,7 +193,7 @@ pub fn key_of(catalog: &Catalog, key: KeyOid) -> Option<CatalogIndex<'_>> {
     catalog_indexes(catalog)
         .into_iter()
         .find(|i| i.id % IDS_PER_KIND as u64 == id)
-        .filter(|i| i.primary || matches!(key, KeyOid::Index(_)))
+        .filter(|i| i.unique || matches!(key, KeyOid::Index(_)))
 }
 
 /// What `pg_class` showed this session about relations' OIDs.
@@ -255,10 +276,19 @@ const NAME_COLUMNS: &[&str] = &[
 #[async_trait]
 impl SchemaProvider for PgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        for view in crate::catalog_views::VIEWS {
+            if !names.iter().any(|n| n == view) {
+                names.push((*view).to_owned());
+            }
+        }
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if crate::catalog_views::VIEWS.contains(&name) {
+            return crate::catalog_views::table(name, &self.pinned.get().catalog);
+        }
         let table = self.inner.table(name).await?;
         Ok(match (table, Corrected::of(name)) {
             (Some(inner), Some(kind)) => Some(Arc::new(WeirRows {
@@ -273,7 +303,7 @@ impl SchemaProvider for PgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        crate::catalog_views::VIEWS.contains(&name) || self.inner.table_exist(name)
     }
 }
 
@@ -765,7 +795,7 @@ fn index_rows(
                 ("indrelid", ScalarValue::Int32(Some(relation.oid))),
                 ("indnatts", ScalarValue::Int32(Some(keys as i32))),
                 ("indnkeyatts", ScalarValue::Int32(Some(keys as i32))),
-                ("indisunique", yes(index.primary)),
+                ("indisunique", yes(index.unique)),
                 ("indnullsnotdistinct", yes(false)),
                 ("indisprimary", yes(index.primary)),
                 ("indisexclusion", yes(false)),
@@ -786,7 +816,7 @@ fn index_rows(
     named_rows(schema, rows)
 }
 
-/// `pg_constraint`: a row for each primary key.
+/// `pg_constraint`: a row for each primary key and `UNIQUE` constraint.
 fn constraint_rows(
     schema: &SchemaRef,
     catalog: &Catalog,
@@ -795,7 +825,7 @@ fn constraint_rows(
     let text = |s: &str| ScalarValue::Utf8(Some(s.to_owned()));
     let yes = |b: bool| ScalarValue::Boolean(Some(b));
     let rows = shown_indexes(catalog, oids)
-        .filter(|(index, _)| index.primary)
+        .filter(|(index, _)| index.unique)
         .map(|(index, relation)| {
             vec![
                 (
@@ -804,7 +834,7 @@ fn constraint_rows(
                 ),
                 ("conname", ScalarValue::Utf8(Some(index.name.clone()))),
                 ("connamespace", ScalarValue::Int32(Some(relation.namespace))),
-                ("contype", text("p")),
+                ("contype", text(if index.primary { "p" } else { "u" })),
                 ("condeferrable", yes(false)),
                 ("condeferred", yes(false)),
                 ("convalidated", yes(true)),

@@ -8,11 +8,11 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::Constraint;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
-    visit_relations, ColumnOption, CreateTable, CreateView, ObjectName, ObjectType, Statement,
-    TableConstraint,
+    visit_relations, ColumnOption, CreateTable, CreateView, NullsDistinctOption, ObjectName,
+    ObjectType, Statement, TableConstraint, UniqueConstraint,
 };
 
-use crate::catalog::{relation_name, Catalog, ColumnDef, ObjectKind, TableDef, ViewDef};
+use crate::catalog::{relation_name, Catalog, ColumnDef, ObjectKind, TableDef, UniqueDef, ViewDef};
 use crate::dml;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Session};
@@ -34,7 +34,7 @@ pub async fn create_table(
         sequences,
         rows,
     } = match planned {
-        Planned::Table(table) => table,
+        Planned::Table(table) => *table,
         Planned::Skipped(output) => return Ok(output),
     };
     let ids = crate::sequences::ddl::allocate_ids(&mut working.catalog, sequences.len());
@@ -60,7 +60,7 @@ pub enum Planned {
     /// output.
     Skipped(Output),
     /// The table to create.
-    Table(PlannedTable),
+    Table(Box<PlannedTable>),
 }
 
 /// What a planned `CREATE TABLE` creates.
@@ -100,11 +100,11 @@ pub async fn plan_table(
         }
         None => None,
     };
-    Ok(Planned::Table(PlannedTable {
+    Ok(Planned::Table(Box::new(PlannedTable {
         def,
         sequences,
         rows,
-    }))
+    })))
 }
 
 /// Writes an `AS SELECT`'s `rows` into the new table `def`, whose state
@@ -155,11 +155,8 @@ pub fn table_def(
     for constraint in memory.constraints.iter() {
         match constraint {
             Constraint::PrimaryKey(columns) => primary_key = columns.clone(),
-            Constraint::Unique(_) => {
-                return Err(WeirError::unsupported(
-                    "UNIQUE constraints other than the primary key are not supported yet",
-                ))
-            }
+            // Read from the statement, with their names.
+            Constraint::Unique(_) => {}
         }
     }
     let schema = memory.input.schema();
@@ -195,6 +192,7 @@ pub fn table_def(
     let watermark = watermark
         .map(|clause| crate::event_time::watermark_def(session, &columns, clause))
         .transpose()?;
+    let unique = unique_constraints(&name, create, &columns, &primary_key)?;
     Ok(TableDef {
         id: 0,
         name,
@@ -203,6 +201,7 @@ pub fn table_def(
         append_only,
         watermark,
         connector: None,
+        unique,
     })
 }
 
@@ -324,6 +323,7 @@ pub(crate) fn check_table_options(create: &CreateTable) -> WeirResult<()> {
                 | ColumnOption::NotNull
                 | ColumnOption::Default(_)
                 | ColumnOption::PrimaryKey(_) => {}
+                ColumnOption::Unique(unique) => check_unique_form(unique)?,
                 other => {
                     return Err(WeirError::unsupported(format!(
                         "column constraint {other} is not supported yet"
@@ -333,13 +333,105 @@ pub(crate) fn check_table_options(create: &CreateTable) -> WeirResult<()> {
         }
     }
     for constraint in &create.constraints {
-        if !matches!(constraint, TableConstraint::PrimaryKey(_)) {
-            return Err(WeirError::unsupported(format!(
-                "table constraint {constraint} is not supported yet"
-            )));
+        match constraint {
+            TableConstraint::PrimaryKey(_) => {}
+            TableConstraint::Unique(unique) => check_unique_form(unique)?,
+            _ => {
+                return Err(WeirError::unsupported(format!(
+                    "table constraint {constraint} is not supported yet"
+                )))
+            }
         }
     }
     Ok(())
+}
+
+/// Refuses the forms of `UNIQUE` Weir does not enforce.
+pub(crate) fn check_unique_form(unique: &UniqueConstraint) -> WeirResult<()> {
+    if unique.nulls_distinct == NullsDistinctOption::NotDistinct {
+        return Err(WeirError::unsupported("UNIQUE NULLS NOT DISTINCT"));
+    }
+    if unique.characteristics.is_some() {
+        return Err(WeirError::unsupported(
+            "DEFERRABLE and INITIALLY constraints",
+        ));
+    }
+    Ok(())
+}
+
+/// The `UNIQUE` constraints of `create` (on its columns `columns`, named
+/// as given or `<table>_<columns>_key` as PostgreSQL names them); their
+/// ids are given when the table is created.
+fn unique_constraints(
+    table: &str,
+    create: &CreateTable,
+    columns: &[ColumnDef],
+    primary_key: &[usize],
+) -> WeirResult<Vec<UniqueDef>> {
+    let index_of = |name: &str| -> WeirResult<usize> {
+        columns.iter().position(|c| c.name == name).ok_or_else(|| {
+            WeirError::new(
+                SqlState::UNDEFINED_COLUMN,
+                format!("column \"{name}\" named in key does not exist"),
+            )
+        })
+    };
+    let mut declared: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+    for column in &create.columns {
+        for option in &column.options {
+            if let ColumnOption::Unique(unique) = &option.option {
+                let name = unique.name.as_ref().map(crate::catalog::normalize_ident);
+                let at = index_of(&crate::catalog::normalize_ident(&column.name))?;
+                declared.push((name, vec![at]));
+            }
+        }
+    }
+    for constraint in &create.constraints {
+        if let TableConstraint::Unique(unique) = constraint {
+            let name = unique.name.as_ref().map(crate::catalog::normalize_ident);
+            let at = unique
+                .columns
+                .iter()
+                .map(|c| match &c.column.expr {
+                    datafusion::sql::sqlparser::ast::Expr::Identifier(ident) => {
+                        index_of(&crate::catalog::normalize_ident(ident))
+                    }
+                    other => Err(WeirError::unsupported(format!(
+                        "UNIQUE on an expression ({other})"
+                    ))),
+                })
+                .collect::<WeirResult<Vec<usize>>>()?;
+            declared.push((name, at));
+        }
+    }
+    let mut unique: Vec<UniqueDef> = Vec::new();
+    for (name, at) in declared {
+        // The key already holds its columns unique; PostgreSQL would make
+        // a second index, which changes nothing.
+        if at == primary_key || unique.iter().any(|u| u.columns == at) {
+            continue;
+        }
+        let name = name.unwrap_or_else(|| {
+            let names: Vec<&str> = at.iter().map(|&i| columns[i].name.as_str()).collect();
+            let base = format!("{table}_{}_key", names.join("_"));
+            let mut name = base.clone();
+            let mut n = 0;
+            while unique.iter().any(|u| u.name == name) {
+                n += 1;
+                name = format!("{base}{n}");
+            }
+            name
+        });
+        if unique.iter().any(|u| u.name == name) {
+            return Err(duplicate_relation(&name));
+        }
+        unique.push(UniqueDef {
+            id: 0,
+            name,
+            columns: at,
+        });
+    }
+    Ok(unique)
 }
 
 /// Checks that a new relation's name is free. When it is taken and the
@@ -618,6 +710,36 @@ pub async fn drop_relations(
         if let Some(def) = catalog.sources.remove(&name) {
             // A file source's log goes with it.
             dropped_logs.push(def.id);
+        }
+    }
+    // Sequences the dropped tables own go with them: other tables'
+    // defaults that use them stop it, or with CASCADE go too.
+    let orphaned = crate::sequences::ddl::defaults_on_owned(&catalog, &dropped_tables);
+    if !orphaned.is_empty() && !cascade {
+        let detail: Vec<String> = orphaned
+            .iter()
+            .map(|(table, column, sequence)| {
+                format!("default value for column {column} of table {table} depends on sequence {sequence}")
+            })
+            .collect();
+        return Err(WeirError::new(
+            SqlState("2BP01"),
+            format!(
+                "cannot drop {noun} {} because other objects depend on it",
+                dropped_tables.join(", ")
+            ),
+        )
+        .with_detail(detail.join("\n"))
+        .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+    }
+    for (table, column, _) in orphaned {
+        session.notice(format!(
+            "drop cascades to default value for column {column} of table {table}"
+        ));
+        if let Some(def) = working.catalog.tables.get_mut(&table) {
+            for c in def.columns.iter_mut().filter(|c| c.name == column) {
+                c.default = None;
+            }
         }
     }
     working.catalog.views = catalog.views;

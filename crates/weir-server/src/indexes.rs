@@ -110,7 +110,10 @@ pub fn forget_orphans(catalog: &mut Catalog) {
 /// Refuses the forms an index here cannot honour.
 fn refuse_unsupported(create: &CreateIndex) -> WeirResult<()> {
     let refused = if create.unique {
-        Some("unique indexes are not supported (a table's PRIMARY KEY is unique)")
+        Some(
+            "CREATE UNIQUE INDEX is not supported: use a UNIQUE constraint \
+             (ALTER TABLE ... ADD CONSTRAINT name UNIQUE (columns))",
+        )
     } else if create.predicate.is_some() {
         Some("partial indexes (CREATE INDEX ... WHERE) are not supported")
     } else if !create.with.is_empty() {

@@ -27,6 +27,7 @@ mod casts;
 pub mod catalog;
 mod catalog_functions;
 mod catalog_rows;
+mod catalog_views;
 pub mod cdc;
 mod checked;
 pub mod cluster;

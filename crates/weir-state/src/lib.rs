@@ -38,6 +38,7 @@ mod order;
 mod row_index;
 mod store;
 mod table;
+mod unique;
 
 pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};

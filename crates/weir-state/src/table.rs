@@ -34,6 +34,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use crate::error::{StateError, StateResult};
 use crate::order::{matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
+use crate::unique::{first_duplicate, StoredChunk};
 
 /// Name of the hidden row id column of tables without a primary key.
 pub const ROW_ID_COLUMN: &str = "_weir_row_id";
@@ -68,6 +69,10 @@ pub struct TableSpec {
     /// they need no key; loading and merging its deltas is concatenating
     /// them.
     pub log: bool,
+    /// Unique constraints besides the key: sets of visible columns whose
+    /// values no two live rows may share (rows with a NULL in them
+    /// excepted; see `unique.rs`).
+    pub unique: Vec<Vec<usize>>,
 }
 
 impl TableSpec {
@@ -78,6 +83,7 @@ impl TableSpec {
             key,
             hidden_row_id: false,
             log: false,
+            unique: Vec::new(),
         }
     }
 
@@ -89,6 +95,7 @@ impl TableSpec {
             key: Vec::new(),
             hidden_row_id: false,
             log: true,
+            unique: Vec::new(),
         }
     }
 
@@ -102,7 +109,15 @@ impl TableSpec {
             key,
             hidden_row_id: true,
             log: false,
+            unique: Vec::new(),
         }
+    }
+
+    /// This spec with unique constraints on `unique` (sets of visible
+    /// columns).
+    pub fn with_unique(mut self, unique: Vec<Vec<usize>>) -> Self {
+        self.unique = unique;
+        self
     }
 
     /// Number of visible columns.
@@ -132,11 +147,15 @@ impl TableSpec {
     }
 }
 
-/// Why a write was refused: an inserted row's key is already taken.
+/// Why a write was refused: an inserted row's key, or its values in a
+/// unique constraint's columns, are already taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyViolation {
     /// Index of the offending row in the inserted batch.
     pub row: usize,
+    /// The unique constraint it breaks (an index into
+    /// [`TableSpec::unique`]); `None` for the key.
+    pub constraint: Option<usize>,
 }
 
 /// What [`StateTable::lookup`] found for one key.
@@ -646,8 +665,16 @@ impl StateTable {
             for (row, (existing, repeated)) in found.iter().zip(keys.repeated()).enumerate() {
                 let taken = existing.is_some_and(|p| !deleted.contains(&p));
                 if taken || repeated {
-                    return Ok(Err(KeyViolation { row }));
+                    return Ok(Err(KeyViolation {
+                        row,
+                        constraint: None,
+                    }));
                 }
+            }
+        }
+        if let Some(batch) = &inserts {
+            if let Some(violation) = self.unique_violation(deletes, batch)? {
+                return Ok(Err(violation));
             }
         }
         self.written |= !deletes.is_empty() || inserts.is_some();
@@ -663,6 +690,63 @@ impl StateTable {
         }
         self.merge_chunks()?;
         Ok(Ok(()))
+    }
+
+    /// Whether [`StateTable::write`] of `deletes` and `inserts` would keep
+    /// the unique constraints (not the key, which the caller checked):
+    /// a transaction block's commit checks every table before it writes
+    /// any.
+    pub fn check_unique(
+        &self,
+        deletes: &[RowPosition],
+        inserts: Option<&RecordBatch>,
+    ) -> StateResult<Result<(), KeyViolation>> {
+        let Some(batch) = inserts.filter(|b| b.num_rows() > 0) else {
+            return Ok(Ok(()));
+        };
+        Ok(match self.unique_violation(deletes, batch)? {
+            Some(violation) => Err(violation),
+            None => Ok(()),
+        })
+    }
+
+    /// The first row of `inserts` that breaks a unique constraint once
+    /// `deletes` are gone.
+    fn unique_violation(
+        &self,
+        deletes: &[RowPosition],
+        inserts: &RecordBatch,
+    ) -> StateResult<Option<KeyViolation>> {
+        if self.spec.unique.is_empty() {
+            return Ok(None);
+        }
+        let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
+        let deleted = &deleted;
+        let checks: Vec<_> = self
+            .chunks
+            .keys()
+            .map(|&id| move |row: usize| deleted.contains(&position(id, row)))
+            .collect();
+        let chunks: Vec<StoredChunk<'_>> = self
+            .chunks
+            .values()
+            .zip(&checks)
+            .map(|(chunk, deleted)| StoredChunk {
+                batch: &chunk.batch,
+                live: &chunk.live,
+                orders: &chunk.orders,
+                deleted,
+            })
+            .collect();
+        for (i, columns) in self.spec.unique.iter().enumerate() {
+            if let Some(row) = first_duplicate(&chunks, inserts, columns)? {
+                return Ok(Some(KeyViolation {
+                    row,
+                    constraint: Some(i),
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes every row, as [`StateTable::write`] deletes rows (a source
@@ -1281,6 +1365,53 @@ mod tests {
         .unwrap()
     }
 
+    /// Values of `v` for `keys`, one row each (NULL where `None`).
+    fn valued(spec: &TableSpec, keys: &[i32], values: &[Option<&str>]) -> RecordBatch {
+        RecordBatch::try_new(
+            spec.visible_schema(),
+            vec![
+                Arc::new(datafusion::arrow::array::Int32Array::from(keys.to_vec())),
+                Arc::new(StringArray::from(values.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn unique_columns_refuse_repeated_values_but_not_nulls() {
+        let spec = keyed().with_unique(vec![vec![1]]);
+        let mut table = StateTable::new(spec.clone()).unwrap();
+        let clash = |row| {
+            Err(KeyViolation {
+                row,
+                constraint: Some(0),
+            })
+        };
+        // NULLs never collide; two equal values in one write do.
+        let first = valued(&spec, &[1, 2, 3], &[Some("a"), None, None]);
+        assert_eq!(table.write(&[], Some(&first)).unwrap(), Ok(()));
+        let twice = valued(&spec, &[4, 5], &[Some("b"), Some("b")]);
+        assert_eq!(table.write(&[], Some(&twice)).unwrap(), clash(1));
+        // A stored value, in this epoch's chunk or a committed one.
+        let again = valued(&spec, &[6], &[Some("a")]);
+        assert_eq!(table.write(&[], Some(&again)).unwrap(), clash(0));
+        table.take_delta().unwrap();
+        assert_eq!(table.write(&[], Some(&again)).unwrap(), clash(0));
+        assert_eq!(table.check_unique(&[], Some(&again)).unwrap(), clash(0));
+        // Moving the value from row 1 to row 6 in one write is allowed.
+        let at = table.lookup(&again.project(&[0]).unwrap()).unwrap();
+        assert!(at[0].existing.is_none());
+        let one = table
+            .lookup(&valued(&spec, &[1], &[None]).project(&[0]).unwrap())
+            .unwrap()[0]
+            .existing
+            .unwrap();
+        let moved = valued(&spec, &[1, 6], &[Some("z"), Some("a")]);
+        assert_eq!(table.write(&[one], Some(&moved)).unwrap(), Ok(()));
+        // Nothing failed half-way: every refused write left no row.
+        assert_eq!(keys_of(&table.snapshot()), vec![1, 2, 3, 6]);
+    }
+
     fn keys_of(snapshot: &TableSnapshot) -> Vec<i32> {
         let mut keys: Vec<i32> = snapshot
             .scan(Some(&[0]), false)
@@ -1451,9 +1582,21 @@ mod tests {
             .unwrap()
             .unwrap();
         let clash = table.write(&[], Some(&rows(&spec, &[3, 2], "b"))).unwrap();
-        assert_eq!(clash, Err(KeyViolation { row: 1 }));
+        assert_eq!(
+            clash,
+            Err(KeyViolation {
+                row: 1,
+                constraint: None
+            })
+        );
         let twice = table.write(&[], Some(&rows(&spec, &[4, 4], "b"))).unwrap();
-        assert_eq!(twice, Err(KeyViolation { row: 1 }));
+        assert_eq!(
+            twice,
+            Err(KeyViolation {
+                row: 1,
+                constraint: None
+            })
+        );
         assert_eq!(keys_of(&table.snapshot()), vec![1, 2]);
         // Replacing a row by deleting it in the same write is allowed.
         let old = positions_of(&table, &[2]);

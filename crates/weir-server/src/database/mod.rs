@@ -527,6 +527,7 @@ mod tests {
             }],
             primary_key: vec![0],
             connector: None,
+            unique: Vec::new(),
         };
         let (id, epoch) = {
             let mut working = db.working().await;

@@ -79,6 +79,16 @@ impl WorkingState {
         let id = self.catalog.next_table_id;
         self.catalog.next_table_id += 1;
         def.id = id;
+        // Its unique constraints' ids (their OIDs derive from them).
+        for unique in &mut def.unique {
+            if self.catalog.kind_of(&unique.name).is_some()
+                || self.catalog.indexes.contains_key(&unique.name)
+            {
+                return Err(crate::ddl::duplicate_relation(&unique.name));
+            }
+            unique.id = self.catalog.next_table_id;
+            self.catalog.next_table_id += 1;
+        }
         self.tables.insert(id, StateTable::new(def.spec())?);
         self.catalog.tables.insert(def.name.clone(), def);
         self.catalog_changed = true;

@@ -61,26 +61,46 @@ pub fn check_write(
     let Err(violation) = result else {
         return Ok(());
     };
+    let (name, columns) = match violation.constraint.and_then(|i| def.unique.get(i)) {
+        Some(unique) => (unique.name.clone(), unique.columns.as_slice()),
+        None => (format!("{}_pkey", def.name), def.primary_key.as_slice()),
+    };
+    Err(unique_violation(
+        def,
+        &name,
+        columns,
+        rows,
+        violation.row,
+        "already exists",
+    )?)
+}
+
+/// 23505 for constraint `name` on `columns`, with row `row` of `rows`
+/// (the table's columns) in its detail: `Key (a, b)=(1, 2) <what>.`
+pub fn unique_violation(
+    def: &TableDef,
+    name: &str,
+    columns: &[usize],
+    rows: &RecordBatch,
+    row: usize,
+    what: &str,
+) -> WeirResult<WeirError> {
     let options = FormatOptions::default().with_null("null");
     let mut values = Vec::new();
-    for &k in &def.primary_key {
+    for &k in columns {
         let formatter = ArrayFormatter::try_new(rows.column(k).as_ref(), &options)?;
-        values.push(formatter.value(violation.row).to_string());
+        values.push(formatter.value(row).to_string());
     }
-    let names: Vec<&str> = def
-        .primary_key
+    let names: Vec<&str> = columns
         .iter()
         .map(|&k| def.columns[k].name.as_str())
         .collect();
-    Err(WeirError::new(
+    Ok(WeirError::new(
         SqlState::UNIQUE_VIOLATION,
-        format!(
-            "duplicate key value violates unique constraint \"{}_pkey\"",
-            def.name
-        ),
+        format!("duplicate key value violates unique constraint \"{name}\""),
     )
     .with_detail(format!(
-        "Key ({})=({}) already exists.",
+        "Key ({})=({}) {what}.",
         names.join(", "),
         values.join(", ")
     )))

@@ -451,6 +451,24 @@ pub fn drop_owned(catalog: &mut Catalog, sequences: &Sequences, table: &str) {
     }
 }
 
+/// The defaults, among `catalog`'s tables, that call `nextval` of a
+/// sequence one of `tables` owns: (table, column, sequence) each. A
+/// `DROP TABLE` of `tables` drops those sequences, so it must refuse or,
+/// with `CASCADE`, drop the defaults too, as PostgreSQL does.
+pub fn defaults_on_owned(catalog: &Catalog, tables: &[String]) -> Vec<(String, String, String)> {
+    catalog
+        .sequences
+        .values()
+        .filter(|s| s.owned_by.as_ref().is_some_and(|(t, _)| tables.contains(t)))
+        .flat_map(|s| {
+            default_users(catalog, &s.name)
+                .into_iter()
+                .filter(|(table, _)| !tables.contains(table))
+                .map(|(table, column)| (table, column, s.name.clone()))
+        })
+        .collect()
+}
+
 /// The (table, column) pairs whose default calls `nextval` of sequence
 /// `name`.
 fn default_users(catalog: &Catalog, name: &str) -> Vec<(String, String)> {

@@ -41,7 +41,7 @@ pub async fn create_table(
             sequences,
             rows,
         } = match planned {
-            Planned::Table(table) => table,
+            Planned::Table(table) => *table,
             Planned::Skipped(output) => return Ok(output),
         };
         if !sequences.is_empty() {

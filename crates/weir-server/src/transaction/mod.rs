@@ -295,7 +295,16 @@ impl Transaction {
                 ));
             };
             let base = &self.bases[id];
-            writes.push((*id, commit::plan_write(&name, base, current, delta)?));
+            let (deletes, inserts) = commit::plan_write(&name, base, current, delta)?;
+            // Rows other sessions committed since the block's snapshot may
+            // hold the values the block's rows give a unique constraint.
+            if let Some(def) = working.catalog.tables.get(&name) {
+                let kept = current.check_unique(&deletes, inserts.as_ref())?;
+                if let Some(rows) = &inserts {
+                    crate::dml::check_write(def, rows, kept)?;
+                }
+            }
+            writes.push((*id, (deletes, inserts)));
         }
         // Every table checked: now nothing can fail half-way.
         self.apply_created(&mut working, &changes)?;

@@ -72,6 +72,8 @@ class Ticket(Base):
     # SQLAlchemy's default for an integer key: SERIAL, ids from RETURNING.
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     title: Mapped[str] = mapped_column(String)
+    # A UNIQUE constraint besides the key.
+    code: Mapped[Optional[str]] = mapped_column(String(8), unique=True)
 
 
 class Event(Base):
@@ -118,6 +120,23 @@ def main(dsn):
         # Numbers taken by the rolled-back block are not given back.
         check("serial key after a rollback", third.id, 3)
         check("stored tickets", session.scalars(select(Ticket.title)).all(), ["third"])
+    # The unique constraint: enforced (IntegrityError, 23505), NULLs free,
+    # and reflected.
+    with Session(engine) as session:
+        session.add_all([Ticket(title="coded", code="T1"), Ticket(title="plain"), Ticket(title="plain too")])
+        session.commit()
+        session.add(Ticket(title="again", code="T1"))
+        try:
+            session.commit()
+            check("duplicate code refused", False, True)
+        except IntegrityError as e:
+            check("duplicate code refused", e.orig.sqlstate, "23505")
+            session.rollback()
+    check(
+        "reflected unique constraint",
+        [(u["name"], u["column_names"]) for u in inspect(engine).get_unique_constraints("sa_tickets")],
+        [("sa_tickets_code_key", ["code"])],
+    )
     tickets = {c["name"]: c for c in inspect(engine).get_columns("sa_tickets")}
     check("reflected serial default", tickets["id"]["default"], "nextval('sa_tickets_id_seq'::regclass)")
     check("reflected autoincrement", tickets["id"]["autoincrement"], True)

@@ -1,0 +1,77 @@
+//! Unique constraints besides a table's key (`UNIQUE`, `CREATE UNIQUE
+//! INDEX`): a write may not give two live rows equal values in a
+//! constraint's columns. Rows with a NULL in them never collide, as in
+//! PostgreSQL.
+//!
+//! The stored rows are searched through each chunk's order by the
+//! constraint's columns (`order.rs`: built once per chunk, shared with
+//! snapshots), the written rows among themselves through their encoded
+//! values (arrow's row format) in a hash set.
+
+use std::collections::HashSet;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use crate::order::{matching_rows, ChunkOrders};
+use crate::StateResult;
+
+/// One chunk of stored rows, as the check reads it.
+pub(crate) struct StoredChunk<'a> {
+    /// The chunk's rows.
+    pub batch: &'a RecordBatch,
+    /// Which are live.
+    pub live: &'a BooleanBuffer,
+    /// Its orders, where the constraint's is built or kept.
+    pub orders: &'a ChunkOrders,
+    /// Whether row `r` of it is deleted by the same write.
+    pub deleted: &'a dyn Fn(usize) -> bool,
+}
+
+/// The first row of `inserts` whose values in `columns` equal another
+/// inserted row's or a live stored row's (that the write does not delete).
+pub(crate) fn first_duplicate(
+    chunks: &[StoredChunk<'_>],
+    inserts: &RecordBatch,
+    columns: &[usize],
+) -> StateResult<Option<usize>> {
+    let probes: Vec<ArrayRef> = columns.iter().map(|&c| inserts.column(c).clone()).collect();
+    let mut first = repeated(&probes)?;
+    for chunk in chunks {
+        for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &probes)? {
+            let row = row as usize;
+            if chunk.live.value(row) && !(chunk.deleted)(row) {
+                first = Some(first.map_or(probe, |f: usize| f.min(probe)));
+                break;
+            }
+        }
+    }
+    Ok(first)
+}
+
+/// The first row of `probes` (one array per column) whose values, none
+/// NULL, an earlier row has too.
+fn repeated(probes: &[ArrayRef]) -> StateResult<Option<usize>> {
+    let rows = probes.first().map_or(0, |p| p.len());
+    if rows < 2 {
+        return Ok(None);
+    }
+    let fields = probes
+        .iter()
+        .map(|p| SortField::new(p.data_type().clone()))
+        .collect();
+    let encoded = RowConverter::new(fields)?.convert_columns(probes)?;
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(rows);
+    // A per-row loop: one hash-set probe per written row, as a key
+    // index's insert.
+    for row in 0..rows {
+        if probes.iter().any(|p| p.is_null(row)) {
+            continue;
+        }
+        if !seen.insert(encoded.row(row).data()) {
+            return Ok(Some(row));
+        }
+    }
+    Ok(None)
+}
