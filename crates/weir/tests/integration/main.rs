@@ -28,6 +28,7 @@ mod slt;
 mod sources;
 mod subscribe;
 mod transactions;
+mod unique;
 mod upgrade;
 mod view_memory;
 mod view_property;
