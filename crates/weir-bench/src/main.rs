@@ -172,6 +172,12 @@ enum Bench {
         /// With a group-by view over the table.
         #[arg(long)]
         view: bool,
+        /// With a UNIQUE (n, id) constraint on the table.
+        #[arg(long)]
+        unique: bool,
+        /// Afterwards, time ALTER TABLE ... ADD COLUMN over the rows.
+        #[arg(long)]
+        alter: bool,
     },
     /// Serving reads: pgbench with prepared statements (point reads on a
     /// table key, a view key and a secondary index, and a 10-row range) at
@@ -364,6 +370,8 @@ async fn main() -> anyhow::Result<()> {
             batch,
             connections,
             view,
+            unique,
+            alter,
         } => {
             write::run(write::WriteLoad {
                 mode,
@@ -371,6 +379,8 @@ async fn main() -> anyhow::Result<()> {
                 batch,
                 connections,
                 view,
+                unique,
+                alter,
             })
             .await
         }

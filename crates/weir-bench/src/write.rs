@@ -21,6 +21,12 @@ pub struct WriteLoad {
     /// With a group-by view over the table (`SELECT n, count(*), sum(id)
     /// ... GROUP BY n`).
     pub view: bool,
+    /// With a `UNIQUE (n, id)` constraint, which every row passes: what
+    /// the check costs.
+    pub unique: bool,
+    /// Afterwards, time `ALTER TABLE big ADD COLUMN` (which writes the
+    /// table again).
+    pub alter: bool,
 }
 
 /// The text column's bytes: with the two `BIGINT`s, 128-byte rows.
@@ -38,6 +44,11 @@ pub async fn run(load: WriteLoad) -> anyhow::Result<()> {
     client
         .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, n BIGINT, payload TEXT)")
         .await?;
+    if load.unique {
+        client
+            .batch_execute("ALTER TABLE big ADD CONSTRAINT big_n_id UNIQUE (n, id)")
+            .await?;
+    }
     if load.view {
         client
             .batch_execute(
@@ -108,11 +119,37 @@ pub async fn run(load: WriteLoad) -> anyhow::Result<()> {
         load.rows as f64 / cpu.as_secs_f64(),
         cpu.as_secs_f64()
     );
+    if load.unique {
+        println!("    with UNIQUE (n, id)");
+    }
     println!("    epochs committed       {epochs:>10}");
     println!(
         "    peak resident memory   {:>10} MiB",
         server.peak_rss_kib()? / 1024
     );
+    if load.alter {
+        anyhow::ensure!(!load.view, "--alter needs a table no view reads");
+        let cpu_before = server.cpu_time()?;
+        let started = Instant::now();
+        client
+            .batch_execute("ALTER TABLE big ADD COLUMN added BIGINT DEFAULT 7")
+            .await?;
+        let (wall, cpu) = (started.elapsed(), server.cpu_time()? - cpu_before);
+        let added: i64 = client
+            .query_one("SELECT count(*) FROM big WHERE added = 7", &[])
+            .await?
+            .get(0);
+        anyhow::ensure!(
+            added as usize == load.rows,
+            "{added} rows with the new column"
+        );
+        println!(
+            "    ALTER TABLE ADD COLUMN {:>10.2} s, {:.2} CPU-s ({:.0} rows per CPU-second)",
+            wall.as_secs_f64(),
+            cpu.as_secs_f64(),
+            load.rows as f64 / cpu.as_secs_f64()
+        );
+    }
     Ok(())
 }
 

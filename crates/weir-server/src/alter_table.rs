@@ -27,7 +27,7 @@
 use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
-    AlterColumnOperation, AlterTable, AlterTableOperation, ColumnDef as SqlColumnDef, Expr,
+    AlterColumnOperation, AlterTable, AlterTableOperation, ColumnDef as SqlColumnDef,
     RenameTableNameKind, Statement, TableConstraint, UniqueConstraint,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -356,16 +356,7 @@ impl Change {
     /// rows when they are written again.
     fn add_unique(&mut self, catalog: &Catalog, unique: &UniqueConstraint) -> WeirResult<()> {
         crate::ddl::check_unique_form(unique)?;
-        let columns = unique
-            .columns
-            .iter()
-            .map(|c| match &c.column.expr {
-                Expr::Identifier(ident) => self.column(&crate::catalog::normalize_ident(ident)),
-                other => Err(WeirError::unsupported(format!(
-                    "UNIQUE on an expression ({other})"
-                ))),
-            })
-            .collect::<WeirResult<Vec<usize>>>()?;
+        let columns = crate::ddl::unique_columns(unique, |name| self.column(name))?;
         let name = match &unique.name {
             Some(name) => crate::catalog::normalize_ident(name),
             None => {
@@ -373,7 +364,7 @@ impl Change {
                     .iter()
                     .map(|&i| self.def.columns[i].name.as_str())
                     .collect();
-                format!("{}_{}_key", self.old.name, names.join("_"))
+                crate::ddl::unique_name(&self.old.name, &names)
             }
         };
         let taken = catalog.kind_of(&name).is_some()

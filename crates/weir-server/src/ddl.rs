@@ -389,19 +389,7 @@ fn unique_constraints(
     for constraint in &create.constraints {
         if let TableConstraint::Unique(unique) = constraint {
             let name = unique.name.as_ref().map(crate::catalog::normalize_ident);
-            let at = unique
-                .columns
-                .iter()
-                .map(|c| match &c.column.expr {
-                    datafusion::sql::sqlparser::ast::Expr::Identifier(ident) => {
-                        index_of(&crate::catalog::normalize_ident(ident))
-                    }
-                    other => Err(WeirError::unsupported(format!(
-                        "UNIQUE on an expression ({other})"
-                    ))),
-                })
-                .collect::<WeirResult<Vec<usize>>>()?;
-            declared.push((name, at));
+            declared.push((name, unique_columns(unique, index_of)?));
         }
     }
     let mut unique: Vec<UniqueDef> = Vec::new();
@@ -413,7 +401,7 @@ fn unique_constraints(
         }
         let name = name.unwrap_or_else(|| {
             let names: Vec<&str> = at.iter().map(|&i| columns[i].name.as_str()).collect();
-            let base = format!("{table}_{}_key", names.join("_"));
+            let base = unique_name(table, &names);
             let mut name = base.clone();
             let mut n = 0;
             while unique.iter().any(|u| u.name == name) {
@@ -432,6 +420,31 @@ fn unique_constraints(
         });
     }
     Ok(unique)
+}
+
+/// The columns `UNIQUE (...)` names, as indices `index_of` finds.
+pub(crate) fn unique_columns(
+    unique: &UniqueConstraint,
+    index_of: impl Fn(&str) -> WeirResult<usize>,
+) -> WeirResult<Vec<usize>> {
+    unique
+        .columns
+        .iter()
+        .map(|c| match &c.column.expr {
+            datafusion::sql::sqlparser::ast::Expr::Identifier(ident) => {
+                index_of(&crate::catalog::normalize_ident(ident))
+            }
+            other => Err(WeirError::unsupported(format!(
+                "UNIQUE on an expression ({other})"
+            ))),
+        })
+        .collect()
+}
+
+/// The name PostgreSQL gives an unnamed `UNIQUE` constraint on `columns`
+/// of `table`.
+pub(crate) fn unique_name(table: &str, columns: &[&str]) -> String {
+    format!("{table}_{}_key", columns.join("_"))
 }
 
 /// Checks that a new relation's name is free. When it is taken and the

@@ -159,6 +159,13 @@ pub async fn create_table(
             format!("table \"{name}\" needs a PRIMARY KEY: upstream changes are applied by key"),
         ));
     }
+    if !def.unique.is_empty() {
+        // An upstream transaction may pass through states that break it
+        // (two rows trading values) as its changes are applied one by one.
+        return Err(WeirError::unsupported(
+            "UNIQUE constraints on a table a connector feeds (the upstream table enforces its own)",
+        ));
+    }
     cdc.check_upstream(&def).await?;
     let mut working = db.working().await;
     // Taken meanwhile?

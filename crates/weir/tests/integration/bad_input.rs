@@ -21,7 +21,7 @@ async fn malformed_statements_get_errors_and_the_session_goes_on() {
         ("DROP TABLE nowhere", Some("42P01")),
         ("CREATE TABLE t (a INT PRIMARY KEY, a INT)", None),
         ("SET no_such_setting = 1", Some("42704")),
-        ("CREATE TABLE u (a INT UNIQUE)", Some("0A000")),
+        ("CREATE TABLE u (a INT REFERENCES t (a))", Some("0A000")),
         ("SELECT CAST(99999 AS SMALLINT)", Some("22003")),
         ("SELECT CAST('x' AS INT)", Some("22P02")),
         ("COPY nowhere FROM STDIN", Some("42P01")),
