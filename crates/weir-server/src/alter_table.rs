@@ -296,9 +296,7 @@ impl Change {
                 let (RenameTableNameKind::To(new) | RenameTableNameKind::As(new)) = table_name;
                 let new = relation_name(new)?;
                 check_no_views(catalog, &self.old.name, "rename a table")?;
-                if catalog.kind_of(&new).is_some()
-                    || catalog.indexes.values().any(|i| i.name == new)
-                {
+                if catalog.kind_of(&new).is_some() || catalog.names_index(&new) {
                     return Err(crate::ddl::duplicate_relation(&new));
                 }
                 self.def.name = new;
@@ -368,11 +366,8 @@ impl Change {
             }
         };
         let taken = catalog.kind_of(&name).is_some()
-            || catalog.indexes.contains_key(&name)
-            || self.def.unique.iter().any(|u| u.name == name)
-            || crate::catalog_rows::catalog_indexes(catalog)
-                .iter()
-                .any(|i| i.name == name);
+            || catalog.names_index(&name)
+            || self.def.unique.iter().any(|u| u.name == name);
         if taken {
             return Err(crate::ddl::duplicate_relation(&name));
         }

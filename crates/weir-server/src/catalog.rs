@@ -521,6 +521,16 @@ impl Catalog {
         pairs
     }
 
+    /// Whether an index is named `name`: one made with `CREATE INDEX`, or
+    /// a `UNIQUE` constraint's (index names share the relations' space).
+    pub fn names_index(&self, name: &str) -> bool {
+        self.indexes.contains_key(name)
+            || self
+                .tables
+                .values()
+                .any(|t| t.unique.iter().any(|u| u.name == name))
+    }
+
     /// What `name` is, if anything.
     pub fn kind_of(&self, name: &str) -> Option<ObjectKind> {
         if self.tables.contains_key(name) || crate::system::SYSTEM_TABLES.contains(&name) {

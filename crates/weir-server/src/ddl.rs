@@ -457,7 +457,8 @@ pub fn claim_name(
     if_not_exists: bool,
     tag: &'static str,
 ) -> WeirResult<Option<Output>> {
-    if catalog.kind_of(name).is_none() {
+    // Indexes share the relations' names, as in PostgreSQL.
+    if catalog.kind_of(name).is_none() && !catalog.names_index(name) {
         return Ok(None);
     }
     if !if_not_exists {

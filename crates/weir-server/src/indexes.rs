@@ -40,7 +40,7 @@ pub(crate) fn new_index(
         Some(name) => relation_name(name)?,
         None => default_name(catalog, &relation, create),
     };
-    if catalog.indexes.contains_key(&name) || catalog.kind_of(&name).is_some() {
+    if catalog.names_index(&name) || catalog.kind_of(&name).is_some() {
         if create.if_not_exists {
             session.notice(format!("relation \"{name}\" already exists, skipping"));
             return Ok(None);
@@ -205,7 +205,7 @@ fn default_name(catalog: &Catalog, relation: &str, create: &CreateIndex) -> Stri
         })
         .collect();
     let base = format!("{relation}_{}_idx", columns.join("_"));
-    let taken = |name: &str| catalog.indexes.contains_key(name) || catalog.kind_of(name).is_some();
+    let taken = |name: &str| catalog.names_index(name) || catalog.kind_of(name).is_some();
     if !taken(&base) {
         return base;
     }

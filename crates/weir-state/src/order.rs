@@ -17,6 +17,7 @@
 //! whether one key can match more than one row.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -26,6 +27,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{lexsort_to_indices, SortColumn, SortOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::error::ArrowError;
+
+use crate::row_index::hash_keys;
+use crate::StateResult;
 
 /// The order every chunk order uses: ascending, NULLs last.
 const ORDER: SortOptions = SortOptions {
@@ -86,13 +90,43 @@ pub fn orderable(t: &DataType) -> bool {
 /// A chunk's order by some columns, once sorted.
 type OrderSlot = Arc<OnceLock<UInt32Array>>;
 
-/// The orders of one chunk built so far, by their columns.
+/// The orders of one chunk built so far, by their columns, and the hashes
+/// of its rows' values in columns unique constraints check.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkOrders {
     built: Mutex<Vec<(Vec<usize>, OrderSlot)>>,
+    hashed: Mutex<Vec<(Vec<usize>, Arc<HashSet<u64>>)>>,
 }
 
 impl ChunkOrders {
+    /// The hashes ([`crate::row_index::hash_keys`]) of the values in
+    /// `columns` of every row of `batch` (this chunk's), computed the first
+    /// time they are asked for: a unique constraint's check looks a
+    /// written row's hash up here before it searches the chunk's order.
+    pub(crate) fn value_hashes(
+        &self,
+        batch: &RecordBatch,
+        columns: &[usize],
+    ) -> StateResult<Arc<HashSet<u64>>> {
+        if let Some((_, hashes)) = self
+            .hashed
+            .lock()
+            .expect("chunk hashes lock")
+            .iter()
+            .find(|(c, _)| c == columns)
+        {
+            return Ok(hashes.clone());
+        }
+        let values: Vec<ArrayRef> = columns.iter().map(|&c| batch.column(c).clone()).collect();
+        let hashes: Arc<HashSet<u64>> =
+            Arc::new(hash_keys(&values, batch.num_rows())?.into_iter().collect());
+        self.hashed
+            .lock()
+            .expect("chunk hashes lock")
+            .push((columns.to_vec(), hashes.clone()));
+        Ok(hashes)
+    }
+
     /// Whether the order of `columns` is built.
     pub(crate) fn has(&self, columns: &[usize]) -> bool {
         let built = self.built.lock().expect("chunk orders lock");

@@ -5,16 +5,20 @@
 //!
 //! The stored rows are searched through each chunk's order by the
 //! constraint's columns (`order.rs`: built once per chunk, shared with
-//! snapshots), the written rows among themselves through their encoded
-//! values (arrow's row format) in a hash set.
+//! snapshots), and only for the written rows whose values' hash the chunk
+//! holds (a set of its rows' hashes, also built once per chunk); the
+//! written rows among themselves through their encoded values (arrow's
+//! row format) in a hash set.
 
 use std::collections::HashSet;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::compute::take;
 use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::order::{matching_rows, ChunkOrders};
+use crate::row_index::hash_keys;
 use crate::StateResult;
 
 /// One chunk of stored rows, as the check reads it.
@@ -38,10 +42,25 @@ pub(crate) fn first_duplicate(
 ) -> StateResult<Option<usize>> {
     let probes: Vec<ArrayRef> = columns.iter().map(|&c| inserts.column(c).clone()).collect();
     let mut first = repeated(&probes)?;
+    let hashes = hash_keys(&probes, inserts.num_rows())?;
     for chunk in chunks {
-        for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &probes)? {
+        // Only rows whose hash the chunk holds are searched for.
+        let stored = chunk.orders.value_hashes(chunk.batch, columns)?;
+        let candidates: Vec<u32> = (0..hashes.len() as u32)
+            .filter(|&r| stored.contains(&hashes[r as usize]))
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let picked = UInt32Array::from(candidates.clone());
+        let subset = probes
+            .iter()
+            .map(|p| take(p.as_ref(), &picked, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &subset)? {
             let row = row as usize;
             if chunk.live.value(row) && !(chunk.deleted)(row) {
+                let probe = candidates[probe] as usize;
                 first = Some(first.map_or(probe, |f: usize| f.min(probe)));
                 break;
             }

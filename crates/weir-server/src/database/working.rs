@@ -82,7 +82,7 @@ impl WorkingState {
         // Its unique constraints' ids (their OIDs derive from them).
         for unique in &mut def.unique {
             if self.catalog.kind_of(&unique.name).is_some()
-                || self.catalog.indexes.contains_key(&unique.name)
+                || self.catalog.names_index(&unique.name)
             {
                 return Err(crate::ddl::duplicate_relation(&unique.name));
             }

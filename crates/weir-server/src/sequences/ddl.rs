@@ -128,7 +128,7 @@ pub fn serial_columns(
         }
         let taken = |name: &str| {
             catalog.kind_of(name).is_some()
-                || catalog.indexes.contains_key(name)
+                || catalog.names_index(name)
                 || made.iter().any(|m: &ColumnSequence| m.name == name)
         };
         let name = free_name(&format!("{table}_{}_seq", column.name.value), taken);
@@ -226,7 +226,7 @@ pub async fn create_sequence(
     )? {
         return Ok(skipped);
     }
-    if working.catalog.indexes.contains_key(&name) {
+    if working.catalog.names_index(&name) {
         if if_not_exists {
             session.notice(format!("relation \"{name}\" already exists, skipping"));
             return Ok(Output::command("CREATE SEQUENCE"));

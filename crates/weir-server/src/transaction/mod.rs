@@ -329,8 +329,16 @@ impl Transaction {
     fn check_created(&self, shared: &Catalog) -> WeirResult<()> {
         for created in &self.created {
             let (Created::Table(name) | Created::Index(name) | Created::Sequence(name)) = created;
-            if shared.kind_of(name).is_some() || shared.indexes.contains_key(name) {
+            if shared.kind_of(name).is_some() || shared.names_index(name) {
                 return Err(crate::ddl::duplicate_relation(name));
+            }
+            // A created table's unique constraints name indexes too.
+            if let Created::Table(table) = created {
+                for unique in &self.private.catalog.tables[table].unique {
+                    if shared.kind_of(&unique.name).is_some() || shared.names_index(&unique.name) {
+                        return Err(crate::ddl::duplicate_relation(&unique.name));
+                    }
+                }
             }
             if let Created::Index(name) = created {
                 let relation = &self.private.catalog.indexes[name].relation;
