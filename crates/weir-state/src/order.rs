@@ -90,12 +90,15 @@ pub fn orderable(t: &DataType) -> bool {
 /// A chunk's order by some columns, once sorted.
 type OrderSlot = Arc<OnceLock<UInt32Array>>;
 
+/// The hashes of a chunk's rows' values in some columns.
+type ValueHashes = Arc<HashSet<u64>>;
+
 /// The orders of one chunk built so far, by their columns, and the hashes
 /// of its rows' values in columns unique constraints check.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkOrders {
     built: Mutex<Vec<(Vec<usize>, OrderSlot)>>,
-    hashed: Mutex<Vec<(Vec<usize>, Arc<HashSet<u64>>)>>,
+    hashed: Mutex<Vec<(Vec<usize>, ValueHashes)>>,
 }
 
 impl ChunkOrders {
@@ -107,7 +110,7 @@ impl ChunkOrders {
         &self,
         batch: &RecordBatch,
         columns: &[usize],
-    ) -> StateResult<Arc<HashSet<u64>>> {
+    ) -> StateResult<ValueHashes> {
         if let Some((_, hashes)) = self
             .hashed
             .lock()
@@ -118,7 +121,7 @@ impl ChunkOrders {
             return Ok(hashes.clone());
         }
         let values: Vec<ArrayRef> = columns.iter().map(|&c| batch.column(c).clone()).collect();
-        let hashes: Arc<HashSet<u64>> =
+        let hashes: ValueHashes =
             Arc::new(hash_keys(&values, batch.num_rows())?.into_iter().collect());
         self.hashed
             .lock()
