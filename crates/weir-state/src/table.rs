@@ -34,7 +34,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use crate::error::{StateError, StateResult};
 use crate::order::{matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
-use crate::unique::{first_duplicate, StoredChunk};
+use crate::unique::{conflicts, first_duplicate, StoredChunk};
 
 /// Name of the hidden row id column of tables without a primary key.
 pub const ROW_ID_COLUMN: &str = "_weir_row_id";
@@ -708,6 +708,31 @@ impl StateTable {
             Some(violation) => Err(violation),
             None => Ok(()),
         })
+    }
+
+    /// For each row of `inserts`, whether its values in unique constraint
+    /// `constraint`'s columns are held by a live row or an earlier row of
+    /// `inserts` (`INSERT ... ON CONFLICT DO NOTHING` leaves those out).
+    pub fn unique_conflicts(
+        &self,
+        inserts: &RecordBatch,
+        constraint: usize,
+    ) -> StateResult<Vec<bool>> {
+        let Some(columns) = self.spec.unique.get(constraint) else {
+            return Ok(vec![false; inserts.num_rows()]);
+        };
+        let none = |_: usize| false;
+        let chunks: Vec<StoredChunk<'_>> = self
+            .chunks
+            .values()
+            .map(|chunk| StoredChunk {
+                batch: &chunk.batch,
+                live: &chunk.live,
+                orders: &chunk.orders,
+                deleted: &none,
+            })
+            .collect();
+        conflicts(&chunks, inserts, columns)
     }
 
     /// The first row of `inserts` that breaks a unique constraint once

@@ -33,21 +33,32 @@ pub(crate) struct StoredChunk<'a> {
     pub deleted: &'a dyn Fn(usize) -> bool,
 }
 
-/// The first row of `inserts` whose values in `columns` equal another
+/// The first row of `inserts` whose values in `columns` equal an earlier
 /// inserted row's or a live stored row's (that the write does not delete).
 pub(crate) fn first_duplicate(
     chunks: &[StoredChunk<'_>],
     inserts: &RecordBatch,
     columns: &[usize],
 ) -> StateResult<Option<usize>> {
+    Ok(conflicts(chunks, inserts, columns)?.iter().position(|&c| c))
+}
+
+/// For each row of `inserts`, whether its values in `columns` (none
+/// NULL) equal an earlier inserted row's or a live stored row's (that the
+/// write does not delete).
+pub(crate) fn conflicts(
+    chunks: &[StoredChunk<'_>],
+    inserts: &RecordBatch,
+    columns: &[usize],
+) -> StateResult<Vec<bool>> {
     let probes: Vec<ArrayRef> = columns.iter().map(|&c| inserts.column(c).clone()).collect();
-    let mut first = repeated(&probes)?;
+    let mut conflict = repeated(&probes)?;
     let hashes = hash_keys(&probes, inserts.num_rows())?;
     for chunk in chunks {
         // Only rows whose hash the chunk holds are searched for.
         let stored = chunk.orders.value_hashes(chunk.batch, columns)?;
         let candidates: Vec<u32> = (0..hashes.len() as u32)
-            .filter(|&r| stored.contains(&hashes[r as usize]))
+            .filter(|&r| !conflict[r as usize] && stored.contains(&hashes[r as usize]))
             .collect();
         if candidates.is_empty() {
             continue;
@@ -60,21 +71,20 @@ pub(crate) fn first_duplicate(
         for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &subset)? {
             let row = row as usize;
             if chunk.live.value(row) && !(chunk.deleted)(row) {
-                let probe = candidates[probe] as usize;
-                first = Some(first.map_or(probe, |f: usize| f.min(probe)));
-                break;
+                conflict[candidates[probe] as usize] = true;
             }
         }
     }
-    Ok(first)
+    Ok(conflict)
 }
 
-/// The first row of `probes` (one array per column) whose values, none
-/// NULL, an earlier row has too.
-fn repeated(probes: &[ArrayRef]) -> StateResult<Option<usize>> {
+/// For each row of `probes` (one array per column), whether its values,
+/// none NULL, an earlier row has too.
+fn repeated(probes: &[ArrayRef]) -> StateResult<Vec<bool>> {
     let rows = probes.first().map_or(0, |p| p.len());
+    let mut repeats = vec![false; rows];
     if rows < 2 {
-        return Ok(None);
+        return Ok(repeats);
     }
     let fields = probes
         .iter()
@@ -84,13 +94,11 @@ fn repeated(probes: &[ArrayRef]) -> StateResult<Option<usize>> {
     let mut seen: HashSet<&[u8]> = HashSet::with_capacity(rows);
     // A per-row loop: one hash-set probe per written row, as a key
     // index's insert.
-    for row in 0..rows {
+    for (row, repeat) in repeats.iter_mut().enumerate() {
         if probes.iter().any(|p| p.is_null(row)) {
             continue;
         }
-        if !seen.insert(encoded.row(row).data()) {
-            return Ok(Some(row));
-        }
+        *repeat = !seen.insert(encoded.row(row).data());
     }
-    Ok(None)
+    Ok(repeats)
 }

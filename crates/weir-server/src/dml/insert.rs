@@ -16,7 +16,7 @@ use crate::database::WorkingState;
 use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Params, Session};
 
-use super::upsert::{check_conflict_target, evaluate_upsert};
+use super::upsert::{check_conflict_target, evaluate_upsert, Arbiter};
 use super::*;
 
 /// The table an INSERT writes to.
@@ -94,23 +94,20 @@ pub(super) async fn insert_rows(
             Ok(Written::rows(rows))
         }
         Some(OnInsert::OnConflict(on_conflict)) => {
-            check_conflict_target(
+            let arbiter = check_conflict_target(
                 &def,
                 on_conflict.conflict_target.as_ref(),
                 &on_conflict.action,
             )?;
+            if let OnConflictAction::DoNothing = &on_conflict.action {
+                let rows = without_conflicts(&def, table, rows, arbiter)?;
+                check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
+                return Ok(Written::rows(rows));
+            }
             let keys = rows.project(&def.primary_key)?;
             let matches = table.lookup(&keys)?;
             match &on_conflict.action {
-                OnConflictAction::DoNothing => {
-                    let fresh: BooleanArray = matches
-                        .iter()
-                        .map(|m| Some(m.existing.is_none() && !m.repeated))
-                        .collect();
-                    let rows = filter_record_batch(&rows, &fresh)?;
-                    check_write(&def, &rows, table.write(&[], Some(&rows))?)?;
-                    Ok(Written::rows(rows))
-                }
+                OnConflictAction::DoNothing => unreachable!("handled above"),
                 OnConflictAction::DoUpdate(update) => {
                     if matches.iter().any(|m| m.repeated) {
                         return Err(WeirError::new(
@@ -162,6 +159,37 @@ pub(super) async fn insert_rows(
         }
         Some(_) => Err(WeirError::unsupported("ON DUPLICATE KEY UPDATE")),
     }
+}
+
+/// `rows` without those `ON CONFLICT DO NOTHING` leaves out: each row
+/// whose key (for [`Arbiter::Key`] or [`Arbiter::Any`]) or whose values
+/// in the arbiter's unique constraints are held by a stored row or an
+/// earlier row of the statement.
+fn without_conflicts(
+    def: &TableDef,
+    table: &weir_state::StateTable,
+    mut rows: RecordBatch,
+    arbiter: Arbiter,
+) -> WeirResult<RecordBatch> {
+    if matches!(arbiter, Arbiter::Key | Arbiter::Any) && !def.primary_key.is_empty() {
+        let matches = table.lookup(&rows.project(&def.primary_key)?)?;
+        let fresh: BooleanArray = matches
+            .iter()
+            .map(|m| Some(m.existing.is_none() && !m.repeated))
+            .collect();
+        rows = filter_record_batch(&rows, &fresh)?;
+    }
+    let constraints: Vec<usize> = match arbiter {
+        Arbiter::Key => Vec::new(),
+        Arbiter::Unique(i) => vec![i],
+        Arbiter::Any => (0..def.unique.len()).collect(),
+    };
+    for constraint in constraints {
+        let held = table.unique_conflicts(&rows, constraint)?;
+        let fresh: BooleanArray = held.iter().map(|&h| Some(!h)).collect();
+        rows = filter_record_batch(&rows, &fresh)?;
+    }
+    Ok(rows)
 }
 
 /// Fails with 428C9 when the INSERT gives a value (not `DEFAULT`) to a

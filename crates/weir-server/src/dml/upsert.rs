@@ -16,52 +16,78 @@ use crate::session::{Params, Session};
 
 use super::*;
 
+/// The constraint(s) whose conflicts an `ON CONFLICT` clause handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Arbiter {
+    /// The primary key.
+    Key,
+    /// The table's unique constraint of this index (`DO NOTHING` only).
+    Unique(usize),
+    /// Every unique constraint and the key: `ON CONFLICT DO NOTHING`
+    /// without a target.
+    Any,
+}
+
+/// Which constraint `ON CONFLICT [target]` names, as PostgreSQL infers
+/// it: the primary key's or a `UNIQUE` constraint's columns (in any
+/// order) or name; none with `DO NOTHING` means any. `DO UPDATE` takes
+/// the primary key only here.
 pub(super) fn check_conflict_target(
     def: &TableDef,
     target: Option<&ConflictTarget>,
     action: &OnConflictAction,
-) -> WeirResult<()> {
+) -> WeirResult<Arbiter> {
     let no_constraint = || {
         WeirError::new(
             SqlState("42P10"),
             "there is no unique or exclusion constraint matching the ON CONFLICT specification",
         )
     };
-    if def.primary_key.is_empty() {
-        return Err(no_constraint());
-    }
-    match target {
-        None if matches!(action, OnConflictAction::DoNothing) => Ok(()),
-        None => Err(WeirError::new(
-            SqlState::SYNTAX_ERROR,
-            "ON CONFLICT DO UPDATE requires inference specification or constraint name",
-        )),
+    let arbiter = match target {
+        None if matches!(action, OnConflictAction::DoNothing) => return Ok(Arbiter::Any),
+        None => {
+            return Err(WeirError::new(
+                SqlState::SYNTAX_ERROR,
+                "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+            ))
+        }
         Some(ConflictTarget::Columns(columns)) => {
             let named: HashSet<usize> = columns
                 .iter()
                 .map(|c| column_index(def, &normalize_ident(c)))
                 .collect::<WeirResult<_>>()?;
-            let key: HashSet<usize> = def.primary_key.iter().copied().collect();
-            if named == key {
-                Ok(())
+            let same = |columns: &[usize]| columns.iter().copied().collect::<HashSet<_>>() == named;
+            if !def.primary_key.is_empty() && same(&def.primary_key) {
+                Arbiter::Key
+            } else if let Some(i) = def.unique.iter().position(|u| same(&u.columns)) {
+                Arbiter::Unique(i)
             } else {
-                Err(no_constraint())
+                return Err(no_constraint());
             }
         }
         Some(ConflictTarget::OnConstraint(name)) => {
-            if name.to_string() == format!("{}_pkey", def.name) {
-                Ok(())
+            let name = name.to_string();
+            if !def.primary_key.is_empty() && name == format!("{}_pkey", def.name) {
+                Arbiter::Key
+            } else if let Some(i) = def.unique.iter().position(|u| u.name == name) {
+                Arbiter::Unique(i)
             } else {
-                Err(WeirError::new(
+                return Err(WeirError::new(
                     SqlState::UNDEFINED_OBJECT,
                     format!(
                         "constraint \"{name}\" for table \"{}\" does not exist",
                         def.name
                     ),
-                ))
+                ));
             }
         }
+    };
+    if matches!(arbiter, Arbiter::Unique(_)) && matches!(action, OnConflictAction::DoUpdate(_)) {
+        return Err(WeirError::unsupported(
+            "ON CONFLICT ... DO UPDATE on a UNIQUE constraint (only on the primary key)",
+        ));
     }
+    Ok(arbiter)
 }
 
 /// Computes `DO UPDATE SET ...` for conflicting rows: returns the updated

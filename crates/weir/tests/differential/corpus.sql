@@ -894,3 +894,7 @@ ALTER TABLE uniq_t DROP CONSTRAINT uniq_ab;
 ALTER TABLE uniq_t DROP CONSTRAINT uniq_ab;
 INSERT INTO uniq_t VALUES (6, 'v', 1, 1);
 SELECT count(*) FROM uniq_t;
+INSERT INTO uniq_t VALUES (7, 'x', 70, 70), (8, 'q', 80, 80), (9, 'q', 90, 90) ON CONFLICT DO NOTHING;
+INSERT INTO uniq_t VALUES (10, 'q', 100, 100) ON CONFLICT (email) DO NOTHING;
+INSERT INTO uniq_t VALUES (11, 'r', 1, 1) ON CONFLICT (email) DO NOTHING;
+SELECT id, email FROM uniq_t WHERE id >= 7 ORDER BY id;
