@@ -62,18 +62,21 @@ pub async fn alter_table(session: &mut Session, alter: &AlterTable) -> WeirResul
     for operation in &alter.operations {
         change.apply(session, &working.catalog, operation).await?;
     }
-    if !change.writes_rows {
-        // Only the name changed.
-        let renamed = change.def.name.clone();
-        rename_table(&mut working.catalog, &name, &renamed);
+    if !change.writes_rows() {
+        // At most the name changed: the rows stay where they are.
+        change.finish(&mut working.catalog, &db.sequences);
+        working.catalog.tables.remove(&name);
+        working
+            .catalog
+            .tables
+            .insert(change.def.name.clone(), change.def);
         working.catalog_changed();
     } else {
         session.pinned.pin(Arc::new(db.working_snapshot(&working)));
         let rows = change.rows(session).await?;
         // Ids for the unique constraints added.
         for unique in change.def.unique.iter_mut().filter(|u| u.id == 0) {
-            unique.id = working.catalog.next_table_id;
-            working.catalog.next_table_id += 1;
+            unique.id = working.catalog.take_id();
         }
         let mut state = StateTable::new(change.def.spec())?;
         if let Err(violation) = state.write(&[], Some(&rows))? {
@@ -152,8 +155,6 @@ struct Change {
     /// For each column of `def`, the old column it keeps (by index), or
     /// `None` for a column added, which takes its default.
     origins: Vec<Option<usize>>,
-    /// Whether the rows must be written again (everything but a rename).
-    writes_rows: bool,
     /// Columns renamed, old name to new, for the sequences they own.
     renamed: Vec<(String, String)>,
 }
@@ -165,9 +166,27 @@ impl Change {
             def: old.clone(),
             old,
             origins,
-            writes_rows: false,
             renamed: Vec::new(),
         }
+    }
+
+    /// Whether the rows must be written again: anything but the table's
+    /// name changed.
+    fn writes_rows(&self) -> bool {
+        let mut same_name = self.def.clone();
+        same_name.name.clone_from(&self.old.name);
+        same_name != self.old
+    }
+
+    /// 42701 for column `name`, which the table has.
+    fn duplicate_column(&self, name: &str) -> WeirError {
+        WeirError::new(
+            SqlState::DUPLICATE_COLUMN,
+            format!(
+                "column \"{name}\" of relation \"{}\" already exists",
+                self.old.name
+            ),
+        )
     }
 
     /// The index of column `name` of the new definition.
@@ -209,18 +228,11 @@ impl Change {
                         ));
                         return Ok(());
                     }
-                    return Err(WeirError::new(
-                        SqlState::DUPLICATE_COLUMN,
-                        format!(
-                            "column \"{name}\" of relation \"{}\" already exists",
-                            self.old.name
-                        ),
-                    ));
+                    return Err(self.duplicate_column(&name));
                 }
                 let column = added_column(session, catalog, &self.old.name, column_def).await?;
                 self.def.columns.push(column);
                 self.origins.push(None);
-                self.writes_rows = true;
             }
             AlterTableOperation::DropColumn {
                 column_names,
@@ -268,7 +280,6 @@ impl Change {
                             }
                         }
                     }
-                    self.writes_rows = true;
                 }
             }
             AlterTableOperation::RenameColumn {
@@ -280,17 +291,10 @@ impl Change {
                 let to = crate::catalog::normalize_ident(new_column_name);
                 let i = self.column(&from)?;
                 if self.def.columns.iter().any(|c| c.name == to) {
-                    return Err(WeirError::new(
-                        SqlState::DUPLICATE_COLUMN,
-                        format!(
-                            "column \"{to}\" of relation \"{}\" already exists",
-                            self.old.name
-                        ),
-                    ));
+                    return Err(self.duplicate_column(&to));
                 }
                 self.def.columns[i].name = to.clone();
                 self.renamed.push((from, to));
-                self.writes_rows = true;
             }
             AlterTableOperation::RenameTable { table_name } => {
                 let (RenameTableNameKind::To(new) | RenameTableNameKind::As(new)) = table_name;
@@ -306,7 +310,6 @@ impl Change {
                 not_valid: false,
             } => {
                 self.add_unique(catalog, unique)?;
-                self.writes_rows = true;
             }
             AlterTableOperation::DropConstraint {
                 if_exists, name, ..
@@ -333,12 +336,10 @@ impl Change {
                         ),
                     ));
                 }
-                self.writes_rows = true;
             }
             AlterTableOperation::AlterColumn { column_name, op } => {
                 let i = self.column(&crate::catalog::normalize_ident(column_name))?;
                 self.alter_column(session, i, op)?;
-                self.writes_rows = true;
             }
             other => {
                 return Err(WeirError::unsupported(format!(
@@ -439,19 +440,10 @@ impl Change {
         rows: &datafusion::arrow::record_batch::RecordBatch,
         violation: weir_state::KeyViolation,
     ) -> WeirResult<WeirError> {
-        let Some(unique) = violation.constraint.and_then(|i| self.def.unique.get(i)) else {
-            return Err(crate::dml::check_write(&self.def, rows, Err(violation))
-                .expect_err("a violation is an error"));
-        };
-        let mut error = crate::dml::unique_violation(
-            &self.def,
-            &unique.name,
-            &unique.columns,
-            rows,
-            violation.row,
-            "is duplicated",
-        )?;
-        error.message = format!("could not create unique index \"{}\"", unique.name);
+        let mut error = crate::dml::violation_error(&self.def, rows, &violation, "is duplicated")?;
+        if let Some(unique) = violation.constraint.and_then(|i| self.def.unique.get(i)) {
+            error.message = format!("could not create unique index \"{}\"", unique.name);
+        }
         Ok(error)
     }
 
@@ -538,25 +530,6 @@ impl Change {
                     }
                     *t = self.def.name.clone();
                 }
-            }
-        }
-    }
-}
-
-/// Renames table `from` to `to` in the catalog, with its indexes and the
-/// sequences it owns.
-fn rename_table(catalog: &mut Catalog, from: &str, to: &str) {
-    if let Some(mut def) = catalog.tables.remove(from) {
-        def.name = to.to_owned();
-        catalog.tables.insert(to.to_owned(), def);
-    }
-    for index in catalog.indexes.values_mut().filter(|i| i.relation == from) {
-        index.relation = to.to_owned();
-    }
-    for sequence in catalog.sequences.values_mut() {
-        if let Some((table, _)) = &mut sequence.owned_by {
-            if table == from {
-                *table = to.to_owned();
             }
         }
     }

@@ -521,6 +521,14 @@ impl Catalog {
         pairs
     }
 
+    /// A new id from the counter tables, views, indexes, sequences and
+    /// constraints share (their state and OIDs are filed under it).
+    pub fn take_id(&mut self) -> TableId {
+        let id = self.next_table_id;
+        self.next_table_id += 1;
+        id
+    }
+
     /// Whether an index is named `name`: one made with `CREATE INDEX`, or
     /// a `UNIQUE` constraint's (index names share the relations' space).
     pub fn names_index(&self, name: &str) -> bool {

@@ -57,8 +57,7 @@ pub(crate) fn new_index(
 
 /// Adds `index` to `catalog` under the catalog's next id.
 pub(crate) fn add_index(catalog: &mut Catalog, mut index: IndexDef) {
-    index.id = catalog.next_table_id;
-    catalog.next_table_id += 1;
+    index.id = catalog.take_id();
     catalog.indexes.insert(index.name.clone(), index);
 }
 

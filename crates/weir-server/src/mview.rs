@@ -423,9 +423,9 @@ pub async fn create(
             ));
         }
     }
-    let id = allocate_id(&mut working.catalog);
+    let id = working.catalog.take_id();
     let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
-        .map(|_| allocate_id(&mut working.catalog))
+        .map(|_| working.catalog.take_id())
         .collect();
     let sources = source_inputs(&db, &working.catalog, &planned, |_| None)?;
     let watermark = output_watermark(&planned.plan, &planned.columns);
@@ -566,12 +566,6 @@ fn backfill(
     let mut early = EarlyDeltas::default();
     early.take(&mut dataflow, &mut table)?;
     Ok((dataflow, table, early))
-}
-
-fn allocate_id(catalog: &mut crate::catalog::Catalog) -> TableId {
-    let id = catalog.next_table_id;
-    catalog.next_table_id += 1;
-    id
 }
 
 /// The state table id behind a table or materialized view, if any.
@@ -799,9 +793,9 @@ async fn rebuild(
             }
         };
         let mut working = db.working().await;
-        let id = allocate_id(&mut working.catalog);
+        let id = working.catalog.take_id();
         let state_ids: Vec<TableId> = (0..dataflow.state_specs().len())
-            .map(|_| allocate_id(&mut working.catalog))
+            .map(|_| working.catalog.take_id())
             .collect();
         let sources = source_inputs(db, &working.catalog, &planned, |_| None)?;
         let Some(entry) = working.catalog.materialized_views.get_mut(&def.name) else {

@@ -721,18 +721,20 @@ impl StateTable {
         let Some(columns) = self.spec.unique.get(constraint) else {
             return Ok(vec![false; inserts.num_rows()]);
         };
-        let none = |_: usize| false;
-        let chunks: Vec<StoredChunk<'_>> = self
-            .chunks
-            .values()
-            .map(|chunk| StoredChunk {
+        conflicts(&self.stored_chunks(), &|_, _| false, inserts, columns)
+    }
+
+    /// The chunks as a unique constraint's check reads them.
+    fn stored_chunks(&self) -> Vec<StoredChunk<'_>> {
+        self.chunks
+            .iter()
+            .map(|(&id, chunk)| StoredChunk {
+                id,
                 batch: &chunk.batch,
                 live: &chunk.live,
                 orders: &chunk.orders,
-                deleted: &none,
             })
-            .collect();
-        conflicts(&chunks, inserts, columns)
+            .collect()
     }
 
     /// The first row of `inserts` that breaks a unique constraint once
@@ -746,25 +748,10 @@ impl StateTable {
             return Ok(None);
         }
         let deleted: HashSet<RowPosition> = deletes.iter().copied().collect();
-        let deleted = &deleted;
-        let checks: Vec<_> = self
-            .chunks
-            .keys()
-            .map(|&id| move |row: usize| deleted.contains(&position(id, row)))
-            .collect();
-        let chunks: Vec<StoredChunk<'_>> = self
-            .chunks
-            .values()
-            .zip(&checks)
-            .map(|(chunk, deleted)| StoredChunk {
-                batch: &chunk.batch,
-                live: &chunk.live,
-                orders: &chunk.orders,
-                deleted,
-            })
-            .collect();
+        let deleted = |chunk: u32, row: usize| deleted.contains(&position(chunk, row));
+        let chunks = self.stored_chunks();
         for (i, columns) in self.spec.unique.iter().enumerate() {
-            if let Some(row) = first_duplicate(&chunks, inserts, columns)? {
+            if let Some(row) = first_duplicate(&chunks, &deleted, inserts, columns)? {
                 return Ok(Some(KeyViolation {
                     row,
                     constraint: Some(i),

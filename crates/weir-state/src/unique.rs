@@ -23,24 +23,30 @@ use crate::StateResult;
 
 /// One chunk of stored rows, as the check reads it.
 pub(crate) struct StoredChunk<'a> {
+    /// The chunk's id in its table.
+    pub id: u32,
     /// The chunk's rows.
     pub batch: &'a RecordBatch,
     /// Which are live.
     pub live: &'a BooleanBuffer,
     /// Its orders, where the constraint's is built or kept.
     pub orders: &'a ChunkOrders,
-    /// Whether row `r` of it is deleted by the same write.
-    pub deleted: &'a dyn Fn(usize) -> bool,
 }
+
+/// Whether row `row` of chunk `chunk` is deleted by the same write.
+pub(crate) type Deleted<'a> = &'a dyn Fn(u32, usize) -> bool;
 
 /// The first row of `inserts` whose values in `columns` equal an earlier
 /// inserted row's or a live stored row's (that the write does not delete).
 pub(crate) fn first_duplicate(
     chunks: &[StoredChunk<'_>],
+    deleted: Deleted<'_>,
     inserts: &RecordBatch,
     columns: &[usize],
 ) -> StateResult<Option<usize>> {
-    Ok(conflicts(chunks, inserts, columns)?.iter().position(|&c| c))
+    Ok(conflicts(chunks, deleted, inserts, columns)?
+        .iter()
+        .position(|&c| c))
 }
 
 /// For each row of `inserts`, whether its values in `columns` (none
@@ -48,6 +54,7 @@ pub(crate) fn first_duplicate(
 /// write does not delete).
 pub(crate) fn conflicts(
     chunks: &[StoredChunk<'_>],
+    deleted: Deleted<'_>,
     inserts: &RecordBatch,
     columns: &[usize],
 ) -> StateResult<Vec<bool>> {
@@ -55,7 +62,9 @@ pub(crate) fn conflicts(
     let mut conflict = repeated(&probes)?;
     let hashes = hash_keys(&probes, inserts.num_rows())?;
     for chunk in chunks {
-        // Only rows whose hash the chunk holds are searched for.
+        // Only rows whose hash the chunk holds are searched for (a set
+        // lookup per written row and chunk, where a search would be a
+        // binary search through the chunk's order).
         let stored = chunk.orders.value_hashes(chunk.batch, columns)?;
         let candidates: Vec<u32> = (0..hashes.len() as u32)
             .filter(|&r| !conflict[r as usize] && stored.contains(&hashes[r as usize]))
@@ -70,7 +79,7 @@ pub(crate) fn conflicts(
             .collect::<Result<Vec<_>, _>>()?;
         for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &subset)? {
             let row = row as usize;
-            if chunk.live.value(row) && !(chunk.deleted)(row) {
+            if chunk.live.value(row) && !deleted(chunk.id, row) {
                 conflict[candidates[probe] as usize] = true;
             }
         }

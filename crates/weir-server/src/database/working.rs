@@ -76,8 +76,7 @@ impl WorkingState {
 
     /// Adds a table to the catalog; returns its id.
     pub fn create_table(&mut self, mut def: TableDef) -> WeirResult<TableId> {
-        let id = self.catalog.next_table_id;
-        self.catalog.next_table_id += 1;
+        let id = self.catalog.take_id();
         def.id = id;
         // Its unique constraints' ids (their OIDs derive from them).
         for unique in &mut def.unique {
@@ -86,8 +85,7 @@ impl WorkingState {
             {
                 return Err(crate::ddl::duplicate_relation(&unique.name));
             }
-            unique.id = self.catalog.next_table_id;
-            self.catalog.next_table_id += 1;
+            unique.id = self.catalog.take_id();
         }
         self.tables.insert(id, StateTable::new(def.spec())?);
         self.catalog.tables.insert(def.name.clone(), def);
@@ -104,8 +102,7 @@ impl WorkingState {
             self.tables.remove(&old.id);
             self.table_positions.remove(&old.id);
         }
-        let id = self.catalog.next_table_id;
-        self.catalog.next_table_id += 1;
+        let id = self.catalog.take_id();
         def.id = id;
         self.tables.insert(id, state);
         self.catalog.tables.insert(def.name.clone(), def);

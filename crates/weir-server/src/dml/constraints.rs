@@ -58,38 +58,30 @@ pub fn check_write(
     rows: &RecordBatch,
     result: Result<(), KeyViolation>,
 ) -> WeirResult<()> {
-    let Err(violation) = result else {
-        return Ok(());
-    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(violation) => Err(violation_error(def, rows, &violation, "already exists")?),
+    }
+}
+
+/// 23505 for `violation` of `def`'s key or one of its unique constraints
+/// by a row of `rows` (the table's columns), with the row's values in its
+/// detail: `Key (a, b)=(1, 2) <what>.`
+pub fn violation_error(
+    def: &TableDef,
+    rows: &RecordBatch,
+    violation: &KeyViolation,
+    what: &str,
+) -> WeirResult<WeirError> {
     let (name, columns) = match violation.constraint.and_then(|i| def.unique.get(i)) {
         Some(unique) => (unique.name.clone(), unique.columns.as_slice()),
         None => (format!("{}_pkey", def.name), def.primary_key.as_slice()),
     };
-    Err(unique_violation(
-        def,
-        &name,
-        columns,
-        rows,
-        violation.row,
-        "already exists",
-    )?)
-}
-
-/// 23505 for constraint `name` on `columns`, with row `row` of `rows`
-/// (the table's columns) in its detail: `Key (a, b)=(1, 2) <what>.`
-pub fn unique_violation(
-    def: &TableDef,
-    name: &str,
-    columns: &[usize],
-    rows: &RecordBatch,
-    row: usize,
-    what: &str,
-) -> WeirResult<WeirError> {
     let options = FormatOptions::default().with_null("null");
     let mut values = Vec::new();
     for &k in columns {
         let formatter = ArrayFormatter::try_new(rows.column(k).as_ref(), &options)?;
-        values.push(formatter.value(row).to_string());
+        values.push(formatter.value(violation.row).to_string());
     }
     let names: Vec<&str> = columns
         .iter()

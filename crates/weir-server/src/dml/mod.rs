@@ -33,7 +33,7 @@ use crate::error::{SqlState, WeirError, WeirResult};
 use crate::session::{Output, Params, Session};
 use crate::types::{assignable, pg_type_name};
 
-pub use constraints::{check_write, conform, unique_violation};
+pub use constraints::{check_write, conform, violation_error};
 pub use insert::insert_batch;
 pub(crate) use insert::plan_rows;
 pub(crate) use insert::text_rows;

@@ -152,9 +152,7 @@ pub fn serial_columns(
 /// Takes `n` ids from `catalog`'s counter (the shared catalog's: a
 /// block's own counter is only provisional).
 pub fn allocate_ids(catalog: &mut Catalog, n: usize) -> Vec<weir_state::TableId> {
-    let first = catalog.next_table_id;
-    catalog.next_table_id += n as weir_state::TableId;
-    (first..catalog.next_table_id).collect()
+    (0..n).map(|_| catalog.take_id()).collect()
 }
 
 /// Adds the sequences `made` for table `def` to `catalog` under `ids`
