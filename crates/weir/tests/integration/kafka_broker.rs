@@ -238,9 +238,20 @@ impl Broker {
         let partitions = metadata.topics()[0].partitions().len() as i32;
         let mut records = Vec::new();
         for partition in 0..partitions {
-            let (_, high) = ends_of
-                .fetch_watermarks(topic, partition, Duration::from_secs(30))
-                .unwrap();
+            // A partition's end as the broker reports it; on a loaded
+            // machine a partition written to may still read as empty for
+            // a moment, so an empty one is asked again for 2 s.
+            let mut high = 0;
+            for _ in 0..10 {
+                high = ends_of
+                    .fetch_watermarks(topic, partition, Duration::from_secs(30))
+                    .unwrap()
+                    .1;
+                if high > 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
             if high <= 0 {
                 continue;
             }
