@@ -123,6 +123,9 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
     let scripts = write_scripts(work.path(), load.rows)?;
     let mut lines = Vec::new();
     let cpu = || server.cpu_time();
+    // Memory with every active connection: resident before the reads,
+    // and the peak while pgbench's clients (up to the largest count) read.
+    let loaded_rss = server.rss_kib()?;
     for (script, path) in SCRIPTS.iter().zip(&scripts) {
         for &clients in &load.clients {
             let weir = pgbench(
@@ -137,6 +140,7 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
             lines.push((script.name.to_owned(), clients, Some(weir), None));
         }
     }
+    let active_peak = server.peak_rss_kib()?;
 
     // The write load: a datagen source into a view keyed by customer.
     let customers = (load.rows / 10).max(1);
@@ -269,6 +273,13 @@ pub async fn run(load: ReadLoad) -> anyhow::Result<()> {
         );
     }
     println!("Rows the write load put through the view: {written}");
+    let most = load.clients.iter().copied().max().unwrap_or(0);
+    println!(
+        "Active connections (up to {most}): resident memory {:.1} MiB before the reads, peak {:.1} MiB during them, {:.1} KiB per active connection",
+        loaded_rss as f64 / 1024.0,
+        active_peak as f64 / 1024.0,
+        active_peak.saturating_sub(loaded_rss) as f64 / most.max(1) as f64
+    );
     println!(
         "{} idle connections: resident memory {:.1} -> {:.1} MiB, {:.1} KiB per connection",
         load.idle,

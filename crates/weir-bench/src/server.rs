@@ -103,6 +103,26 @@ impl Server {
         status_kib(self.child.id(), "VmRSS")
     }
 
+    /// How many tables and views the newest manifest in the data folder
+    /// stores orders for beside their base (`TableFiles::base_orders`).
+    pub fn relations_with_stored_orders(&self) -> usize {
+        let newest = std::fs::read_dir(self.dir.path().join("manifest"))
+            .ok()
+            .and_then(|entries| entries.filter_map(|e| Some(e.ok()?.path())).max());
+        let manifest = newest
+            .and_then(|path| std::fs::read(path).ok())
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+        manifest
+            .as_ref()
+            .and_then(|m| m["tables"].as_object())
+            .map_or(0, |tables| {
+                tables
+                    .values()
+                    .filter(|t| t.get("base_orders").is_some())
+                    .count()
+            })
+    }
+
     /// Bytes in the data folder.
     pub fn state_bytes(&self) -> u64 {
         fn walk(dir: &std::path::Path) -> u64 {

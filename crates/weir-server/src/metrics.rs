@@ -79,6 +79,19 @@ pub fn render(db: &Database) -> String {
         "Chunks of tables and views sorted for key and index lookups after their commit, before a read needed them.",
         db.chunks_sorted_ahead.load(Ordering::Relaxed).to_string(),
     );
+    let (sorted, loaded) = weir_state::order_counts();
+    metric(
+        "weir_lookup_orders_sorted_total",
+        "counter",
+        "Chunk orders (by a key's or an index's columns) sorted for lookups since start, by reads or ahead of them.",
+        sorted.to_string(),
+    );
+    metric(
+        "weir_lookup_orders_loaded_total",
+        "counter",
+        "Chunk orders loaded with their base from the state store at recovery instead of sorted again.",
+        loaded.to_string(),
+    );
     metric(
         "weir_session_contexts_released_total",
         "counter",

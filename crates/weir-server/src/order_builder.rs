@@ -7,8 +7,10 @@
 //! replaces several with one; left alone, the first read after it would
 //! sort the new chunk, which for a merged chunk of a large relation is a
 //! pause that read's client sees. This task sorts them after each commit
-//! instead, for every order reads have used since the server started (an
-//! order no read uses costs nothing: 4 bytes per row once built).
+//! instead, for every order reads have used since the server started or
+//! that recovery loaded with a base (`weir-state`'s compaction stores the
+//! orders in use with each base; an order no read uses costs nothing: 4
+//! bytes per row once built).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

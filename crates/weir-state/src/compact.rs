@@ -5,9 +5,13 @@
 //!    manifest whose chains are due ([`StoreConfig`]): their files, the
 //!    spec they were last committed with, and, when the caller has one,
 //!    the table's in-memory snapshot at that manifest's epoch.
+//!    A table whose snapshot has orders that reads use (`order.rs`) and
+//!    that its base does not store is due too, even without deltas.
 //! 2. [`Compactor::compact`] (no lock on the store; commits go on) writes
 //!    the snapshot, or else reads the base and deltas back and applies them
-//!    as recovery does, as `base/<table>/<epoch of the last delta merged>`.
+//!    as recovery does, as `base/<table>/<epoch of the last delta merged>`
+//!    (of the manifest, when there are no deltas), followed in the same
+//!    object by the orders reads use, sorted ([`BaseOrders`]).
 //!    A snapshot is the same rows for a fraction of the work (no decoding,
 //!    no index to rebuild): tables and view outputs have one; operator
 //!    state, which lives in the stream worker, is merged from the store.
@@ -23,13 +27,16 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
 use object_store::ObjectStore;
 
 use crate::codec;
 use crate::error::StateResult;
 use crate::layout::base_path;
-use crate::manifest::{FileSlice, TableFiles, TableId};
+use crate::manifest::{BaseOrders, FileSlice, TableFiles, TableId};
+use crate::order::sort_order;
 use crate::store::{StateStore, StoreConfig};
 use crate::table::{TableSnapshot, TableSpec};
 
@@ -44,6 +51,11 @@ pub struct CompactionJob {
     pub files: TableFiles,
     /// Its contents at that manifest's epoch, if the caller holds them.
     pub snapshot: Option<TableSnapshot>,
+    /// The orders to store with the new base: those the snapshot's reads
+    /// have built.
+    pub orders: Vec<Vec<usize>>,
+    /// The epoch of that manifest.
+    pub epoch: u64,
 }
 
 /// A merged base, waiting for the next commit to name it.
@@ -59,6 +71,8 @@ pub struct CompactedBase {
     pub through_epoch: u64,
     /// The new base.
     pub base: FileSlice,
+    /// Its orders, stored after it in the same object.
+    pub orders: Option<BaseOrders>,
 }
 
 /// Reads and writes objects for compaction, beside the store's commits.
@@ -77,11 +91,18 @@ impl Compactor {
 
     /// Merges `job`'s base and deltas into a new base object.
     pub async fn compact(&self, job: &CompactionJob) -> StateResult<CompactedBase> {
-        let through_epoch = job.files.deltas.last().map_or(0, |d| d.epoch);
+        // Without deltas (a rewrite for orders) the base is named by the
+        // manifest's epoch, after every earlier base's last delta.
+        let through_epoch = job.files.deltas.last().map_or(job.epoch, |d| d.epoch);
         // A chain that is one delta of upserts and nothing else (a new
         // view's backfilled state, a table's first load) already is a base:
-        // name its slice instead of writing it again.
-        if let (None, [only]) = (&job.files.base, job.files.deltas.as_slice()) {
+        // name its slice instead of writing it again, unless orders are to
+        // be stored with it.
+        if let (None, [only], true) = (
+            &job.files.base,
+            job.files.deltas.as_slice(),
+            job.orders.is_empty(),
+        ) {
             if let (Some(upserts), None) = (&only.upserts, &only.deletes) {
                 return Ok(CompactedBase {
                     table: job.table,
@@ -89,6 +110,7 @@ impl Compactor {
                     merged: 1,
                     through_epoch,
                     base: upserts.clone(),
+                    orders: None,
                 });
             }
         }
@@ -96,12 +118,27 @@ impl Compactor {
             Some(snapshot) => snapshot.stored_rows()?,
             None => self.objects.load_rows(job.spec.clone(), &job.files).await?,
         };
-        let bytes = codec::encode(&rows)?;
+        let mut bytes = codec::encode(&rows)?;
         let path = base_path(self.objects.root(), job.table, through_epoch);
+        let relative = self.objects.relative(&path);
         let base = FileSlice {
-            path: self.objects.relative(&path),
+            path: relative.clone(),
             offset: 0,
             len: bytes.len() as u64,
+        };
+        let orders = match orders_batch(&rows, &job.orders)? {
+            Some(batch) => {
+                codec::encode_into(&batch, &mut bytes)?;
+                Some(BaseOrders {
+                    slice: FileSlice {
+                        path: relative,
+                        offset: base.len,
+                        len: bytes.len() as u64 - base.len,
+                    },
+                    columns: job.orders.clone(),
+                })
+            }
+            None => None,
         };
         self.objects.put(&path, bytes).await?;
         Ok(CompactedBase {
@@ -110,8 +147,27 @@ impl Compactor {
             merged: job.files.deltas.len(),
             through_epoch,
             base,
+            orders,
         })
     }
+}
+
+/// `rows` sorted by each of `orders`: one `UInt32` column of row numbers
+/// per order, or `None` without orders.
+fn orders_batch(rows: &RecordBatch, orders: &[Vec<usize>]) -> StateResult<Option<RecordBatch>> {
+    if orders.is_empty() {
+        return Ok(None);
+    }
+    let mut fields = Vec::with_capacity(orders.len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(orders.len());
+    for (i, order) in orders.iter().enumerate() {
+        fields.push(Field::new(format!("order_{i}"), DataType::UInt32, false));
+        columns.push(Arc::new(sort_order(rows, order)?));
+    }
+    Ok(Some(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?))
 }
 
 impl StateStore {
@@ -132,17 +188,28 @@ impl StateStore {
         let jobs: Vec<CompactionJob> = manifest
             .tables
             .iter()
-            .filter(|(id, files)| {
-                !self.pinned.contains_key(id)
-                    && !self.installed.contains_key(id)
-                    && self.config().needs_base(files)
-            })
+            .filter(|(id, _)| !self.pinned.contains_key(id) && !self.installed.contains_key(id))
             .filter_map(|(&id, files)| {
+                let snapshot = snapshot(id);
+                let orders = snapshot
+                    .as_ref()
+                    .map_or_else(Vec::new, |s| s.built_orders());
+                let stored = files.base_orders.as_ref().map(|o| o.columns.as_slice());
+                let orders_missing = orders
+                    .iter()
+                    .any(|order| !stored.is_some_and(|s| s.contains(order)));
+                let has_rows = files.base.is_some() || !files.deltas.is_empty();
+                let due = self.config().needs_base(files) || orders_missing && has_rows;
+                if !due {
+                    return None;
+                }
                 Some(CompactionJob {
                     table: id,
                     spec: self.spec_of(id)?.clone(),
                     files: files.clone(),
-                    snapshot: snapshot(id),
+                    snapshot,
+                    orders,
+                    epoch: manifest.epoch,
                 })
             })
             .collect();
@@ -166,16 +233,20 @@ impl StateStore {
 /// chain still starts with what was merged. Returns whether it did.
 pub(crate) fn apply(files: &mut TableFiles, compacted: &CompactedBase) -> bool {
     let still_there = files.base == compacted.replaces
-        && compacted.merged > 0
-        && files
-            .deltas
-            .get(compacted.merged - 1)
-            .is_some_and(|d| d.epoch == compacted.through_epoch);
+        && match compacted.merged {
+            // A rewrite of the base alone, for its orders.
+            0 => files.base.is_some(),
+            merged => files
+                .deltas
+                .get(merged - 1)
+                .is_some_and(|d| d.epoch == compacted.through_epoch),
+        };
     if !still_there {
         return false;
     }
     files.deltas.drain(..compacted.merged);
     files.base = Some(compacted.base.clone());
+    files.base_orders = compacted.orders.clone();
     files.base_bytes = compacted.base.len;
     files.delta_bytes = files
         .deltas

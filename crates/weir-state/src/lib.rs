@@ -44,9 +44,10 @@ pub use compact::{CompactedBase, CompactionJob, Compactor};
 pub use error::{StateError, StateResult};
 pub use key_index::{KeyId, KeyIndex, Probe};
 pub use manifest::{
-    DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
+    BaseOrders, DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles,
+    TableId,
 };
-pub use order::{orderable, KeySelection};
+pub use order::{order_counts, orderable, KeySelection};
 pub use store::{
     open_location, CommitStats, EpochDelta, SinkChange, SliceReader, StateStore, StoreConfig,
     TableChange,

@@ -55,6 +55,22 @@ pub struct TableFiles {
     pub delta_bytes: u64,
     /// The next hidden row id to hand out (tables without a primary key).
     pub next_row_id: u64,
+    /// The base's rows sorted by the columns reads look them up by,
+    /// written with the base by compaction (see [`BaseOrders`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_orders: Option<BaseOrders>,
+}
+
+/// A base's orders: for each list of columns, the base's row numbers in
+/// ascending order of those columns (`order.rs`), stored as one batch of
+/// `UInt32` columns after the base's rows in the same object, so that
+/// recovery need not sort them again before the first lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseOrders {
+    /// Where the batch of orders is stored.
+    pub slice: FileSlice,
+    /// The columns of each order, one per column of the batch.
+    pub columns: Vec<Vec<usize>>,
 }
 
 impl TableFiles {
@@ -64,7 +80,12 @@ impl TableFiles {
             .deltas
             .iter()
             .flat_map(|d| d.upserts.iter().chain(d.deletes.iter()));
-        self.base.iter().chain(deltas).map(|s| s.path.as_str())
+        let orders = self.base_orders.iter().map(|o| &o.slice);
+        self.base
+            .iter()
+            .chain(orders)
+            .chain(deltas)
+            .map(|s| s.path.as_str())
     }
 }
 

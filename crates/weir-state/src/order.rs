@@ -19,6 +19,7 @@
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::array::{
@@ -84,6 +85,20 @@ pub fn orderable(t: &DataType) -> bool {
             | Duration(_)
             | Decimal128(_, _)
             | Decimal256(_, _)
+    )
+}
+
+/// Chunk orders sorted in this process (by lookups, or ahead of them).
+static ORDERS_SORTED: AtomicU64 = AtomicU64::new(0);
+/// Chunk orders taken from the state store with their base at recovery.
+static ORDERS_LOADED: AtomicU64 = AtomicU64::new(0);
+
+/// How many chunk orders this process has sorted, and how many it loaded
+/// from the state store instead (for the server's metrics).
+pub fn order_counts() -> (u64, u64) {
+    (
+        ORDERS_SORTED.load(AtomicOrdering::Relaxed),
+        ORDERS_LOADED.load(AtomicOrdering::Relaxed),
     )
 }
 
@@ -160,16 +175,92 @@ impl ChunkOrders {
         if let Some(order) = slot.get() {
             return Ok(order.clone());
         }
-        let sort: Vec<SortColumn> = columns
-            .iter()
-            .map(|&c| SortColumn {
-                values: batch.column(c).clone(),
-                options: Some(ORDER),
-            })
-            .collect();
-        let sorted = lexsort_to_indices(&sort, None)?;
+        let sorted = sort_order(batch, columns)?;
+        ORDERS_SORTED.fetch_add(1, AtomicOrdering::Relaxed);
         Ok(slot.get_or_init(|| sorted).clone())
     }
+
+    /// The columns of every order built so far.
+    pub(crate) fn built_columns(&self) -> Vec<Vec<usize>> {
+        let built = self.built.lock().expect("chunk orders lock");
+        built
+            .iter()
+            .filter(|(_, slot)| slot.get().is_some())
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// Sets the order of `columns` to `order`, sorted elsewhere (an order
+    /// stored with a base and checked by [`is_order_of`]), unless one is
+    /// built already.
+    pub(crate) fn seed(&self, columns: &[usize], order: UInt32Array) {
+        let mut built = self.built.lock().expect("chunk orders lock");
+        let seeded = match built.iter().find(|(c, _)| c == columns) {
+            Some((_, slot)) => slot.set(order).is_ok(),
+            None => {
+                built.push((columns.to_vec(), Arc::new(OnceLock::from(order))));
+                true
+            }
+        };
+        if seeded {
+            ORDERS_LOADED.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+    }
+}
+
+/// The rows of `batch` in the order of `columns`: a permutation of its row
+/// numbers, sorted with Arrow's `lexsort`.
+pub(crate) fn sort_order(
+    batch: &RecordBatch,
+    columns: &[usize],
+) -> Result<UInt32Array, ArrowError> {
+    let sort: Vec<SortColumn> = columns
+        .iter()
+        .map(|&c| SortColumn {
+            values: batch.column(c).clone(),
+            options: Some(ORDER),
+        })
+        .collect();
+    lexsort_to_indices(&sort, None)
+}
+
+/// Whether `order` is an order of `batch` by `columns` as [`sort_order`]
+/// makes one: every row number once, in ascending order of the columns.
+/// One pass, far cheaper than sorting again; a stored order is used only
+/// if it passes.
+pub(crate) fn is_order_of(
+    order: &UInt32Array,
+    batch: &RecordBatch,
+    columns: &[usize],
+) -> Result<bool, ArrowError> {
+    let rows = batch.num_rows();
+    if order.len() != rows || order.null_count() > 0 {
+        return Ok(false);
+    }
+    let mut seen = vec![false; rows];
+    for &row in order.values().iter() {
+        match seen.get_mut(row as usize) {
+            Some(s) if !*s => *s = true,
+            _ => return Ok(false),
+        }
+    }
+    let comparators = columns
+        .iter()
+        .map(|&c| {
+            let column = batch.column(c).as_ref();
+            make_comparator(column, column, ORDER)
+        })
+        .collect::<Result<Vec<DynComparator>, _>>()?;
+    let sorted = order.values().windows(2).all(|pair| {
+        let (a, b) = (pair[0] as usize, pair[1] as usize);
+        comparators
+            .iter()
+            .map(|c| c(a, b))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+            .is_le()
+    });
+    Ok(sorted)
 }
 
 /// The row numbers of `batch` that `selection` selects on the order of

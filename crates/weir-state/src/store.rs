@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::{SchemaRef, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
@@ -20,7 +21,8 @@ use crate::error::{StateError, StateResult};
 use crate::history::{self, History};
 use crate::layout::{self, data_path, manifest_path};
 use crate::manifest::{
-    DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles, TableId,
+    BaseOrders, DeltaFiles, FileSlice, Manifest, PendingDelivery, ReaderPosition, TableFiles,
+    TableId,
 };
 use crate::table::{DeltaBatches, StateTable, TableSpec};
 
@@ -163,6 +165,9 @@ impl SliceReader {
         let mut table = StateTable::new(spec.clone())?;
         if let Some(rows) = self.decode_slice(files.base.as_ref(), &spec.schema).await? {
             table.apply_delta(Some(&rows), None)?;
+            if let Some(orders) = &files.base_orders {
+                self.seed_orders(&table, orders).await;
+            }
         }
         let key_schema = spec.key_schema();
         for delta in &files.deltas {
@@ -176,6 +181,42 @@ impl SliceReader {
         }
         table.set_next_row_id(files.next_row_id);
         Ok(table)
+    }
+}
+
+impl SliceReader {
+    /// Gives `table`, just loaded from its base, the orders stored with
+    /// that base. Orders only spare lookups a sort, so one that cannot be
+    /// read or does not match the base is left out with a warning, never
+    /// failing recovery.
+    async fn seed_orders(&self, table: &StateTable, orders: &BaseOrders) {
+        let seeded = async {
+            let batch = codec::decode_stored(
+                &read_range(self.store.as_ref(), &self.root, &orders.slice).await?,
+            )?;
+            let mut found = Vec::with_capacity(orders.columns.len());
+            for (columns, order) in orders.columns.iter().zip(batch.columns()) {
+                let Some(order) = order.as_primitive_opt::<UInt32Type>() else {
+                    return Ok(0);
+                };
+                found.push((columns.clone(), order.clone()));
+            }
+            table.seed_orders(found)
+        };
+        match seeded.await {
+            Ok(kept) if kept == orders.columns.len() => {}
+            Ok(kept) => warn!(
+                path = %orders.slice.path,
+                kept,
+                stored = orders.columns.len(),
+                "stored orders do not match their base; lookups sort the rest again"
+            ),
+            Err(e) => warn!(
+                path = %orders.slice.path,
+                error = %e,
+                "stored orders cannot be read; lookups sort them again"
+            ),
+        }
     }
 }
 
@@ -1113,6 +1154,98 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(contents(&recovered), contents(&table));
+    }
+
+    #[tokio::test]
+    async fn bases_store_the_orders_reads_use_and_recovery_loads_them() {
+        use datafusion::arrow::array::ArrayRef;
+
+        use crate::order::KeySelection;
+        use crate::table::TableSnapshot;
+
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().to_str().unwrap();
+        let mut store = StateStore::open(location, StoreConfig::default()).unwrap();
+        store.recover().await.unwrap();
+        let mut table = StateTable::new(spec()).unwrap();
+        // Keys and values sort differently.
+        let keys: Vec<i32> = (0..20).rev().collect();
+        let values: Vec<String> = keys.iter().map(|k| format!("{:02}", k * 7 % 20)).collect();
+        let batch = RecordBatch::try_new(
+            spec().schema,
+            vec![
+                Arc::new(Int32Array::from(keys)),
+                Arc::new(StringArray::from(values)),
+            ],
+        )
+        .unwrap();
+        table.write(&[], Some(&batch)).unwrap().unwrap();
+        let commit = |epoch: u64, table: &mut StateTable| EpochDelta {
+            epoch,
+            sources: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            catalog: serde_json::json!({}),
+            tables: BTreeMap::from([(5, change(table))]),
+        };
+        store.commit(&commit(1, &mut table)).await.unwrap();
+        // Small and fresh: not due for a merge until a read uses an order.
+        let snapshot = table.snapshot();
+        assert!(store.compaction_jobs(|_| Some(snapshot.clone())).is_empty());
+        let by_value = |snapshot: &TableSnapshot, value: &str| {
+            let probe: ArrayRef = Arc::new(StringArray::from(vec![value]));
+            let found = snapshot
+                .select(&[1], &KeySelection::Equal(vec![probe]), None, false)
+                .unwrap()
+                .unwrap();
+            found
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+                        .values()
+                        .to_vec()
+                })
+                .collect::<Vec<i32>>()
+        };
+        assert_eq!(by_value(&snapshot, "07"), vec![1]);
+        let jobs = store.compaction_jobs(|_| Some(snapshot.clone()));
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].orders, vec![vec![1]]);
+        let base = store.compactor().compact(&jobs[0]).await.unwrap();
+        assert!(base.orders.is_some(), "orders are stored with the base");
+        store.install(base).await;
+        let (manifest, _) = store.commit(&commit(2, &mut table)).await.unwrap();
+        let files = manifest.tables[&5].clone();
+        let orders = files
+            .base_orders
+            .clone()
+            .expect("the manifest names the orders");
+        assert_eq!(orders.columns, vec![vec![1]]);
+        assert_eq!(
+            Some(&orders.slice.path),
+            files.base.as_ref().map(|b| &b.path)
+        );
+        // Stored: no further merge is due for them.
+        assert!(store.compaction_jobs(|_| Some(snapshot.clone())).is_empty());
+
+        let mut reopened = StateStore::open(location, StoreConfig::default()).unwrap();
+        let manifest = reopened.recover().await.unwrap().unwrap();
+        let recovered = reopened
+            .load_table(spec(), &manifest.tables[&5])
+            .await
+            .unwrap();
+        let recovered = recovered.snapshot();
+        assert!(recovered.has_orders(&[1]), "loaded, not sorted by a read");
+        assert!(!recovered.has_orders(&[0]));
+        assert_eq!(by_value(&recovered, "07"), vec![1]);
+        assert_eq!(by_value(&recovered, "14"), vec![2]);
+
+        // An order that does not match its base is left out, not used.
+        let mut wrong = files.clone();
+        wrong.base_orders.as_mut().unwrap().columns = vec![vec![0]];
+        let loaded = reopened.load_table(spec(), &wrong).await.unwrap();
+        assert!(!loaded.snapshot().has_orders(&[0]));
+        assert_eq!(contents(&loaded), contents(&table));
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
-use crate::order::{matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
+use crate::order::{is_order_of, matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 use crate::unique::{conflicts, first_duplicate, StoredChunk};
 
@@ -1122,6 +1122,32 @@ impl StateTable {
         Ok(Some(DeltaBatches { upserts, deletes }))
     }
 
+    /// Gives the table's one chunk (a base just loaded into an empty
+    /// table) the orders stored with that base: each `(columns, order)`
+    /// is checked to be an order of the chunk by those columns
+    /// ([`crate::order::is_order_of`]) and kept if it is, so that lookups
+    /// after a restart need not sort the base again. Returns how many were
+    /// kept; an order that fails the check is left out (the first lookup
+    /// sorts it).
+    pub fn seed_orders(&self, orders: Vec<(Vec<usize>, UInt32Array)>) -> StateResult<usize> {
+        let chunks: Vec<&Chunk> = self.chunks.values().collect();
+        let [chunk] = chunks.as_slice() else {
+            return Ok(0);
+        };
+        let mut kept = 0;
+        for (columns, order) in orders {
+            let usable = !columns.is_empty()
+                && columns.iter().all(|&c| {
+                    c < self.spec.visible_len() && orderable(self.spec.schema.field(c).data_type())
+                });
+            if usable && is_order_of(&order, &chunk.batch, &columns)? {
+                chunk.orders.seed(&columns, order);
+                kept += 1;
+            }
+        }
+        Ok(kept)
+    }
+
     /// Replays a committed delta (recovery): removes `deletes` by key, then
     /// inserts or replaces `upserts` by key. Does not mark keys dirty.
     pub fn apply_delta(
@@ -1247,6 +1273,20 @@ impl TableSnapshot {
             out.push(batch);
         }
         Ok(out)
+    }
+
+    /// The columns of every order some chunk has built (the orders reads
+    /// use), each once.
+    pub fn built_orders(&self) -> Vec<Vec<usize>> {
+        let mut all: Vec<Vec<usize>> = Vec::new();
+        for chunk in self.chunks.iter() {
+            for columns in chunk.orders.built_columns() {
+                if !all.contains(&columns) {
+                    all.push(columns);
+                }
+            }
+        }
+        all
     }
 
     /// Whether some chunk has its order by `columns` built (a lookup used

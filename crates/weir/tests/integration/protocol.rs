@@ -1442,3 +1442,96 @@ async fn relation_oids(client: &tokio_postgres::Client) -> Vec<(String, u32)> {
     let rows = client.query(sql, &[]).await.unwrap();
     rows.iter().map(|r| (r.get(0), r.get(1))).collect()
 }
+
+/// Reads backend messages from `stream` until ReadyForQuery, or until
+/// `limit` DataRow messages have gone by; returns how many did.
+fn read_messages(stream: &mut std::net::TcpStream, limit: usize) -> usize {
+    use std::io::Read;
+    let mut rows = 0;
+    while rows < limit {
+        let mut header = [0u8; 5];
+        stream.read_exact(&mut header).expect("a message header");
+        let len = u32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len - 4];
+        stream.read_exact(&mut body).expect("a message body");
+        match header[0] {
+            b'D' => rows += 1,
+            b'E' => panic!("error: {}", String::from_utf8_lossy(&body)),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    rows
+}
+
+/// A client that stops reading a large result, and a cursor left open in
+/// a transaction block, hold nothing that commits wait for: writes commit
+/// (each `INSERT` returns once its epoch is committed), a view over them
+/// follows, and a checkpoint completes meanwhile; the stalled result then
+/// arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_readers_and_open_cursors_delay_no_commit() {
+    use std::io::Write;
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let rows = 200_000;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE big (id INT PRIMARY KEY, pad TEXT);
+             CREATE TABLE w (id INT PRIMARY KEY);
+             CREATE MATERIALIZED VIEW wn AS SELECT count(*) AS n FROM w;
+             INSERT INTO big SELECT g, repeat('x', 200) FROM generate_series(1, {rows}) AS g"
+        ))
+        .await
+        .unwrap();
+    // About 45 MB of rows, more than loopback's socket buffers hold: the
+    // server's sends block once the client stops reading.
+    let mut slow = std::net::TcpStream::connect(server.addr).unwrap();
+    slow.write_all(&crate::common::startup_packet()).unwrap();
+    read_messages(&mut slow, usize::MAX);
+    let query = b"SELECT * FROM big\0";
+    let mut message = vec![b'Q'];
+    message.extend(((query.len() + 4) as u32).to_be_bytes());
+    message.extend(query);
+    slow.write_all(&message).unwrap();
+    let first = read_messages(&mut slow, 100);
+
+    let holder = server.client().await;
+    holder
+        .batch_execute("BEGIN; DECLARE c CURSOR FOR SELECT * FROM big")
+        .await
+        .unwrap();
+    assert_eq!(
+        holder.query("FETCH 10 FROM c", &[]).await.unwrap().len(),
+        10
+    );
+
+    let started = std::time::Instant::now();
+    for i in 0..50 {
+        client
+            .execute(&format!("INSERT INTO w VALUES ({i})"), &[])
+            .await
+            .unwrap();
+    }
+    client.batch_execute("CHECKPOINT; FLUSH").await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(
+        column(&client, "SELECT n FROM wn").await,
+        [Some("50".into())]
+    );
+    assert!(
+        elapsed < std::time::Duration::from_secs(20),
+        "50 commits took {elapsed:?} beside a stalled reader"
+    );
+    assert_eq!(
+        holder.query("FETCH 10 FROM c", &[]).await.unwrap().len(),
+        10
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+
+    // The stalled result resumes where it stopped and arrives whole.
+    let rest = tokio::task::spawn_blocking(move || read_messages(&mut slow, usize::MAX))
+        .await
+        .unwrap();
+    assert_eq!(first + rest, rows);
+}
