@@ -654,9 +654,15 @@ async fn sequence_numbers_are_never_handed_out_twice_through_sigkill() {
         let tasks: Vec<_> = (0..4)
             .map(|_| tokio::spawn(take_numbers_until_error(server.conn_string(), seen.clone())))
             .collect();
-        let before = seen.lock().unwrap().selected.len();
-        crate::common::wait_until(Duration::from_secs(20), || {
-            seen.lock().unwrap().selected.len() >= before + 10
+        let (selected, rows) = {
+            let seen = seen.lock().unwrap();
+            (seen.selected.len(), seen.row_ids.len())
+        };
+        // Each cycle waits for its numbers (the counts asserted at the
+        // end), however slowly a loaded machine hands them out.
+        crate::common::wait_until(Duration::from_secs(30), || {
+            let seen = seen.lock().unwrap();
+            seen.selected.len() >= selected + 10 && seen.row_ids.len() >= rows + 30
         })
         .await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
