@@ -227,7 +227,9 @@ pub(crate) fn sort_order(
 /// Whether `order` is an order of `batch` by `columns` as [`sort_order`]
 /// makes one: every row number once, in ascending order of the columns.
 /// One pass, far cheaper than sorting again; a stored order is used only
-/// if it passes.
+/// if it passes. The pass loops over rows through Arrow's comparators
+/// (Arrow has no kernel that checks a multi-column order), once per base
+/// at recovery, not per read.
 pub(crate) fn is_order_of(
     order: &UInt32Array,
     batch: &RecordBatch,

@@ -141,6 +141,15 @@ impl TableSpec {
         Ok(stored.project(&visible)?)
     }
 
+    /// Whether lookups can use an order by `columns` (visible columns of
+    /// types whose order answers SQL's equality: [`orderable`]).
+    pub fn can_order_by(&self, columns: &[usize]) -> bool {
+        !columns.is_empty()
+            && columns
+                .iter()
+                .all(|&c| c < self.visible_len() && orderable(self.schema.field(c).data_type()))
+    }
+
     /// The schema of a delete batch: the key columns only.
     pub fn key_schema(&self) -> SchemaRef {
         Arc::new(self.schema.project(&self.key).expect("key columns exist"))
@@ -1136,11 +1145,7 @@ impl StateTable {
         };
         let mut kept = 0;
         for (columns, order) in orders {
-            let usable = !columns.is_empty()
-                && columns.iter().all(|&c| {
-                    c < self.spec.visible_len() && orderable(self.spec.schema.field(c).data_type())
-                });
-            if usable && is_order_of(&order, &chunk.batch, &columns)? {
+            if self.spec.can_order_by(&columns) && is_order_of(&order, &chunk.batch, &columns)? {
                 chunk.orders.seed(&columns, order);
                 kept += 1;
             }
@@ -1281,7 +1286,9 @@ impl TableSnapshot {
         let mut all: Vec<Vec<usize>> = Vec::new();
         for chunk in self.chunks.iter() {
             for columns in chunk.orders.built_columns() {
-                if !all.contains(&columns) {
+                // A unique check may sort by columns lookups cannot use;
+                // recovery would refuse such an order, so it is not kept.
+                if self.spec.can_order_by(&columns) && !all.contains(&columns) {
                     all.push(columns);
                 }
             }
@@ -1299,12 +1306,7 @@ impl TableSnapshot {
     /// yet, so that lookups find it ready; returns how many it sorted.
     /// Columns that cannot be looked up by order are left alone.
     pub fn build_orders(&self, columns: &[usize]) -> StateResult<usize> {
-        let schema = &self.spec.schema;
-        if columns.is_empty()
-            || columns
-                .iter()
-                .any(|&c| c >= self.spec.visible_len() || !orderable(schema.field(c).data_type()))
-        {
+        if !self.spec.can_order_by(columns) {
             return Ok(0);
         }
         let mut sorted = 0;
@@ -1329,12 +1331,7 @@ impl TableSnapshot {
         projection: Option<&[usize]>,
         with_positions: bool,
     ) -> StateResult<Option<Vec<RecordBatch>>> {
-        let schema = &self.spec.schema;
-        if columns.is_empty()
-            || columns
-                .iter()
-                .any(|&c| c >= self.spec.visible_len() || !orderable(schema.field(c).data_type()))
-        {
+        if !self.spec.can_order_by(columns) {
             return Ok(None);
         }
         let visible: Vec<usize> = (0..self.spec.visible_len()).collect();
