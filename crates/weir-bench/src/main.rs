@@ -83,7 +83,7 @@ enum Bench {
     /// every row is in it; reports events per second and per CPU-second of
     /// the server, peak memory and checkpoints.
     Stream {
-        /// The view: filter, agg, max, window, join or topn.
+        /// The view: filter, agg, max, window, join, topn or topn_per_key.
         #[arg(long, default_value = "agg")]
         query: String,
         /// Rows the source produces.

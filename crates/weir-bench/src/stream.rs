@@ -49,6 +49,11 @@ pub const QUERIES: &[(&str, &str)] = &[
         "topn",
         "SELECT auction, count(*) AS n FROM bid GROUP BY auction ORDER BY n DESC, auction LIMIT 10",
     ),
+    (
+        "topn_per_key",
+        "SELECT auction, bidder, price FROM (SELECT auction, bidder, price, ROW_NUMBER() OVER \
+         (PARTITION BY auction ORDER BY price DESC, bidder) AS rank FROM bid) WHERE rank <= 3",
+    ),
 ];
 
 /// Distinct auctions the source draws from; the `auctions` table has one
@@ -138,8 +143,10 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
         ));
     }
     let check = match name {
-        "agg" | "max" | "window" => Some("SELECT CAST(sum(n) AS BIGINT) FROM v"),
-        "join" => Some("SELECT count(*) FROM v"),
+        "agg" | "max" | "window" => Some(("SELECT CAST(sum(n) AS BIGINT) FROM v", rows)),
+        "join" => Some(("SELECT count(*) FROM v", rows)),
+        // Three bids per auction, once each auction has had three.
+        "topn_per_key" if rows >= 100 * AUCTIONS => Some(("SELECT count(*) FROM v", 3 * AUCTIONS)),
         _ => None,
     };
     Ok(Workload {
@@ -149,7 +156,7 @@ pub fn datagen_workload(name: &str, rows: u64) -> anyhow::Result<Workload> {
         events: rows,
         source_rows: BTreeMap::from([("bid".to_string(), rows)]),
         update_auctions: join,
-        check: check.map(|sql| (sql.to_string(), rows)),
+        check: check.map(|(sql, expected)| (sql.to_string(), expected)),
         blackhole: false,
         file_sink: None,
     })

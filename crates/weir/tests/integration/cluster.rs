@@ -214,6 +214,15 @@ async fn two_processes_run_the_views_as_one_process_does() {
         )
         .await;
         assert_eq!(shares.len(), 2, "{view}: {shares:?}");
+        if *view == "by_auction" {
+            // Each auction's group is held in exactly one process: the
+            // partitions are disjoint and together hold every group.
+            let state: u64 = shares
+                .iter()
+                .map(|s| s[3].as_ref().unwrap().parse::<u64>().unwrap())
+                .sum();
+            assert_eq!(state, 500, "{shares:?}");
+        }
         if *view == "by_label" {
             // It reads a table (fed by worker 0) and a source.
             let state: u64 = shares

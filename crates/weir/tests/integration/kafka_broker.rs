@@ -219,6 +219,17 @@ impl Broker {
             .1
     }
 
+    /// Every record of `topic` by how its transaction ended, read over
+    /// the protocol with the markers applied here (see `kafka_wire`).
+    pub fn outcomes(&self, topic: &str) -> crate::kafka_wire::Outcomes {
+        let consumer: BaseConsumer = self.config().create().unwrap();
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(30))
+            .unwrap();
+        let partitions = metadata.topics()[0].partitions().len() as i32;
+        crate::kafka_wire::outcomes(&self.address(), topic, partitions)
+    }
+
     /// Every committed record of `topic` as (key, value), partition by
     /// partition in offset order.
     pub fn read_committed(&self, topic: &str) -> Vec<(Option<String>, Option<String>)> {

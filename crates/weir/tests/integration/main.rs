@@ -15,6 +15,7 @@ mod fuzz;
 mod indexes;
 mod kafka;
 mod kafka_broker;
+mod kafka_wire;
 mod nexmark;
 mod orders;
 mod pipeline;
