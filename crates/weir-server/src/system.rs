@@ -44,8 +44,9 @@
 //!   listings since the server started, and the last failure's error;
 //! - `weir_views`: each materialized view and sink at the epoch the query
 //!   reads: whether it is a sink, whether its rows are only inserted,
-//!   whether it emits on window close, and, once it stopped being
-//!   maintained, why (its SQLSTATE, message and hint).
+//!   whether it emits on window close, once it stopped being
+//!   maintained why (its SQLSTATE, message and hint), and the rows its
+//!   operators dropped as late (behind a watermark) since it was created.
 
 use std::sync::Arc;
 
@@ -97,7 +98,7 @@ pub fn table(
         "weir_source_errors" => Some(source_errors(snapshot)),
         "weir_source_files" => Some(source_files(db, snapshot)),
         "weir_dead_letters" => Some(Ok(crate::dead_letters::table(db, snapshot))),
-        "weir_views" => Some(views(snapshot)),
+        "weir_views" => Some(views(db, snapshot)),
         _ => None,
     }
 }
@@ -439,9 +440,15 @@ fn cdc_tables(db: &Database, snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvi
     )
 }
 
-fn views(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
+fn views(db: &Database, snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
     let views: Vec<&crate::catalog::MaterializedViewDef> =
         snapshot.catalog.materialized_views.values().collect();
+    let operators = db.view_operators();
+    let late_rows = views.iter().map(|v| {
+        operators
+            .get(&v.name)
+            .map_or(0, |ops| ops.iter().map(|o| o.late_rows).sum::<u64>())
+    });
     let flag = |value: fn(&crate::catalog::MaterializedViewDef) -> bool| -> ArrayRef {
         Arc::new(BooleanArray::from_iter(
             views.iter().map(|v| Some(value(v))),
@@ -462,6 +469,7 @@ fn views(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             Field::new("sqlstate", DataType::Utf8, true),
             Field::new("error", DataType::Utf8, true),
             Field::new("hint", DataType::Utf8, true),
+            Field::new("late_rows", DataType::UInt64, false),
         ],
         vec![
             Arc::new(StringArray::from_iter_values(
@@ -474,6 +482,7 @@ fn views(snapshot: &DbSnapshot) -> Result<Arc<dyn TableProvider>> {
             failure(|f| Some(f.sqlstate.as_str())),
             failure(|f| Some(f.message.as_str())),
             failure(|f| f.hint.as_deref()),
+            Arc::new(UInt64Array::from_iter_values(late_rows)),
         ],
     )
 }

@@ -1160,25 +1160,19 @@ impl StateTable {
         upserts: Option<&RecordBatch>,
         deletes: Option<&RecordBatch>,
     ) -> StateResult<()> {
-        self.index_all()?;
+        // Keys are found among rows not indexed yet too (a table over a
+        // snapshot), so only the rows a delta replaces or deletes enter
+        // the index.
         if let Some(deletes) = deletes.filter(|d| d.num_rows() > 0) {
             let all: Vec<usize> = (0..deletes.num_columns()).collect();
-            let found = self.find_all(&Keys::new(deletes, &all)?);
-            let gone: Vec<RowPosition> = found
-                .into_iter()
-                .flatten()
-                .map(|slot| self.positions[slot as usize])
-                .collect();
+            let found = self.find_positions(&Keys::new(deletes, &all)?)?;
+            let gone: Vec<RowPosition> = found.into_iter().flatten().collect();
             self.delete_positions(&gone, false)?;
         }
         if let Some(upserts) = upserts.filter(|u| u.num_rows() > 0) {
             let keys = Keys::new(upserts, &self.spec.key)?;
-            let replaced: Vec<RowPosition> = self
-                .find_all(&keys)
-                .into_iter()
-                .flatten()
-                .map(|slot| self.positions[slot as usize])
-                .collect();
+            let replaced: Vec<RowPosition> =
+                self.find_positions(&keys)?.into_iter().flatten().collect();
             self.delete_positions(&replaced, false)?;
             self.insert_new(upserts.clone(), &keys.hashes);
             // Recovered rows are what the last delta left: committed, clean.

@@ -15,7 +15,9 @@
 //! The changes come from the checkpoints: each epoch's delta of the
 //! relation's state table, read from the store as the epoch's manifest
 //! names it (`changes.rs` turns upserts and deletes into signed rows
-//! against a copy of the relation the subscription keeps). So `AS OF`
+//! against the relation as of the last epoch sent: a table over the
+//! committed snapshot it started from, sharing that snapshot's chunks,
+//! which indexes only the rows later epochs replace). So `AS OF`
 //! reaches back as far as the store keeps manifests
 //! (`--retained-manifests`), across restarts too. A task per subscription
 //! follows the commits as they happen, whether or not the client reads,
@@ -140,7 +142,9 @@ impl Plan {
                     .tables
                     .get(&self.id)
                     .ok_or_else(|| undefined_relation(&self.name))?;
-                (committed.epoch, StateTable::from_snapshot(table)?)
+                // Over the committed snapshot: its chunks (and their key
+                // orders) are shared, not copied or indexed again.
+                (committed.epoch, StateTable::over_snapshot(table)?)
             }
             Some(epoch) if epoch > committed.epoch => {
                 return Err(WeirError::new(

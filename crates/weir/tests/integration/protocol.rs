@@ -638,6 +638,30 @@ async fn prometheus_metrics_over_http() {
         );
     }
     assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
+
+    // Rows behind a view's watermark are dropped and counted per view.
+    client
+        .batch_execute(
+            "CREATE TABLE bids (price INT, ts TIMESTAMP, \
+                 WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) APPEND ONLY;
+             CREATE MATERIALIZED VIEW per_window AS \
+                 SELECT window_start, count(*) AS n FROM TUMBLE(bids, ts, INTERVAL '10' SECOND) \
+                 GROUP BY window_start;
+             INSERT INTO bids VALUES (1, '2024-01-01 00:00:30'); CHECKPOINT;
+             INSERT INTO bids VALUES (2, '2024-01-01 00:00:05'), (3, '2024-01-01 00:00:29'); \
+             CHECKPOINT",
+        )
+        .await
+        .unwrap();
+    let page = http_get(port, "/metrics");
+    assert!(
+        page.contains("weir_view_late_rows_total{view=\"per_window\"} 1"),
+        "{page}"
+    );
+    assert!(
+        page.contains("weir_view_late_rows_total{view=\"m_count\"} 0"),
+        "{page}"
+    );
 }
 
 /// A bare-bones frontend that shows what tokio-postgres hides: the
