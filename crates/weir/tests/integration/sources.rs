@@ -668,3 +668,69 @@ async fn source_statements_and_their_errors() {
     assert_eq!(sqlstate(&client, "SELECT * FROM total").await, "42P01");
     assert_eq!(sqlstate(&client, "SELECT * FROM s").await, "42P01");
 }
+
+/// A reader that reads nothing holds a view's watermark back only until
+/// `--watermark-idle-timeout`: 1,000 rows all fall in the first block of
+/// the source's first split, so of two workers' readers one reads them
+/// all and the other none. With a 1 s timeout the windows close; with an
+/// hour's, the empty reader holds every window open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_reader_holds_the_watermark_back_only_until_its_timeout() {
+    for (timeout, closes) in [("1s", true), ("1h", false)] {
+        let server =
+            TestServer::start_with(&["--workers", "2", "--watermark-idle-timeout", timeout]).await;
+        let client = server.client().await;
+        client
+            .batch_execute(
+                "CREATE SOURCE timed (id bigint, ts timestamp, WATERMARK FOR ts AS ts) \
+                 WITH (connector = 'datagen', rows_per_second = '1000', total_rows = '1000', \
+                 fields.id.kind = 'sequence', start_time = '1700000000000000'); \
+                 CREATE MATERIALIZED VIEW every_row AS SELECT count(*) AS n FROM timed; \
+                 CREATE MATERIALIZED VIEW closed AS \
+                 SELECT date_bin(INTERVAL '100 milliseconds', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, \
+                 count(*) AS n FROM timed GROUP BY 1 EMIT ON WINDOW CLOSE",
+            )
+            .await
+            .unwrap();
+        let count = |sql: &'static str| {
+            let client = &client;
+            async move {
+                crate::common::column(client, sql).await[0]
+                    .as_deref()
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap()
+            }
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while count("SELECT n FROM every_row").await < 1000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{timeout}: the rows did not arrive"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The event times span 0.999 s: once the watermark reaches the
+        // last, 9 of the 10 windows of 100 ms are closed.
+        let windows = if closes {
+            while count("SELECT count(*) FROM closed").await < 9 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{timeout}: windows stayed open"
+                );
+                client.batch_execute("CHECKPOINT").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            count("SELECT sum(n) FROM closed").await
+        } else {
+            // Well past the rows, and past the 1 s timeout above.
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                client.batch_execute("CHECKPOINT").await.unwrap();
+            }
+            count("SELECT count(*) FROM closed").await
+        };
+        let expected = if closes { 900 } else { 0 };
+        assert_eq!(windows, expected, "--watermark-idle-timeout {timeout}");
+    }
+}
