@@ -5,16 +5,11 @@
 # usage: subscription_memory.sh WEIR_BINARY
 set -euo pipefail
 weir=$1
-data=$(mktemp -d)
 port=55461
-"$weir" --data-dir "$data" --listen 127.0.0.1:$port >"$data.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; pkill -f "psql -h 127.0.0.1 -p $port" || true; rm -rf "$data" "$data.log"' EXIT
-q() { psql -h 127.0.0.1 -p $port -U weir -d weir -XAtqc "$1"; }
-until q "SELECT 1" >/dev/null 2>&1; do sleep 0.1; done
-q "CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT, s TEXT)"
-q "INSERT INTO t SELECT g, g % 100, repeat('x', 100) FROM generate_series(1, 1000000) AS g"
-q "CHECKPOINT"
+source "$(dirname "$0")/server.sh"
+q "CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT, s TEXT)" >/dev/null
+q "INSERT INTO t SELECT g, g % 100, repeat('x', 100) FROM generate_series(1, 1000000) AS g" >/dev/null
+q "CHECKPOINT" >/dev/null
 sleep 3
 rss() { awk '/VmRSS/ {print $2}' /proc/$pid/status; }
 before=$(rss)
@@ -23,7 +18,7 @@ for _ in 1 2 3 4 5; do
 done
 sleep 10
 subscribed=$(rss)
-q "UPDATE t SET v = v + 1 WHERE id % 1000 = 0"
+q "UPDATE t SET v = v + 1 WHERE id % 1000 = 0" >/dev/null
 sleep 10
 updated=$(rss)
 echo "resident KiB: $before; with 5 subscriptions $subscribed (+$(( (subscribed - before) / 1024 )) MiB);" \

@@ -6,13 +6,8 @@
 set -euo pipefail
 weir=$1
 expr=$2
-data=$(mktemp -d)
 port=55460
-"$weir" --data-dir "$data" --listen 127.0.0.1:$port >"$data.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -rf "$data" "$data.log"' EXIT
-q() { psql -h 127.0.0.1 -p $port -U weir -d weir -XAtc "$1"; }
-until q "SELECT 1" >/dev/null 2>&1; do sleep 0.1; done
+source "$(dirname "$0")/server.sh"
 q "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT,
    date_time TIMESTAMP, extra TEXT) WITH (connector = 'datagen', rows_per_second = '100000000',
    total_rows = '24000000', seed = '7', fields.auction.min = '1', fields.auction.max = '10000',
