@@ -278,7 +278,7 @@ pub(crate) fn select_rows(
     let mut rows = Vec::new();
     match selection {
         KeySelection::Equal(probes) => {
-            rows = equal_rows(order, batch, columns, probes)?
+            rows = equal_rows(order, batch, columns, probes, Nulls::MatchNothing)?
                 .into_iter()
                 .map(|(_, row)| row)
                 .collect();
@@ -331,16 +331,38 @@ pub(crate) fn matching_rows(
     probes: &[ArrayRef],
 ) -> Result<Vec<(usize, u32)>, ArrowError> {
     let order = orders.order(batch, columns)?;
-    equal_rows(order.values(), batch, columns, probes)
+    equal_rows(order.values(), batch, columns, probes, Nulls::MatchNothing)
 }
 
-/// [`matching_rows`] on an order already at hand. A probe with a NULL
-/// matches nothing.
+/// [`matching_rows`] for a key's identity rather than SQL's equality: a
+/// NULL in a probe matches a NULL in the same column, as the key index
+/// ([`crate::row_index`]) treats them.
+pub(crate) fn same_key_rows(
+    orders: &ChunkOrders,
+    batch: &RecordBatch,
+    columns: &[usize],
+    probes: &[ArrayRef],
+) -> Result<Vec<(usize, u32)>, ArrowError> {
+    let order = orders.order(batch, columns)?;
+    equal_rows(order.values(), batch, columns, probes, Nulls::MatchNulls)
+}
+
+/// What a NULL in a probe matches.
+#[derive(Clone, Copy, PartialEq)]
+enum Nulls {
+    /// Nothing (SQL's `=`).
+    MatchNothing,
+    /// A NULL in the same column (a key's identity).
+    MatchNulls,
+}
+
+/// [`matching_rows`] on an order already at hand.
 fn equal_rows(
     order: &[u32],
     batch: &RecordBatch,
     columns: &[usize],
     probes: &[ArrayRef],
+    nulls: Nulls,
 ) -> Result<Vec<(usize, u32)>, ArrowError> {
     let comparators = probes
         .iter()
@@ -350,7 +372,7 @@ fn equal_rows(
     let count = probes.first().map_or(0, |p| p.len());
     let mut rows = Vec::new();
     for probe in 0..count {
-        if probes.iter().any(|p| p.is_null(probe)) {
+        if nulls == Nulls::MatchNothing && probes.iter().any(|p| p.is_null(probe)) {
             continue;
         }
         let compare = |row: &u32| {

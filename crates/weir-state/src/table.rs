@@ -32,7 +32,7 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
-use crate::order::{is_order_of, matching_rows, orderable, select_rows, ChunkOrders, KeySelection};
+use crate::order::{is_order_of, orderable, same_key_rows, select_rows, ChunkOrders, KeySelection};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 use crate::unique::{conflicts, first_duplicate, StoredChunk};
 
@@ -540,7 +540,7 @@ impl StateTable {
             .map(|c| take(c.as_ref(), &indices, None))
             .collect::<Result<Vec<_>, _>>()?;
         for (&id, chunk) in self.chunks.iter().filter(|(_, c)| c.unindexed > 0) {
-            for (probe, row) in matching_rows(&chunk.orders, &chunk.batch, &self.spec.key, &probes)?
+            for (probe, row) in same_key_rows(&chunk.orders, &chunk.batch, &self.spec.key, &probes)?
             {
                 let row = row as usize;
                 if chunk.live.value(row) && chunk.keys[row] == UNINDEXED {
@@ -1504,6 +1504,57 @@ mod tests {
             .collect();
         deletes.sort();
         (upserts, deletes)
+    }
+
+    /// Deltas replayed over a snapshot find keys that hold NULLs (a view
+    /// keyed by nullable columns) as the key index does: NULL is the same
+    /// key as NULL.
+    #[test]
+    fn deltas_over_a_snapshot_find_keys_that_hold_nulls() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int32, true),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        let spec = TableSpec::with_primary_key(schema, vec![0, 1]);
+        let batch = |keys: Vec<Option<i32>>, values: Vec<Option<&str>>| {
+            RecordBatch::try_new(
+                spec.visible_schema(),
+                vec![
+                    Arc::new(datafusion::arrow::array::Int32Array::from(keys)),
+                    Arc::new(StringArray::from(values)),
+                ],
+            )
+            .unwrap()
+        };
+        let mut shared = StateTable::new(spec.clone()).unwrap();
+        let stored = batch(
+            vec![None, Some(1), None, Some(2)],
+            vec![Some("a"), None, None, Some("b")],
+        );
+        shared.apply_delta(Some(&stored), None).unwrap();
+        let snapshot = shared.snapshot();
+        let mut copy = StateTable::from_snapshot(&snapshot).unwrap();
+        let mut lazy = StateTable::over_snapshot(&snapshot).unwrap();
+        assert!(lazy.chunks.values().all(|c| c.unindexed == c.live_rows));
+        // An upsert of rows already there, and deletes of keys with NULLs.
+        let upserts = batch(vec![None, Some(1)], vec![Some("a"), None]);
+        let deletes = batch(vec![None, Some(2)], vec![None, Some("b")]);
+        for table in [&mut copy, &mut lazy] {
+            table.apply_delta(Some(&upserts), Some(&deletes)).unwrap();
+            assert_eq!(table.len(), 2);
+            let found = table.lookup(&stored).unwrap();
+            let present: Vec<bool> = found.iter().map(|m| m.existing.is_some()).collect();
+            assert_eq!(present, [true, true, false, false]);
+        }
+        let rows = |table: &StateTable| {
+            let rows = table.snapshot().stored_rows().unwrap();
+            let mut listed: Vec<String> = (0..rows.num_rows())
+                .map(|i| format!("{:?}", rows.slice(i, 1).columns()))
+                .collect();
+            listed.sort();
+            listed
+        };
+        assert_eq!(rows(&lazy), rows(&copy));
     }
 
     #[test]

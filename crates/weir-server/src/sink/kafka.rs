@@ -44,6 +44,10 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// The default topic progress records go to.
 const PROGRESS_TOPIC: &str = "weir_sink_progress";
 
+/// How long a progress topic that answers as empty is asked again before
+/// the sink takes it as empty (see [`KafkaSink::applied_epoch`]).
+const EMPTY_PROGRESS_WAIT: Duration = Duration::from_secs(2);
+
 /// A Kafka sink's settings, from `WITH (...)`.
 #[derive(Debug, Clone)]
 pub(super) struct KafkaSink {
@@ -274,28 +278,20 @@ impl KafkaSink {
         // brokers keep behind).
         let ends_of: BaseConsumer = self.config().create().map_err(connect)?;
         let topic = &self.progress_topic;
-        let metadata = consumer
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(connect)?;
-        let partitions = metadata
-            .topics()
-            .first()
-            .map_or(0, |t| t.partitions().len() as i32);
-        let mut assignment = TopicPartitionList::new();
-        let mut ends = BTreeMap::new();
-        for partition in 0..partitions {
-            // The high watermark a read_committed consumer can reach: the
-            // fenced producer's transaction is aborted by now.
-            let (low, high) = ends_of
-                .fetch_watermarks(topic, partition, TIMEOUT)
-                .map_err(connect)?;
-            if high > low {
-                ends.insert(partition, high);
-                assignment
-                    .add_partition_offset(topic, partition, Offset::Beginning)
-                    .map_err(connect)?;
+        // A broker may answer a topic that holds records as empty for a
+        // moment (nisshi does, under load, after a client connects): taken
+        // at its word, the sink would think it had delivered nothing and
+        // deliver its pending epochs again. So an empty answer is asked
+        // again for a while; a sink that never delivered waits that long
+        // once, at its first connect.
+        let give_up = std::time::Instant::now() + EMPTY_PROGRESS_WAIT;
+        let (assignment, ends) = loop {
+            let (assignment, ends) = self.progress_ends(&consumer, &ends_of)?;
+            if !ends.is_empty() || std::time::Instant::now() > give_up {
+                break (assignment, ends);
             }
-        }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         if ends.is_empty() {
             return Ok(0);
         }
@@ -334,6 +330,66 @@ impl KafkaSink {
             }
         }
         Ok(epoch)
+    }
+}
+
+impl KafkaSink {
+    /// Each partition of the progress topic that holds records, assigned
+    /// from its beginning, and its end (the high watermark).
+    fn progress_ends(
+        &self,
+        consumer: &BaseConsumer,
+        ends_of: &BaseConsumer,
+    ) -> Result<(TopicPartitionList, BTreeMap<i32, i64>), Failure> {
+        let topic = &self.progress_topic;
+        let metadata = consumer
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(connect)?;
+        let partitions = metadata
+            .topics()
+            .first()
+            .map_or(0, |t| t.partitions().len() as i32);
+        let mut assignment = TopicPartitionList::new();
+        let mut ends = BTreeMap::new();
+        for partition in 0..partitions {
+            // The high watermark a read_committed consumer can reach: the
+            // fenced producer's transaction is aborted by now.
+            let (low, high) = known_watermarks(ends_of, topic, partition)?;
+            if high > low {
+                ends.insert(partition, high);
+                assignment
+                    .add_partition_offset(topic, partition, Offset::Beginning)
+                    .map_err(connect)?;
+            }
+        }
+        Ok((assignment, ends))
+    }
+}
+
+/// The low and high watermarks of `partition` of `topic`. A broker that
+/// could not read a partition's offsets in time answers -1 for both
+/// (nisshi does, and librdkafka passes them on): that is asked again, not
+/// taken for an empty partition, which would make a sink think it had
+/// delivered nothing and deliver its pending epochs a second time.
+fn known_watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), Failure> {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, TIMEOUT)
+            .map_err(connect)?;
+        if low >= 0 && high >= 0 {
+            return Ok((low, high));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Failure::Connect(format!(
+                "the offsets of progress topic \"{topic}\" partition {partition} stayed unknown for {TIMEOUT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

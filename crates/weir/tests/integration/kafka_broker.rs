@@ -251,18 +251,23 @@ impl Broker {
         for partition in 0..partitions {
             // A partition's end as the broker reports it; on a loaded
             // machine a partition written to may still read as empty for
-            // a moment, so an empty one is asked again for 2 s.
-            let mut high = 0;
-            for _ in 0..10 {
-                high = ends_of
+            // a moment (asked again for 2 s), and its offsets as unknown
+            // (-1: asked again for 15 s).
+            let asked = Instant::now();
+            let high = loop {
+                let high = ends_of
                     .fetch_watermarks(topic, partition, Duration::from_secs(30))
                     .unwrap()
                     .1;
-                if high > 0 {
-                    break;
+                let waited = asked.elapsed();
+                if high > 0
+                    || (high == 0 && waited > Duration::from_secs(2))
+                    || waited > Duration::from_secs(15)
+                {
+                    break high;
                 }
                 std::thread::sleep(Duration::from_millis(200));
-            }
+            };
             if high <= 0 {
                 continue;
             }

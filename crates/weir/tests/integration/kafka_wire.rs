@@ -15,7 +15,9 @@ use std::time::Duration;
 /// The producer session that wrote a record: producer id and epoch. A
 /// transaction a crash cut short is the last of its session (the next
 /// producer with the same transactional id fences it), so an aborted
-/// transaction is named by its session.
+/// transaction is named by its session. (A marker ends the open
+/// transaction of its producer id whatever its epoch: Apache Kafka
+/// writes a fencing abort with the bumped epoch, nisshi with the old.)
 pub type Session = (i64, i16);
 
 /// One data record.
@@ -59,7 +61,7 @@ pub fn outcomes(address: &str, topic: &str, partitions: i32) -> Outcomes {
         .unwrap();
     let mut outcomes = Outcomes::default();
     for partition in 0..partitions {
-        let mut pending: HashMap<Session, Vec<Record>> = HashMap::new();
+        let mut pending: HashMap<i64, Vec<Record>> = HashMap::new();
         let (mut offset, mut empty_fetches) = (0, 0);
         loop {
             let (batches, next, high_watermark) = fetch(&mut stream, topic, partition, offset);
@@ -78,7 +80,7 @@ pub fn outcomes(address: &str, topic: &str, partitions: i32) -> Outcomes {
                 });
                 match batch.marker {
                     Some(commit) => {
-                        let ended = pending.remove(&batch.producer).unwrap_or_default();
+                        let ended = pending.remove(&batch.producer.0).unwrap_or_default();
                         if commit {
                             outcomes.committed.extend(ended);
                         } else {
@@ -86,7 +88,7 @@ pub fn outcomes(address: &str, topic: &str, partitions: i32) -> Outcomes {
                         }
                     }
                     None if batch.transactional => {
-                        pending.entry(batch.producer).or_default().extend(records)
+                        pending.entry(batch.producer.0).or_default().extend(records)
                     }
                     None => outcomes.committed.extend(records),
                 }

@@ -672,8 +672,9 @@ async fn source_statements_and_their_errors() {
 /// A reader that reads nothing holds a view's watermark back only until
 /// `--watermark-idle-timeout`: 1,000 rows all fall in the first block of
 /// the source's first split, so of two workers' readers one reads them
-/// all and the other none. With a 1 s timeout the windows close; with an
-/// hour's, the empty reader holds every window open.
+/// all (over 5 s) and the other none. With a 1 s timeout the empty reader
+/// is idle while the other still reads, and the windows close; with an
+/// hour's, it holds every window open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_reader_holds_the_watermark_back_only_until_its_timeout() {
     for (timeout, closes) in [("1s", true), ("1h", false)] {
@@ -683,11 +684,11 @@ async fn an_idle_reader_holds_the_watermark_back_only_until_its_timeout() {
         client
             .batch_execute(
                 "CREATE SOURCE timed (id bigint, ts timestamp, WATERMARK FOR ts AS ts) \
-                 WITH (connector = 'datagen', rows_per_second = '1000', total_rows = '1000', \
+                 WITH (connector = 'datagen', rows_per_second = '200', total_rows = '1000', \
                  fields.id.kind = 'sequence', start_time = '1700000000000000'); \
                  CREATE MATERIALIZED VIEW every_row AS SELECT count(*) AS n FROM timed; \
                  CREATE MATERIALIZED VIEW closed AS \
-                 SELECT date_bin(INTERVAL '100 milliseconds', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, \
+                 SELECT date_bin(INTERVAL '1 second', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, \
                  count(*) AS n FROM timed GROUP BY 1 EMIT ON WINDOW CLOSE",
             )
             .await
@@ -710,10 +711,10 @@ async fn an_idle_reader_holds_the_watermark_back_only_until_its_timeout() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // The event times span 0.999 s: once the watermark reaches the
-        // last, 9 of the 10 windows of 100 ms are closed.
+        // The event times span 4.995 s: once the watermark reaches the
+        // last, 4 of the 5 windows of a second (200 rows each) are closed.
         let windows = if closes {
-            while count("SELECT count(*) FROM closed").await < 9 {
+            while count("SELECT count(*) FROM closed").await < 4 {
                 assert!(
                     std::time::Instant::now() < deadline,
                     "{timeout}: windows stayed open"
@@ -730,7 +731,7 @@ async fn an_idle_reader_holds_the_watermark_back_only_until_its_timeout() {
             }
             count("SELECT count(*) FROM closed").await
         };
-        let expected = if closes { 900 } else { 0 };
+        let expected = if closes { 800 } else { 0 };
         assert_eq!(windows, expected, "--watermark-idle-timeout {timeout}");
     }
 }
