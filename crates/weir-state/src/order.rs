@@ -329,30 +329,19 @@ pub(crate) fn matching_rows(
     batch: &RecordBatch,
     columns: &[usize],
     probes: &[ArrayRef],
+    nulls: Nulls,
 ) -> Result<Vec<(usize, u32)>, ArrowError> {
     let order = orders.order(batch, columns)?;
-    equal_rows(order.values(), batch, columns, probes, Nulls::MatchNothing)
-}
-
-/// [`matching_rows`] for a key's identity rather than SQL's equality: a
-/// NULL in a probe matches a NULL in the same column, as the key index
-/// ([`crate::row_index`]) treats them.
-pub(crate) fn same_key_rows(
-    orders: &ChunkOrders,
-    batch: &RecordBatch,
-    columns: &[usize],
-    probes: &[ArrayRef],
-) -> Result<Vec<(usize, u32)>, ArrowError> {
-    let order = orders.order(batch, columns)?;
-    equal_rows(order.values(), batch, columns, probes, Nulls::MatchNulls)
+    equal_rows(order.values(), batch, columns, probes, nulls)
 }
 
 /// What a NULL in a probe matches.
 #[derive(Clone, Copy, PartialEq)]
-enum Nulls {
-    /// Nothing (SQL's `=`).
+pub(crate) enum Nulls {
+    /// Nothing (SQL's `=`: lookups, unique constraints).
     MatchNothing,
-    /// A NULL in the same column (a key's identity).
+    /// A NULL in the same column: a key's identity, as the key index
+    /// ([`crate::row_index`]) treats them.
     MatchNulls,
 }
 

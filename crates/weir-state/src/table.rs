@@ -32,7 +32,9 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use crate::error::{StateError, StateResult};
-use crate::order::{is_order_of, orderable, same_key_rows, select_rows, ChunkOrders, KeySelection};
+use crate::order::{
+    is_order_of, matching_rows, orderable, select_rows, ChunkOrders, KeySelection, Nulls,
+};
 use crate::row_index::{hash_keys, KeyComparer, RowIndex, Slot};
 use crate::unique::{conflicts, first_duplicate, StoredChunk};
 
@@ -540,8 +542,13 @@ impl StateTable {
             .map(|c| take(c.as_ref(), &indices, None))
             .collect::<Result<Vec<_>, _>>()?;
         for (&id, chunk) in self.chunks.iter().filter(|(_, c)| c.unindexed > 0) {
-            for (probe, row) in same_key_rows(&chunk.orders, &chunk.batch, &self.spec.key, &probes)?
-            {
+            for (probe, row) in matching_rows(
+                &chunk.orders,
+                &chunk.batch,
+                &self.spec.key,
+                &probes,
+                Nulls::MatchNulls,
+            )? {
                 let row = row as usize;
                 if chunk.live.value(row) && chunk.keys[row] == UNINDEXED {
                     found[missing[probe] as usize] = Some(position(id, row));

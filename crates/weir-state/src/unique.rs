@@ -17,7 +17,7 @@ use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::compute::take;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use crate::order::{matching_rows, ChunkOrders};
+use crate::order::{matching_rows, ChunkOrders, Nulls};
 use crate::row_index::hash_keys;
 use crate::StateResult;
 
@@ -77,7 +77,13 @@ pub(crate) fn conflicts(
             .iter()
             .map(|p| take(p.as_ref(), &picked, None))
             .collect::<Result<Vec<_>, _>>()?;
-        for (probe, row) in matching_rows(chunk.orders, chunk.batch, columns, &subset)? {
+        for (probe, row) in matching_rows(
+            chunk.orders,
+            chunk.batch,
+            columns,
+            &subset,
+            Nulls::MatchNothing,
+        )? {
             let row = row as usize;
             if chunk.live.value(row) && !deleted(chunk.id, row) {
                 conflict[candidates[probe] as usize] = true;

@@ -331,9 +331,7 @@ impl KafkaSink {
         }
         Ok(epoch)
     }
-}
 
-impl KafkaSink {
     /// Each partition of the progress topic that holds records, assigned
     /// from its beginning, and its end (the high watermark).
     fn progress_ends(
