@@ -7,9 +7,11 @@
 //! read (each split's rows up to its position, read at the same epoch as
 //! the view) and the table as committed: no row lost, none doubled, no
 //! epoch mixing records of two epochs (the join of the fast and the slow
-//! source would show it). A source with a watermark feeds 1-second windows
-//! emitted on close: after every restart each window is there once, exact
-//! over every row of the source in it, and none is missing below the last;
+//! source would show it). A source with a watermark feeds windows emitted
+//! on close (1-second windows by `date_bin` and by `TUMBLE`, 2-second
+//! windows every second by `HOP`): after every restart each window is
+//! there once, exact over every row of the source in it, none is missing
+//! below the last, and no row was counted late;
 //! a view of session windows over it forgets each session the watermark
 //! closes and must stay exact all the same.
 
@@ -90,6 +92,40 @@ const TIMED_WATERMARK: &str = "WATERMARK FOR ts AS ts - INTERVAL '1' SECOND";
 const WINDOWS: &str =
     "SELECT date_bin(INTERVAL '1 second', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, \
      count(*) AS n, sum(id) AS s FROM timed GROUP BY 1";
+
+/// 2-second windows every second of `timed`, as the check's DataFusion
+/// computes them: each row counted in the window of its second and in the
+/// one starting a second earlier.
+const HOP_WINDOWS: &str = "SELECT w, count(*) AS n, sum(id) AS s FROM (\
+     SELECT date_bin(INTERVAL '1 second', ts, TIMESTAMP '1970-01-01 00:00:00') AS w, id FROM timed \
+     UNION ALL \
+     SELECT date_bin(INTERVAL '1 second', ts, TIMESTAMP '1970-01-01 00:00:00') - INTERVAL '1 second' AS w, id \
+     FROM timed) AS rows GROUP BY w";
+
+/// A view emitted on window close over `timed`: its name, its query, the
+/// query the check runs instead (DataFusion has no `TUMBLE` or `HOP`),
+/// and its windows' length in seconds.
+type ClosedView = (&'static str, &'static str, &'static str, i64);
+
+/// The views emitted on window close, grouped by `date_bin`, by `TUMBLE`
+/// and by `HOP`.
+const CLOSED_VIEWS: &[ClosedView] = &[
+    ("closed", WINDOWS, WINDOWS, 1),
+    (
+        "tumbled",
+        "SELECT window_start AS w, count(*) AS n, sum(id) AS s \
+         FROM TUMBLE(timed, ts, INTERVAL '1' SECOND) GROUP BY window_start",
+        WINDOWS,
+        1,
+    ),
+    (
+        "hopped",
+        "SELECT window_start AS w, count(*) AS n, sum(id) AS s \
+         FROM HOP(timed, ts, INTERVAL '1' SECOND, INTERVAL '2' SECOND) GROUP BY window_start",
+        HOP_WINDOWS,
+        2,
+    ),
+];
 
 /// The views, their queries, and for views on views the query the check
 /// runs instead (over the upstream view, read at the same epoch).
@@ -263,9 +299,17 @@ async fn check_views(
         "SELECT count(*) AS keys, sum(n) AS total FROM by_key",
     )
     .await;
-    let closed = sorted_rows(client, "SELECT * FROM closed").await;
+    let mut closed = Vec::new();
+    for view in CLOSED_VIEWS {
+        closed.push((
+            view,
+            sorted_rows(client, &format!("SELECT * FROM {}", view.0)).await,
+        ));
+    }
     client.batch_execute("COMMIT").await.unwrap();
-    check_closed_windows(&closed, context).await;
+    for ((name, _, windows, span), rows) in closed {
+        check_closed_windows(&rows, windows, *span, &format!("{context}: view {name}")).await;
+    }
 
     let dims = RecordBatch::try_new(
         Arc::new(Schema::new(vec![
@@ -303,10 +347,16 @@ async fn check_views(
     positions
 }
 
-/// `closed` (the windows of `timed` emitted on close, sorted) against
-/// [`WINDOWS`] over every row of the source up to the last window's end:
-/// each window once and exact, none missing below the last.
-async fn check_closed_windows(closed: &[Vec<Option<String>>], context: &str) {
+/// `closed` (windows of `timed` emitted on close, sorted) against
+/// `windows` (a query naming each window's start `w`) over every row of
+/// the source up to the last window's end (`span` seconds after its
+/// start): each window once and exact, none missing below the last.
+async fn check_closed_windows(
+    closed: &[Vec<Option<String>>],
+    windows: &str,
+    span: i64,
+    context: &str,
+) {
     let Some(last) = closed.last() else {
         return;
     };
@@ -316,10 +366,10 @@ async fn check_closed_windows(closed: &[Vec<Option<String>>], context: &str) {
     let last_start =
         chrono::NaiveDateTime::parse_from_str(last[0].as_deref().unwrap(), "%Y-%m-%d %H:%M:%S")
             .unwrap_or_else(|e| panic!("{context}: window start {last:?}: {e}"));
-    let seconds = (last_start.and_utc().timestamp() - 1_700_000_000 + 2) as usize;
+    let seconds = (last_start.and_utc().timestamp() - 1_700_000_000 + span + 1) as usize;
     let rows = spec.generate(0, seconds * 2000);
     let query = format!(
-        "SELECT * FROM ({WINDOWS}) AS windows WHERE w <= TIMESTAMP '{}'",
+        "SELECT * FROM ({windows}) AS windows WHERE w <= TIMESTAMP '{}'",
         last_start.format("%Y-%m-%d %H:%M:%S")
     );
     let want = expected(&query, vec![("timed", rows)]).await;
@@ -395,12 +445,14 @@ pub async fn kill_cycles(mut server: TestServer) {
             .unwrap();
     }
     crate::common::create_views(&client, VIEWS).await;
-    client
-        .batch_execute(&format!(
-            "CREATE MATERIALIZED VIEW closed AS {WINDOWS} EMIT ON WINDOW CLOSE"
-        ))
-        .await
-        .unwrap();
+    for (name, query, ..) in CLOSED_VIEWS {
+        client
+            .batch_execute(&format!(
+                "CREATE MATERIALIZED VIEW {name} AS {query} EMIT ON WINDOW CLOSE"
+            ))
+            .await
+            .unwrap();
+    }
     drop(client);
     let state = Arc::new(Mutex::new(DimsState::default()));
     let mut last_positions: HashMap<(String, String), Vec<u64>> = HashMap::new();
@@ -495,24 +547,26 @@ pub async fn kill_cycles(mut server: TestServer) {
         fast > 1000 && slow > 10,
         "readers barely moved: fast {fast}, slow {slow}"
     );
-    // Windows closed as the watermark moved.
+    // Windows closed as the watermark moved, and no row was late.
     let client = server.client().await;
-    let windows = sorted_rows(&client, "SELECT * FROM closed").await;
-    assert!(
-        windows.len() >= 3,
-        "the watermark closed {} windows",
-        windows.len()
-    );
-    let late = crate::common::column(
-        &client,
-        "SELECT sum(late_rows) FROM weir_view_operators WHERE view = 'closed'",
-    )
-    .await;
-    assert_eq!(
-        late,
-        vec![Some("0".to_string())],
-        "no row of `timed` is late"
-    );
+    for (name, ..) in CLOSED_VIEWS {
+        let windows = sorted_rows(&client, &format!("SELECT * FROM {name}")).await;
+        assert!(
+            windows.len() >= 3,
+            "the watermark closed {} windows of {name}",
+            windows.len()
+        );
+        let late = crate::common::column(
+            &client,
+            &format!("SELECT sum(late_rows) FROM weir_view_operators WHERE view = '{name}'"),
+        )
+        .await;
+        assert_eq!(
+            late,
+            vec![Some("0".to_string())],
+            "no row of `timed` is late in {name}"
+        );
+    }
     // The sessions operator holds only the sessions the watermark (1 s
     // behind, and moved at each epoch) has not closed: some 2 seconds'
     // rows of the parities' 800 a second (more on a loaded machine, whose
