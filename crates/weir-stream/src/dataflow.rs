@@ -13,16 +13,18 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use weir_state::{DeltaBatches, TableSpec};
 
 use crate::append_top_n::{self, AppendOnlyTopN};
+use crate::fixed_intervals::fixed_interval_arithmetic;
 use crate::group_top_n::GroupTopN;
 use crate::join::Join;
 use crate::join_window::{interval_join, joined_schema, window_join, JoinExpiry};
 use crate::map::{Filter, Project, Rename, Unnest, Values};
-use crate::plan::{NodeKind, StreamPlan, WindowSpec};
+use crate::plan::{JoinSpec, NodeKind, StreamPlan, WindowSpec};
 use crate::proctime::ProcTime;
 use crate::session::SessionExpiry;
 use crate::temporal_filter::TemporalFilter;
@@ -78,6 +80,19 @@ struct Node {
     stats: OperatorStats,
 }
 
+/// `join` with its residual condition's fixed intervals added as
+/// durations (see [`crate::fixed_intervals`]).
+fn join_with_fixed_intervals(join: &JoinSpec, left: &Schema, right: &Schema) -> Result<JoinSpec> {
+    let mut join = join.clone();
+    if let Some(filter) = &join.filter {
+        join.filter = Some(fixed_interval_arithmetic(
+            filter,
+            &joined_schema(left, right),
+        )?);
+    }
+    Ok(join)
+}
+
 /// The operator of node `index` of `plan`, with empty state.
 pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Operator>> {
     let spec = &plan.nodes[index];
@@ -100,11 +115,21 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
             ))
         }
         NodeKind::ProcTime => Box::new(ProcTime::new(index, schema)),
-        NodeKind::Filter { predicate } => Box::new(Filter::new(predicate.clone())),
+        NodeKind::Filter { predicate } => Box::new(Filter::new(fixed_interval_arithmetic(
+            predicate,
+            &input_schema(0),
+        )?)),
         NodeKind::TemporalFilter { bounds } => {
             Box::new(TemporalFilter::new(index, bounds.clone(), input_schema(0))?)
         }
-        NodeKind::Project { exprs } => Box::new(Project::new(exprs.clone(), schema)),
+        NodeKind::Project { exprs } => {
+            let input = input_schema(0);
+            let exprs = exprs
+                .iter()
+                .map(|expr| fixed_interval_arithmetic(expr, &input))
+                .collect::<Result<Vec<_>>>()?;
+            Box::new(Project::new(exprs, schema))
+        }
         NodeKind::Unnest {
             column,
             keep_null,
@@ -119,7 +144,7 @@ pub(crate) fn instantiate(plan: &StreamPlan, index: usize) -> Result<Box<dyn Ope
         )?,
         NodeKind::Join(join) => Box::new(
             Join::new(
-                join.clone(),
+                join_with_fixed_intervals(join, &input_schema(0), &input_schema(1))?,
                 input_schema(0),
                 input_schema(1),
                 schema,

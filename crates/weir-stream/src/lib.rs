@@ -31,6 +31,7 @@ mod align;
 mod append_top_n;
 mod changes;
 mod dataflow;
+mod fixed_intervals;
 mod group_top_n;
 mod join;
 mod join_window;
