@@ -3,8 +3,8 @@
 # default) until it exits: its resident memory and its views' operator
 # state (`weir_view_operators`), one line per sample, for the memory
 # tables of long Nexmark runs. Run it beside `weir-bench nexmark ...`;
-# it follows the first `weir` server listening on 127.0.0.1 that it
-# finds.
+# it follows the newest `weir` server listening on 127.0.0.1 (waiting
+# for one to start).
 # usage: state_over_run.sh [INTERVAL]
 set -euo pipefail
 interval=${1:-10}

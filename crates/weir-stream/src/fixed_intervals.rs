@@ -13,13 +13,15 @@
 //! result, its type and its overflow error are those of the calendar
 //! arithmetic.
 //!
-//! Operators apply it to the expressions they evaluate when they are
+//! Filters, projections (where `TUMBLE` and `HOP` compute `window_end`)
+//! and join conditions apply it to their expressions when they are
 //! instantiated; the stream plan keeps the expressions as planned, so that
-//! the watermark analysis still reads their intervals.
+//! the watermark analysis still reads their intervals. Other operators'
+//! expressions (group keys, orderings) keep Arrow's arithmetic.
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
@@ -55,12 +57,7 @@ pub fn fixed_interval_arithmetic(
         let Some(units) = interval_in_units(*interval, &time_type) else {
             return Ok(Transformed::no(node));
         };
-        let duration = match unit {
-            TimeUnit::Second => ScalarValue::DurationSecond(Some(units)),
-            TimeUnit::Millisecond => ScalarValue::DurationMillisecond(Some(units)),
-            TimeUnit::Microsecond => ScalarValue::DurationMicrosecond(Some(units)),
-            TimeUnit::Nanosecond => ScalarValue::DurationNanosecond(Some(units)),
-        };
+        let duration = ScalarValue::Int64(Some(units)).cast_to(&DataType::Duration(*unit))?;
         let fixed: PhysicalExprRef = Arc::new(BinaryExpr::new(
             Arc::clone(binary.left()),
             *binary.op(),
@@ -74,7 +71,7 @@ pub fn fixed_interval_arithmetic(
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::{Array, ArrayRef, TimestampMicrosecondArray};
-    use datafusion::arrow::datatypes::{Field, IntervalMonthDayNano};
+    use datafusion::arrow::datatypes::{Field, IntervalMonthDayNano, TimeUnit};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::physical_expr::expressions::Column;
 
