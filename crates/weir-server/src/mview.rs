@@ -119,7 +119,9 @@ pub(crate) async fn plan_view_in(
     emit_on_window_close: bool,
 ) -> WeirResult<PlannedView> {
     let statement = Statement::Query(Box::new(query.clone()));
+    let temporal = weir_sql::temporal_tables(query)?;
     let plan = crate::session::plan_statement(state, statement.clone()).await?;
+    let plan = weir_sql::mark_temporal_tables(plan, &temporal)?;
     let plan = weir_sql::extract_temporal_filters(plan)?;
     let plan = weir_sql::extract_proctime(plan)?;
     weir_sql::check_deterministic(&plan)?;
@@ -175,6 +177,9 @@ pub(crate) async fn plan_view_in(
         // Its windows' rows now only come once: what reads them keeps less.
         plan_stream.mark_append_only(append_only);
     }
+    plan_stream
+        .check_temporal_joins()
+        .map_err(WeirError::unsupported)?;
     let schema = Arc::new(optimized.schema().as_arrow().clone());
     let schema = crate::colnames::wire_schema(&statement, schema);
     if names.len() > schema.fields().len() {
@@ -359,7 +364,7 @@ pub async fn create(
     // 2. Backfill from the snapshot, without the lock.
     let started = Instant::now();
     let dataflow = Dataflow::new(&planned.plan)?;
-    let inputs = source_rows(&snapshot, &planned.sources)?;
+    let inputs = source_rows(&snapshot, &planned)?;
     let input_rows: usize = inputs.iter().map(|(_, c)| c.len()).sum();
     let progress = session.progress.clone();
     let view = name.clone();
@@ -579,12 +584,14 @@ fn relation_id_of(catalog: &crate::catalog::Catalog, name: &str) -> Option<Table
 }
 
 /// Every row of each source in `snapshot`, in batches, as insertions.
-fn source_rows(
-    snapshot: &DbSnapshot,
-    sources: &BTreeSet<String>,
-) -> WeirResult<Vec<(String, Changes)>> {
+fn source_rows(snapshot: &DbSnapshot, planned: &PlannedView) -> WeirResult<Vec<(String, Changes)>> {
     let mut out = Vec::new();
-    for name in sources {
+    // The tables temporal joins look up come first: the rows of the other
+    // inputs are looked up in them as they come.
+    let looked_up = planned.plan.temporal_relations();
+    let (first, rest): (Vec<&String>, Vec<&String>) =
+        planned.sources.iter().partition(|s| looked_up.contains(*s));
+    for name in first.into_iter().chain(rest) {
         if snapshot.catalog.sources.contains_key(name) {
             // A view's own reader delivers a source's rows once it runs.
             continue;
@@ -769,7 +776,7 @@ async fn rebuild(
         };
         let built = match planned {
             Ok(planned) => {
-                let inputs = source_rows(&snapshot, &planned.sources)?;
+                let inputs = source_rows(&snapshot, &planned)?;
                 let spec =
                     crate::catalog::view_output_spec(&planned.columns, planned.key.as_deref());
                 let dataflow = Dataflow::new(&planned.plan)?;

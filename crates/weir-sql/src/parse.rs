@@ -348,6 +348,8 @@ fn parse_standard(
 ) -> Result<(), ParseError> {
     let flink = crate::windows::flink_window_text(tokens);
     let text = flink.as_deref().unwrap_or(text);
+    let lookups = crate::system_time::strip(text)?;
+    let text = lookups.as_ref().map_or(text, |l| l.text.as_str());
     // A table's definition (without `AS SELECT`) is stored, not run: a
     // default written as pg_dump writes it (`nextval('s'::regclass)`)
     // keeps its form.
@@ -375,6 +377,9 @@ fn parse_standard(
         ParseError::Syntax(message)
     })?;
     let mut parsed = parsed;
+    if let Some(lookups) = &lookups {
+        crate::system_time::restore(&mut parsed, lookups)?;
+    }
     for statement in &mut parsed {
         crate::depth::check_depth(statement)?;
         crate::pg_forms::rewrite(statement);
@@ -713,17 +718,17 @@ fn reads_catalog(token: &Token) -> bool {
 }
 
 /// Byte offsets of line starts, to turn token locations into slices.
-struct LineOffsets(Vec<usize>);
+pub(crate) struct LineOffsets(Vec<usize>);
 
 impl LineOffsets {
-    fn new(sql: &str) -> Self {
+    pub(crate) fn new(sql: &str) -> Self {
         let mut starts = vec![0];
         starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
         LineOffsets(starts)
     }
 
     /// The byte offset of a 1-based (line, column-in-characters) location.
-    fn byte(&self, sql: &str, location: Location) -> usize {
+    pub(crate) fn byte(&self, sql: &str, location: Location) -> usize {
         let line_start = self.0[(location.line as usize)
             .saturating_sub(1)
             .min(self.0.len() - 1)];

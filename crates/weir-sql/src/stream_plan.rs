@@ -39,6 +39,7 @@ use weir_stream::{
 
 use crate::proctime::ProcTimeNode;
 use crate::temporal::{BoundKind, TemporalFilter};
+use crate::temporal_join::{is_temporal_side, TemporalSide};
 
 /// Refuses expressions whose value can change without any input
 /// changing (`now()`, `random()`): a view of them could never be kept
@@ -68,8 +69,16 @@ pub fn stream_plan(plan: &LogicalPlan) -> Result<StreamPlan> {
     let mut builder = Builder {
         nodes: Vec::new(),
         props: ExecutionProps::new(),
+        temporal_sides: 0,
+        temporal_joins: 0,
     };
     builder.add(&plan)?;
+    if builder.temporal_sides != builder.temporal_joins {
+        return Err(unsupported(
+            "FOR SYSTEM_TIME AS OF PROCTIME() on a table that is not read directly by a \
+             join, as its right side",
+        ));
+    }
     Ok(StreamPlan {
         nodes: builder.nodes,
     })
@@ -206,6 +215,10 @@ fn unsupported(what: impl Into<String>) -> DataFusionError {
 struct Builder {
     nodes: Vec<NodeSpec>,
     props: ExecutionProps,
+    /// [`TemporalSide`] nodes planned, and temporal joins over them: every
+    /// temporal side must be the right input of a join.
+    temporal_sides: usize,
+    temporal_joins: usize,
 }
 
 impl Builder {
@@ -307,6 +320,13 @@ impl Builder {
                 Ok(self.push(NodeKind::Aggregate(spec), vec![index], schema()))
             }
             LogicalPlan::Join(j) => {
+                if is_temporal_side(&j.left) {
+                    return Err(unsupported(
+                        "FOR SYSTEM_TIME AS OF PROCTIME() on the left side of a join: the \
+                         table looked up goes on the right",
+                    ));
+                }
+                let temporal = is_temporal_side(&j.right);
                 let left = self.add(&j.left)?;
                 let right = self.add(&j.right)?;
                 let mut left_keys = Vec::new();
@@ -329,7 +349,18 @@ impl Builder {
                     filter,
                     nulls_equal: j.null_equality == NullEquality::NullEqualsNull,
                     null_aware: j.null_aware,
+                    temporal,
                 };
+                if temporal {
+                    if !spec.temporal_kind_supported() || spec.left_keys.is_empty() {
+                        return Err(unsupported(format!(
+                            "a {} temporal join (FOR SYSTEM_TIME AS OF PROCTIME() takes inner, \
+                             left outer, semi and anti joins on equal keys)",
+                            j.join_type
+                        )));
+                    }
+                    self.temporal_joins += 1;
+                }
                 Ok(self.push(NodeKind::Join(spec), vec![left, right], schema()))
             }
             LogicalPlan::Union(u) => {
@@ -370,6 +401,9 @@ impl Builder {
                 let node = extension.node.as_any();
                 if let Some(filter) = node.downcast_ref::<TemporalFilter>() {
                     self.temporal_filter(filter)
+                } else if let Some(side) = node.downcast_ref::<TemporalSide>() {
+                    self.temporal_sides += 1;
+                    self.add(&side.input)
                 } else if let Some(stamped) = node.downcast_ref::<ProcTimeNode>() {
                     let input = self.add(&stamped.input)?;
                     let schema = Arc::new(extension.node.schema().as_arrow().clone());

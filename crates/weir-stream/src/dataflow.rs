@@ -553,6 +553,7 @@ mod tests {
                 filter: None,
                 nulls_equal: false,
                 null_aware: false,
+                temporal: false,
             }),
             inputs: vec![0, 1],
             schema: Arc::new(Schema::new(fields)),

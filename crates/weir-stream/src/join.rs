@@ -12,6 +12,14 @@
 //!
 //! A side that is append-only (a source, or a stream of inserts) never
 //! looks rows up for removal, so it keeps no row hashes.
+//!
+//! A processing-time temporal join, or lookup join (`JOIN t FOR
+//! SYSTEM_TIME AS OF PROCTIME()`, as Flink and RisingWave write it), keeps
+//! only its right side. Each left row (the left input only inserts) is
+//! joined with the right rows of its key as they are when it comes, and
+//! kept nowhere; a right-side change updates the right rows and emits
+//! nothing, so earlier results stay as they were. Its state is the table
+//! looked up, however many rows stream past.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -97,7 +105,7 @@ impl Join {
         let Some(expiry) = expiry else {
             return Ok(self);
         };
-        if self.spec.null_aware {
+        if self.spec.null_aware || self.spec.temporal {
             return Ok(self);
         }
         let preserved = match self.spec.join_type {
@@ -418,6 +426,9 @@ impl Operator for Join {
         if self.spec.null_aware {
             return self.process_not_in(from_left, input);
         }
+        if self.spec.temporal {
+            return self.process_temporal(from_left, input);
+        }
         let kind = self.spec.join_type;
         if kind == JoinType::Inner {
             // The delta rule: the change joined with the other side.
@@ -446,15 +457,26 @@ impl Operator for Join {
         Ok(Vec::new())
     }
 
+    // A temporal join's state is its right side only.
     fn state_specs(&self) -> Vec<TableSpec> {
+        if self.spec.temporal {
+            return vec![self.right.state_spec()];
+        }
         vec![self.left.state_spec(), self.right.state_spec()]
     }
 
     fn checkpoint(&mut self) -> Result<Vec<Option<DeltaBatches>>> {
+        if self.spec.temporal {
+            return Ok(vec![self.right.take_delta()?]);
+        }
         Ok(vec![self.left.take_delta()?, self.right.take_delta()?])
     }
 
     fn restore(&mut self, tables: &[RecordBatch]) -> Result<()> {
+        if self.spec.temporal {
+            expect_tables(tables, 1)?;
+            return self.right.restore(&tables[0]);
+        }
         expect_tables(tables, 2)?;
         self.left.restore(&tables[0])?;
         self.right.restore(&tables[1])?;
@@ -467,8 +489,14 @@ impl Operator for Join {
         instance: usize,
         placement: &crate::Placement,
     ) -> Result<()> {
-        expect_tables(tables, 2)?;
         let by_key = self.spec.partitions();
+        if self.spec.temporal {
+            expect_tables(tables, 1)?;
+            return self
+                .right
+                .restore_share(&tables[0], instance, placement, by_key);
+        }
+        expect_tables(tables, 2)?;
         self.left
             .restore_share(&tables[0], instance, placement, by_key)?;
         self.right
@@ -481,11 +509,30 @@ impl Operator for Join {
     }
 
     fn state_rows(&self) -> Vec<usize> {
+        if self.spec.temporal {
+            return vec![self.right.live_rows()];
+        }
         vec![self.left.live_rows(), self.right.live_rows()]
     }
 }
 
 impl Join {
+    /// A temporal join's step: a left change is joined with the right rows
+    /// of its keys as they are now; a right change only updates them.
+    fn process_temporal(&mut self, from_left: bool, input: Changes) -> Result<Vec<Changes>> {
+        if !from_left {
+            self.right.update(&input)?;
+            return Ok(Vec::new());
+        }
+        if self.spec.join_type == JoinType::Inner {
+            return Ok(vec![self.delta_inner(true, &input)?]);
+        }
+        let columns = self.left.key_columns(&input.rows)?;
+        let keys = distinct(self.right.find_keys(&columns, input.len())?);
+        let matches = self.right.rows_with_keys(keys)?;
+        Ok(vec![self.join(self.spec.join_type, &input, &matches)?])
+    }
+
     /// Lists the restored rows by the values that expire them (`tables`:
     /// every stored row; rows of other instances find no key here and
     /// are skipped).
@@ -623,6 +670,7 @@ mod tests {
             filter: None,
             nulls_equal: false,
             null_aware: false,
+            temporal: false,
         };
         let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
         fields.extend(schema.fields().iter().cloned());
@@ -648,6 +696,97 @@ mod tests {
         out.extend(join.process(0, kv(&[(Some(1), Some(10), -1)])).unwrap());
         assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
         assert_eq!(join.state_rows(), vec![2, 2]);
+    }
+
+    /// A temporal join of `join_type` on `k`, its left side append-only.
+    fn temporal(join_type: JoinType) -> Join {
+        let base = join(join_type);
+        let spec = JoinSpec {
+            temporal: true,
+            ..base.spec.clone()
+        };
+        let schema = kv_schema();
+        Join::new(
+            spec,
+            schema.clone(),
+            schema,
+            base.output_schema.clone(),
+            [true, false],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn temporal_join_reads_the_right_side_as_of_each_left_row() {
+        let mut join = temporal(JoinType::Inner);
+        let mut out = join.process(1, kv(&[(Some(1), Some(7), 1)])).unwrap();
+        assert!(net(&out).is_empty(), "a right change emits nothing");
+        out.extend(
+            join.process(0, kv(&[(Some(1), Some(10), 1), (None, Some(0), 1)]))
+                .unwrap(),
+        );
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]), "NULL keys never match");
+        // The right row changes: the earlier result stays, later rows see
+        // the new value.
+        out.extend(
+            join.process(1, kv(&[(Some(1), Some(7), -1), (Some(1), Some(8), 1)]))
+                .unwrap(),
+        );
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 1)]));
+        out.extend(join.process(0, kv(&[(Some(1), Some(11), 1)])).unwrap());
+        assert_eq!(net(&out), rows(&[("1,10,1,7", 1), ("1,11,1,8", 1)]));
+        assert_eq!(join.state_rows(), vec![1], "left rows are not kept");
+    }
+
+    #[test]
+    fn temporal_left_join_pads_rows_with_no_match_when_they_come() {
+        let mut join = temporal(JoinType::Left);
+        let mut out = join.process(0, kv(&[(Some(1), Some(10), 1)])).unwrap();
+        out.extend(join.process(1, kv(&[(Some(1), Some(7), 2)])).unwrap());
+        out.extend(
+            join.process(0, kv(&[(Some(1), Some(11), 1), (Some(2), Some(12), 1)]))
+                .unwrap(),
+        );
+        assert_eq!(
+            net(&out),
+            rows(&[
+                ("1,10,NULL,NULL", 1),
+                ("1,11,1,7", 2),
+                ("2,12,NULL,NULL", 1)
+            ]),
+            "the padded row stays padded after its key arrives"
+        );
+        let mut semi = temporal(JoinType::LeftAnti);
+        let mut out = semi.process(1, kv(&[(Some(1), Some(7), 1)])).unwrap();
+        out.extend(
+            semi.process(0, kv(&[(Some(1), Some(10), 1), (Some(2), Some(12), 1)]))
+                .unwrap(),
+        );
+        assert_eq!(net(&out), rows(&[("2,12", 1)]));
+    }
+
+    #[test]
+    fn temporal_join_state_survives_a_checkpoint() {
+        let mut join = temporal(JoinType::Inner);
+        join.process(1, kv(&[(Some(1), Some(7), 1), (Some(2), Some(8), 1)]))
+            .unwrap();
+        join.process(0, kv(&[(Some(1), Some(10), 1)])).unwrap();
+        let deltas = join.checkpoint().unwrap();
+        assert_eq!(deltas.len(), 1, "only the right side is state");
+        let mut tables = Vec::new();
+        for (spec, delta) in join.state_specs().into_iter().zip(deltas) {
+            let mut table = weir_state::StateTable::new(spec).unwrap();
+            if let Some(d) = delta {
+                table
+                    .apply_delta(d.upserts.as_ref(), d.deletes.as_ref())
+                    .unwrap();
+            }
+            tables.push(table.snapshot().stored_rows().unwrap());
+        }
+        let mut restored = temporal(JoinType::Inner);
+        restored.restore(&tables).unwrap();
+        let out = restored.process(0, kv(&[(Some(2), Some(20), 1)])).unwrap();
+        assert_eq!(net(&out), rows(&[("2,20,2,8", 1)]));
     }
 
     /// An inner join whose key is a window: bounded by watermark node 7

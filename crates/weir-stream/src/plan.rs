@@ -1,6 +1,7 @@
 //! [`StreamPlan`]: a view's operators as the SQL planner describes them,
 //! before they are instantiated into a [`crate::Dataflow`].
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -164,6 +165,12 @@ pub struct JoinSpec {
     /// makes the comparison unknown, so no row passes while the right side
     /// holds a NULL key, and a NULL left key passes only an empty right.
     pub null_aware: bool,
+    /// A processing-time temporal join (`JOIN t FOR SYSTEM_TIME AS OF
+    /// PROCTIME()`): each left row is joined with the right side as it is
+    /// when the row is processed. Right-side changes update the lookup
+    /// state and emit nothing; left rows are not kept (see
+    /// [`crate::join`]).
+    pub temporal: bool,
 }
 
 impl JoinSpec {
@@ -172,6 +179,16 @@ impl JoinSpec {
     /// whole right side).
     pub fn partitions(&self) -> bool {
         !self.left_keys.is_empty() && !self.null_aware
+    }
+
+    /// Whether a temporal join of this kind can be maintained: the left
+    /// rows are the ones kept (inner, left outer, semi, anti), and the
+    /// answer for a left row needs only the right rows of its key.
+    pub fn temporal_kind_supported(&self) -> bool {
+        matches!(
+            self.join_type,
+            JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti
+        ) && !self.null_aware
     }
 }
 
@@ -319,6 +336,9 @@ impl StreamPlan {
                 // while matches only come; every other kind retracts rows
                 // (padding, lost matches) or, like aggregates and top-N,
                 // replaces them.
+                // A temporal join emits each left row's result once, when
+                // the row comes, and never revisits it.
+                NodeKind::Join(join) if join.temporal => inputs[0],
                 NodeKind::Join(join) => {
                     all && matches!(
                         join.join_type,
@@ -332,6 +352,48 @@ impl StreamPlan {
                 NodeKind::TopN(_) | NodeKind::GroupTopN(_) | NodeKind::Window(_) => false,
             };
         }
+    }
+
+    /// Refuses temporal joins whose left input can delete or update rows
+    /// ([`Self::mark_append_only`] must run first): a left row's result
+    /// depends on the right side when it came, which a later retraction
+    /// of the row could not undo.
+    pub fn check_temporal_joins(&self) -> std::result::Result<(), String> {
+        for node in &self.nodes {
+            if let NodeKind::Join(join) = &node.kind {
+                if join.temporal && !self.nodes[node.inputs[0]].append_only {
+                    return Err(
+                        "FOR SYSTEM_TIME AS OF PROCTIME() needs an append-only left \
+                         side (a source, an APPEND ONLY table, or a view of inserts only): \
+                         each row is looked up once, when it comes, so a row that is later \
+                         updated or deleted could not be taken back"
+                            .into(),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The relations temporal joins look up (read under a temporal join's
+    /// right input). A view's backfill feeds them first, so that the rows
+    /// already in its other inputs find them.
+    pub fn temporal_relations(&self) -> BTreeSet<String> {
+        let mut relations = BTreeSet::new();
+        let mut pending: Vec<usize> = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(&n.kind, NodeKind::Join(j) if j.temporal))
+            .map(|n| n.inputs[1])
+            .collect();
+        while let Some(index) = pending.pop() {
+            let node = &self.nodes[index];
+            if let NodeKind::Source { relation, .. } = &node.kind {
+                relations.insert(relation.clone());
+            }
+            pending.extend(&node.inputs);
+        }
+        relations
     }
 
     /// Works out a unique key for each node's output, given the keys of
@@ -546,6 +608,7 @@ impl StreamPlan {
                     vec!["input rows by group key".to_owned()]
                 }
             }
+            NodeKind::Join(join) if join.temporal => vec!["right rows by join key".to_owned()],
             NodeKind::Join(_) => vec![
                 "left rows by join key".to_owned(),
                 "right rows by join key".to_owned(),
@@ -669,7 +732,12 @@ impl StreamPlan {
                 } else {
                     spec.join_type.to_string()
                 };
-                format!("HashJoin: type={kind} keys=[{keys}]{filter}")
+                let name = if spec.temporal {
+                    "TemporalJoin"
+                } else {
+                    "HashJoin"
+                };
+                format!("{name}: type={kind} keys=[{keys}]{filter}")
             }
             NodeKind::Union => "Union".to_owned(),
             NodeKind::TopN(spec) => format!(

@@ -13,7 +13,9 @@
 //! there once, exact over every row of the source in it, none is missing
 //! below the last, and no row was counted late;
 //! a view of session windows over it forgets each session the watermark
-//! closes and must stay exact all the same.
+//! closes and must stay exact all the same. A temporal join of the fast
+//! source with the table (`FOR SYSTEM_TIME AS OF PROCTIME()`) must give
+//! each row read exactly one row.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -127,6 +129,13 @@ const CLOSED_VIEWS: &[ClosedView] = &[
     ),
 ];
 
+/// A temporal join of `fast` with `dims`, which writers change while the
+/// rows stream: the label a row gets depends on when it came, but a left
+/// join on the table's primary key gives each row exactly one row, so the
+/// view must count every row the view read once ([`LOOKED_UP_CHECK`]).
+const LOOKED_UP: &str = "looked_up";
+const LOOKED_UP_CHECK: &str = "SELECT count(*) AS n, sum(id) AS s FROM fast";
+
 /// The views, their queries, and for views on views the query the check
 /// runs instead (over the upstream view, read at the same epoch).
 const VIEWS: &[(&str, &str)] = &[
@@ -138,6 +147,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("distinct_per_key", "SELECT k, count(DISTINCT v) AS dv, count(DISTINCT v) FILTER (WHERE v % 2 = 0) AS even FROM fast GROUP BY k"),
     ("slow_total", "SELECT count(*) AS n, sum(id) AS s FROM slow"),
     ("on_view", "SELECT count(*) AS keys, sum(n) AS total FROM by_key"),
+    (LOOKED_UP, "SELECT count(*) AS n, sum(f.id) AS s FROM fast f LEFT JOIN dims FOR SYSTEM_TIME AS OF PROCTIME() AS d ON f.k = d.k"),
     ("running", WINDOWS),
     ("sessions", SESSIONS),
 ];
@@ -337,6 +347,11 @@ async fn check_views(
                     tables.push((source, source_rows(source, splits)));
                 }
             }
+            let query = if *name == LOOKED_UP {
+                LOOKED_UP_CHECK
+            } else {
+                query
+            };
             expected(query, tables).await
         };
         assert_eq!(
@@ -505,6 +520,7 @@ pub async fn kill_cycles(mut server: TestServer) {
             ("by_key", workers),
             ("skew_join", workers),
             ("labelled", workers),
+            (LOOKED_UP, workers),
             ("on_view", 1),
         ] {
             let sql = format!(

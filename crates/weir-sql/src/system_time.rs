@@ -1,0 +1,253 @@
+//! `FOR SYSTEM_TIME AS OF PROCTIME()` after a table in `FROM`, as Flink
+//! and RisingWave write a processing-time temporal join:
+//!
+//! ```sql
+//! SELECT b.auction, s.value
+//! FROM bid b JOIN side_input FOR SYSTEM_TIME AS OF PROCTIME() AS s
+//!   ON b.auction % 10000 = s.key
+//! ```
+//!
+//! sqlparser reads the clause only in dialects with table versions, whose
+//! other forms (`AT (...)`, `CHANGES (...)`, `TIMESTAMP AS OF`) would take
+//! table aliases PostgreSQL allows. So [`strip`] blanks the clause out of
+//! the text before PostgreSQL's dialect parses it, leaving every other
+//! token where it was, and [`restore`] puts it back on the table factor
+//! whose name or alias it followed (sqlparser prints it after the alias,
+//! so a stored view's text reads back the same).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, ObjectNamePart, Statement, TableFactor, TableVersion, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
+
+use crate::parse::{LineOffsets, ParseError};
+
+/// A statement's text with its `FOR SYSTEM_TIME AS OF` clauses blanked
+/// out.
+#[derive(Debug)]
+pub(crate) struct Stripped {
+    /// The text, each clause replaced by spaces.
+    pub text: String,
+    /// Where the name or alias each clause followed starts.
+    targets: Vec<Location>,
+}
+
+/// Blanks `FOR SYSTEM_TIME AS OF PROCTIME()` out of `text`; `None` when
+/// it has none. Any other time after `AS OF` is refused (0A000): Weir's
+/// temporal joins read the table as it is when each row is processed.
+pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
+    // Cheap test first: most statements have no such clause.
+    if !text.to_ascii_uppercase().contains("SYSTEM_TIME") {
+        return Ok(None);
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
+        .tokenize_with_location()
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    let tokens: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    let offsets = LineOffsets::new(text);
+    let mut blanked = text.to_owned();
+    let mut targets = Vec::new();
+    let mut i = 0;
+    while i + 4 <= tokens.len() {
+        let clause = [Keyword::FOR, Keyword::SYSTEM_TIME, Keyword::AS, Keyword::OF];
+        let starts_clause = clause
+            .iter()
+            .zip(&tokens[i..])
+            .all(|(k, t)| matches!(&t.token, Token::Word(w) if w.keyword == *k));
+        if !starts_clause {
+            i += 1;
+            continue;
+        }
+        let time = &tokens[i + 4..];
+        let is_proctime = matches!(
+            time,
+            [TokenWithSpan { token: Token::Word(w), .. }, l, r, ..]
+                if w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("proctime")
+                    && l.token == Token::LParen
+                    && r.token == Token::RParen
+        );
+        if !is_proctime {
+            return Err(ParseError::Unsupported(
+                "FOR SYSTEM_TIME AS OF takes PROCTIME() only: a temporal join reads the table \
+                 as it is when each row is processed"
+                    .into(),
+            ));
+        }
+        targets.push(target(&tokens[..i])?);
+        let end = i + 7;
+        let (from, to) = (
+            offsets.byte(text, tokens[i].span.start),
+            offsets.byte(text, tokens[end - 1].span.end),
+        );
+        let spaces: String = text[from..to]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        // Replaced char for char, so later offsets in `text` still hold.
+        blanked.replace_range(from..to, &spaces);
+        i = end;
+    }
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Stripped {
+        text: blanked,
+        targets,
+    }))
+}
+
+/// Where the table name or alias before a clause starts (`before`: the
+/// tokens up to the clause): the last word, or the word before an alias's
+/// column list.
+fn target(before: &[&TokenWithSpan]) -> Result<Location, ParseError> {
+    let misplaced =
+        || ParseError::Syntax("FOR SYSTEM_TIME AS OF must follow a table name in FROM".into());
+    let mut at = before.len().checked_sub(1).ok_or_else(misplaced)?;
+    if before[at].token == Token::RParen {
+        let mut depth = 0usize;
+        loop {
+            match before[at].token {
+                Token::RParen => depth += 1,
+                Token::LParen => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                break;
+            }
+            at = at.checked_sub(1).ok_or_else(misplaced)?;
+        }
+        at = at.checked_sub(1).ok_or_else(misplaced)?;
+    }
+    match &before[at].token {
+        Token::Word(_) => Ok(before[at].span.start),
+        _ => Err(misplaced()),
+    }
+}
+
+/// Sets `FOR SYSTEM_TIME AS OF PROCTIME()` on the table factors of
+/// `statements` that [`strip`] took it from.
+pub(crate) fn restore(statements: &mut [Statement], stripped: &Stripped) -> Result<(), ParseError> {
+    let mut restorer = Restorer {
+        targets: &stripped.targets,
+        found: vec![false; stripped.targets.len()],
+        time: proctime_call()?,
+    };
+    for statement in statements.iter_mut() {
+        let _ = statement.visit(&mut restorer);
+    }
+    if restorer.found.contains(&false) {
+        return Err(ParseError::Syntax(
+            "FOR SYSTEM_TIME AS OF must follow a table name in FROM".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `PROCTIME()` as an expression.
+fn proctime_call() -> Result<Expr, ParseError> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql("PROCTIME()")
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| ParseError::Syntax(e.to_string()))
+}
+
+struct Restorer<'a> {
+    targets: &'a [Location],
+    found: Vec<bool>,
+    time: Expr,
+}
+
+impl VisitorMut for Restorer<'_> {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table {
+            name,
+            alias,
+            version,
+            ..
+        } = factor
+        else {
+            return ControlFlow::Continue(());
+        };
+        let name_at = match name.0.last() {
+            Some(ObjectNamePart::Identifier(ident)) => Some(ident.span.start),
+            _ => None,
+        };
+        let alias_at = alias.as_ref().map(|a| a.name.span.start);
+        for (target, found) in self.targets.iter().zip(&mut self.found) {
+            if Some(*target) == name_at || Some(*target) == alias_at {
+                *version = Some(TableVersion::ForSystemTimeAsOf(self.time.clone()));
+                *found = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse::{parse, parsed_text, ParseError};
+
+    #[test]
+    fn the_clause_is_read_after_the_name_or_the_alias_and_printed_after_the_alias() {
+        let printed = parsed_text(
+            "SELECT b.a, s.v FROM bid AS b JOIN dim FOR SYSTEM_TIME AS OF PROCTIME() AS s \
+             ON b.a = s.k",
+        );
+        assert_eq!(
+            printed,
+            "SELECT b.a, s.v FROM bid AS b JOIN dim AS s FOR SYSTEM_TIME AS OF PROCTIME() \
+             ON b.a = s.k"
+        );
+        assert_eq!(
+            parsed_text(&printed),
+            printed,
+            "the printed form reads back"
+        );
+        let unaliased = parsed_text(
+            "SELECT * FROM bid LEFT JOIN dim\nFOR SYSTEM_TIME AS OF\nproctime() ON bid.a = dim.k",
+        );
+        assert_eq!(
+            unaliased,
+            "SELECT * FROM bid LEFT JOIN dim FOR SYSTEM_TIME AS OF PROCTIME() ON bid.a = dim.k"
+        );
+        let with_columns = parsed_text(
+            "SELECT * FROM bid JOIN dim AS d (k, v) FOR SYSTEM_TIME AS OF PROCTIME() ON a = k",
+        );
+        assert!(
+            with_columns.contains("dim AS d (k, v) FOR SYSTEM_TIME AS OF PROCTIME()"),
+            "{with_columns}"
+        );
+        assert_eq!(
+            parsed_text("SELECT 'FOR SYSTEM_TIME AS OF x' FROM t"),
+            "SELECT 'FOR SYSTEM_TIME AS OF x' FROM t",
+            "a string is not a clause"
+        );
+    }
+
+    #[test]
+    fn other_times_and_places_are_refused() {
+        assert!(matches!(
+            parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts ON a.k = b.k"),
+            Err(ParseError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse("SELECT 1 FOR SYSTEM_TIME AS OF PROCTIME()"),
+            Err(ParseError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse("SELECT * FROM (SELECT 1) FOR SYSTEM_TIME AS OF PROCTIME()"),
+            Err(ParseError::Syntax(_))
+        ));
+    }
+}
