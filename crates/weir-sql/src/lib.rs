@@ -27,6 +27,7 @@ mod event_time;
 mod fetch;
 mod format_clause;
 mod numbers;
+mod overriding;
 mod parse;
 mod pg_forms;
 mod proctime;
@@ -46,6 +47,7 @@ mod windows;
 
 pub use depth::is_deep;
 pub use event_time::WatermarkClause;
+pub use overriding::{overriding, Overriding};
 pub use parse::{parse, ParseError, WeirStatement};
 pub use proctime::{extract_proctime, proctime_udf, ProcTimeNode};
 pub use secret::{referenced_key, CreateSecret, DropSecret, SecretValue};

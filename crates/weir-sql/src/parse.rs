@@ -350,6 +350,8 @@ fn parse_standard(
     let text = flink.as_deref().unwrap_or(text);
     let lookups = crate::system_time::strip(text)?;
     let text = lookups.as_ref().map_or(text, |l| l.text.as_str());
+    let overriding = crate::overriding::strip(text)?;
+    let text = overriding.as_ref().map_or(text, |(t, _)| t.as_str());
     // A table's definition (without `AS SELECT`) is stored, not run: a
     // default written as pg_dump writes it (`nextval('s'::regclass)`)
     // keeps its form.
@@ -358,7 +360,9 @@ fn parse_standard(
         && !words
             .iter()
             .any(|w| matches!(w, Token::Word(w) if w.keyword == Keyword::SELECT));
-    let parsed = if !creates_table && words.iter().any(|t| reads_catalog(t)) {
+    // The compatibility parser's statements have no token locations,
+    // which putting `FOR SYSTEM_TIME AS OF` back needs.
+    let parsed = if !creates_table && lookups.is_none() && words.iter().any(|t| reads_catalog(t)) {
         COMPAT.parse(text)
     } else {
         Parser::parse_sql(&PostgreSqlDialect {}, text)
@@ -379,6 +383,9 @@ fn parse_standard(
     let mut parsed = parsed;
     if let Some(lookups) = &lookups {
         crate::system_time::restore(&mut parsed, lookups)?;
+    }
+    if let Some((_, clause)) = overriding {
+        crate::overriding::apply(&mut parsed, clause)?;
     }
     for statement in &mut parsed {
         crate::depth::check_depth(statement)?;
@@ -715,6 +722,22 @@ fn reads_catalog(token: &Token) -> bool {
                 | "current_schemas"
         )
         || w.starts_with("has_") && w.ends_with("_privilege")
+}
+
+/// `text` with the characters in `ranges` (byte ranges of `text`)
+/// replaced by spaces, newlines kept: every other token keeps its line
+/// and column, so locations in the result's parse are locations in
+/// `text`.
+pub(crate) fn blanked(text: &str, ranges: &[std::ops::Range<usize>]) -> String {
+    text.char_indices()
+        .map(|(i, c)| {
+            if c != '\n' && ranges.iter().any(|r| r.contains(&i)) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// Byte offsets of line starts, to turn token locations into slices.

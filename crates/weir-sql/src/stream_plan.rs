@@ -352,6 +352,11 @@ impl Builder {
                     temporal,
                 };
                 if temporal {
+                    if spec.null_aware {
+                        return Err(unsupported(
+                            "NOT IN over a table read FOR SYSTEM_TIME AS OF PROCTIME() (NOT EXISTS works)",
+                        ));
+                    }
                     if !spec.temporal_kind_supported() || spec.left_keys.is_empty() {
                         return Err(unsupported(format!(
                             "a {} temporal join (FOR SYSTEM_TIME AS OF PROCTIME() takes inner, \

@@ -25,7 +25,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
-use crate::parse::{LineOffsets, ParseError};
+use crate::parse::{blanked, LineOffsets, ParseError};
 
 /// A statement's text with its `FOR SYSTEM_TIME AS OF` clauses blanked
 /// out.
@@ -42,7 +42,12 @@ pub(crate) struct Stripped {
 /// temporal joins read the table as it is when each row is processed.
 pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
     // Cheap test first: most statements have no such clause.
-    if !text.to_ascii_uppercase().contains("SYSTEM_TIME") {
+    let word = b"system_time";
+    if !text
+        .as_bytes()
+        .windows(word.len())
+        .any(|w| w.eq_ignore_ascii_case(word))
+    {
         return Ok(None);
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
@@ -53,7 +58,7 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
         .filter(|t| !matches!(t.token, Token::Whitespace(_)))
         .collect();
     let offsets = LineOffsets::new(text);
-    let mut blanked = text.to_owned();
+    let mut clauses = Vec::new();
     let mut targets = Vec::new();
     let mut i = 0;
     while i + 4 <= tokens.len() {
@@ -67,13 +72,21 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
             continue;
         }
         let time = &tokens[i + 4..];
+        // `PROCTIME()` alone: what follows it is an alias, `ON`, a
+        // join, a comma, a parenthesis or the end, not more expression.
         let is_proctime = matches!(
             time,
-            [TokenWithSpan { token: Token::Word(w), .. }, l, r, ..]
+            [TokenWithSpan { token: Token::Word(w), .. }, l, r, rest @ ..]
                 if w.quote_style.is_none()
                     && w.value.eq_ignore_ascii_case("proctime")
                     && l.token == Token::LParen
                     && r.token == Token::RParen
+                    && matches!(
+                        rest.first().map(|t| &t.token),
+                        None | Some(
+                            Token::Word(_) | Token::Comma | Token::RParen | Token::SemiColon
+                        )
+                    )
         );
         if !is_proctime {
             return Err(ParseError::Unsupported(
@@ -84,23 +97,16 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
         }
         targets.push(target(&tokens[..i])?);
         let end = i + 7;
-        let (from, to) = (
-            offsets.byte(text, tokens[i].span.start),
-            offsets.byte(text, tokens[end - 1].span.end),
+        clauses.push(
+            offsets.byte(text, tokens[i].span.start)..offsets.byte(text, tokens[end - 1].span.end),
         );
-        let spaces: String = text[from..to]
-            .chars()
-            .map(|c| if c == '\n' { '\n' } else { ' ' })
-            .collect();
-        // Replaced char for char, so later offsets in `text` still hold.
-        blanked.replace_range(from..to, &spaces);
         i = end;
     }
     if targets.is_empty() {
         return Ok(None);
     }
     Ok(Some(Stripped {
-        text: blanked,
+        text: blanked(text, &clauses),
         targets,
     }))
 }
@@ -239,6 +245,10 @@ mod tests {
     fn other_times_and_places_are_refused() {
         assert!(matches!(
             parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts ON a.k = b.k"),
+            Err(ParseError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF PROCTIME() - INTERVAL '1' HOUR ON a.k = b.k"),
             Err(ParseError::Unsupported(_))
         ));
         assert!(matches!(

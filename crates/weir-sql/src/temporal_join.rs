@@ -45,6 +45,12 @@ fn normalized(ident: &Ident) -> String {
 pub fn temporal_tables(query: &Query) -> Result<Vec<TemporalTable>> {
     let mut finder = Finder::default();
     let _ = query.visit(&mut finder);
+    if let Some(function) = finder.functions.first() {
+        return Err(DataFusionError::NotImplemented(format!(
+            "materialized views do not support FOR SYSTEM_TIME AS OF on the table function \
+             {function}: it applies to a table, source or materialized view"
+        )));
+    }
     if let Some(both) = finder.lookups.intersection(&finder.others).next() {
         return Err(DataFusionError::NotImplemented(format!(
             "materialized views do not support reading \"{}\" as \"{}\" both with and \
@@ -59,6 +65,8 @@ pub fn temporal_tables(query: &Query) -> Result<Vec<TemporalTable>> {
 struct Finder {
     lookups: HashSet<TemporalTable>,
     others: HashSet<TemporalTable>,
+    /// Table functions read with the clause.
+    functions: Vec<String>,
 }
 
 impl Visitor for Finder {
@@ -69,12 +77,19 @@ impl Visitor for Finder {
             name,
             alias,
             version,
-            args: None,
+            args,
             ..
         } = factor
         else {
             return ControlFlow::Continue(());
         };
+        let temporal = matches!(version, Some(TableVersion::ForSystemTimeAsOf(_)));
+        if args.is_some() {
+            if temporal {
+                self.functions.push(name.to_string());
+            }
+            return ControlFlow::Continue(());
+        }
         let Some(ObjectNamePart::Identifier(last)) = name.0.last() else {
             return ControlFlow::Continue(());
         };
@@ -83,7 +98,7 @@ impl Visitor for Finder {
             .as_ref()
             .map_or_else(|| table.clone(), |a| normalized(&a.name));
         let read = TemporalTable { table, qualifier };
-        if matches!(version, Some(TableVersion::ForSystemTimeAsOf(_))) {
+        if temporal {
             self.lookups.insert(read);
         } else {
             self.others.insert(read);
@@ -93,17 +108,24 @@ impl Visitor for Finder {
 }
 
 /// Puts a [`TemporalSide`] over each scan of `plan` that reads one of
-/// `lookups` (the scan, or its alias over it).
+/// `lookups` (the scan, or its alias over it). A name read with the
+/// clause that is no scan (a `WITH` query's) is refused.
 pub fn mark_temporal_tables(plan: LogicalPlan, lookups: &[TemporalTable]) -> Result<LogicalPlan> {
     if lookups.is_empty() {
         return Ok(plan);
     }
-    let is_lookup = |table: &str, qualifier: &str| {
-        lookups
-            .iter()
-            .any(|l| l.table == table && l.qualifier == qualifier)
+    let marked = std::cell::RefCell::new(vec![false; lookups.len()]);
+    let is_lookup = |table: &str, qualifier: &str| match lookups
+        .iter()
+        .position(|l| l.table == table && l.qualifier == qualifier)
+    {
+        Some(i) => {
+            marked.borrow_mut()[i] = true;
+            true
+        }
+        None => false,
     };
-    let marked = plan.transform_down_with_subqueries(|node| {
+    let rewritten = plan.transform_down_with_subqueries(|node| {
         let read = match &node {
             LogicalPlan::SubqueryAlias(alias) => match alias.input.as_ref() {
                 LogicalPlan::TableScan(scan) => {
@@ -130,7 +152,14 @@ pub fn mark_temporal_tables(plan: LogicalPlan, lookups: &[TemporalTable]) -> Res
             None => Transformed::no(node),
         })
     })?;
-    Ok(marked.data)
+    if let Some(i) = marked.borrow().iter().position(|&m| !m) {
+        return Err(DataFusionError::NotImplemented(format!(
+            "materialized views do not support FOR SYSTEM_TIME AS OF on \"{}\": it applies to \
+             a table, source or materialized view",
+            lookups[i].qualifier
+        )));
+    }
+    Ok(rewritten.data)
 }
 
 /// The right side of a temporal join: `input`'s rows, looked up rather than

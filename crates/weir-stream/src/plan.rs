@@ -357,7 +357,8 @@ impl StreamPlan {
     /// Refuses temporal joins whose left input can delete or update rows
     /// ([`Self::mark_append_only`] must run first): a left row's result
     /// depends on the right side when it came, which a later retraction
-    /// of the row could not undo.
+    /// of the row could not undo. Refuses a view that also streams a
+    /// relation one of its temporal joins looks up.
     pub fn check_temporal_joins(&self) -> std::result::Result<(), String> {
         for node in &self.nodes {
             if let NodeKind::Join(join) = &node.kind {
@@ -371,6 +372,27 @@ impl StreamPlan {
                     );
                 }
             }
+        }
+        // A relation read on both sides would meet itself in an order
+        // that depends on how its changes are cut into batches.
+        let looked_up = self.temporal_relations();
+        let mut streamed = BTreeSet::new();
+        let mut pending: Vec<usize> = self.nodes.len().checked_sub(1).into_iter().collect();
+        while let Some(index) = pending.pop() {
+            let node = &self.nodes[index];
+            match &node.kind {
+                NodeKind::Source { relation, .. } => {
+                    streamed.insert(relation.clone());
+                }
+                NodeKind::Join(join) if join.temporal => pending.push(node.inputs[0]),
+                _ => pending.extend(&node.inputs),
+            }
+        }
+        if let Some(both) = looked_up.intersection(&streamed).next() {
+            return Err(format!(
+                "\"{both}\" is both the table a FOR SYSTEM_TIME AS OF PROCTIME() join looks \
+                 up and a stream the view reads"
+            ));
         }
         Ok(())
     }

@@ -64,7 +64,13 @@ pub(super) async fn insert_rows(
 ) -> WeirResult<Written> {
     let def = insert_target(&working.catalog, insert)?.clone();
     let columns = insert_columns(&def, insert)?;
-    check_identity_values(&def, &columns, insert)?;
+    let overriding = weir_sql::overriding(insert);
+    if overriding.is_none() {
+        check_identity_values(&def, &columns, insert)?;
+    }
+    // OVERRIDING USER VALUE: the values given for identity columns are
+    // dropped, so that those columns take their sequences' numbers.
+    let user_value = overriding == Some(weir_sql::Overriding::User);
     let literal = insert
         .source
         .as_deref()
@@ -72,6 +78,16 @@ pub(super) async fn insert_rows(
     let rows = match (&insert.source, literal) {
         (Some(_), Some(literal)) => {
             let columns = fit_columns(columns, literal.num_columns(), insert)?;
+            let (literal, columns) = match user_value {
+                true => {
+                    let keep = not_identity(&def, &columns);
+                    (
+                        literal.project(&keep)?,
+                        keep.iter().map(|&j| columns[j]).collect(),
+                    )
+                }
+                false => (literal, columns),
+            };
             batch_rows(session, &def, literal, &columns).await?
         }
         (Some(query), None) => {
@@ -79,6 +95,18 @@ pub(super) async fn insert_rows(
             let source = crate::colnames::disambiguate(&Statement::Query(query));
             let source = session.plan(source, params).await?;
             let columns = fit_columns(columns, source.schema().fields().len(), insert)?;
+            let (source, columns) = match user_value {
+                true => {
+                    let keep = not_identity(&def, &columns);
+                    let kept = keep
+                        .iter()
+                        .map(|&j| Expr::Column(Column::from(source.schema().qualified_field(j))))
+                        .collect::<Vec<_>>();
+                    let source = LogicalPlanBuilder::from(source).project(kept)?.build()?;
+                    (source, keep.iter().map(|&j| columns[j]).collect())
+                }
+                false => (source, columns),
+            };
             plan_rows(session, &def, source, &columns).await?
         }
         // DEFAULT VALUES: every column takes its default.
@@ -192,8 +220,17 @@ fn without_conflicts(
     Ok(rows)
 }
 
+/// The positions in `columns` (an INSERT's target columns) of the
+/// columns that are not identity columns.
+fn not_identity(def: &TableDef, columns: &[usize]) -> Vec<usize> {
+    (0..columns.len())
+        .filter(|&j| def.columns[columns[j]].identity.is_none())
+        .collect()
+}
+
 /// Fails with 428C9 when the INSERT gives a value (not `DEFAULT`) to a
-/// `GENERATED ALWAYS AS IDENTITY` column, as PostgreSQL does.
+/// `GENERATED ALWAYS AS IDENTITY` column, as PostgreSQL does without
+/// `OVERRIDING`.
 fn check_identity_values(def: &TableDef, columns: &[usize], insert: &Insert) -> WeirResult<()> {
     use crate::sequences::ddl::Identity;
     let is_default = |expr: &SqlExpr| {
@@ -225,7 +262,8 @@ fn check_identity_values(def: &TableDef, columns: &[usize], insert: &Insert) -> 
             .with_detail(format!(
                 "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
                 column.name
-            )));
+            ))
+            .with_hint("Use OVERRIDING SYSTEM VALUE to override."));
         }
     }
     Ok(())

@@ -273,7 +273,8 @@ fn apply_keyed(table: &mut StateTable, out: Vec<Changes>) -> Result<Changes> {
 
 /// Pushes queued changes through a new view's operators and ends the
 /// epoch, so that its output is complete: the operators' results do not
-/// depend on how changes are cut into batches.
+/// depend on how changes are cut into batches (a temporal join's depend
+/// on the order its two inputs' changes come in, which is kept).
 pub fn catch_up(dataflow: &mut Dataflow, queue: Vec<RelationChanges>) -> Result<Vec<Changes>> {
     let mut out = Vec::new();
     for step in queue {
