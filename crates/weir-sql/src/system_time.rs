@@ -18,7 +18,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, ObjectNamePart, Statement, TableFactor, TableVersion, VisitMut, VisitorMut,
+    Expr, Ident, ObjectNamePart, Statement, TableFactor, TableVersion, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -35,11 +35,15 @@ pub(crate) struct Stripped {
     pub text: String,
     /// Where the name or alias each clause followed starts.
     targets: Vec<Location>,
+    /// Each clause's time: `PROCTIME()` or a column.
+    times: Vec<Expr>,
 }
 
-/// Blanks `FOR SYSTEM_TIME AS OF PROCTIME()` out of `text`; `None` when
-/// it has none. Any other time after `AS OF` is refused (0A000): Weir's
-/// temporal joins read the table as it is when each row is processed.
+/// Blanks `FOR SYSTEM_TIME AS OF PROCTIME()` (or `AS OF` a column,
+/// Flink's form, which the planner checks is a processing time) out of
+/// `text`; `None` when it has none. Any other time after `AS OF` is
+/// refused (0A000): Weir's temporal joins read the table as it is when
+/// each row is processed.
 pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
     // Cheap test first: most statements have no such clause.
     let word = b"system_time";
@@ -60,6 +64,7 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
     let offsets = LineOffsets::new(text);
     let mut clauses = Vec::new();
     let mut targets = Vec::new();
+    let mut times = Vec::new();
     let mut i = 0;
     while i + 4 <= tokens.len() {
         let clause = [Keyword::FOR, Keyword::SYSTEM_TIME, Keyword::AS, Keyword::OF];
@@ -71,32 +76,16 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
             i += 1;
             continue;
         }
-        let time = &tokens[i + 4..];
-        // `PROCTIME()` alone: what follows it is an alias, `ON`, a
-        // join, a comma, a parenthesis or the end, not more expression.
-        let is_proctime = matches!(
-            time,
-            [TokenWithSpan { token: Token::Word(w), .. }, l, r, rest @ ..]
-                if w.quote_style.is_none()
-                    && w.value.eq_ignore_ascii_case("proctime")
-                    && l.token == Token::LParen
-                    && r.token == Token::RParen
-                    && matches!(
-                        rest.first().map(|t| &t.token),
-                        None | Some(
-                            Token::Word(_) | Token::Comma | Token::RParen | Token::SemiColon
-                        )
-                    )
-        );
-        if !is_proctime {
+        let Some((time, len)) = time_of(&tokens[i + 4..])? else {
             return Err(ParseError::Unsupported(
-                "FOR SYSTEM_TIME AS OF takes PROCTIME() only: a temporal join reads the table \
-                 as it is when each row is processed"
+                "FOR SYSTEM_TIME AS OF takes PROCTIME() or a column holding it only: a \
+                 temporal join reads the table as it is when each row is processed"
                     .into(),
             ));
-        }
+        };
         targets.push(target(&tokens[..i])?);
-        let end = i + 7;
+        times.push(time);
+        let end = i + 4 + len;
         clauses.push(
             offsets.byte(text, tokens[i].span.start)..offsets.byte(text, tokens[end - 1].span.end),
         );
@@ -108,7 +97,66 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
     Ok(Some(Stripped {
         text: blanked(text, &clauses),
         targets,
+        times,
     }))
+}
+
+/// The time after `AS OF` at the start of `tokens` and how many tokens it
+/// takes: `PROCTIME()`, or a column (`p_time`, `b.p_time`). What follows
+/// it must end the clause (an alias, `ON`, a join, a comma, a parenthesis
+/// or the end), not continue an expression.
+fn time_of(tokens: &[&TokenWithSpan]) -> Result<Option<(Expr, usize)>, ParseError> {
+    let ends_clause = |at: usize| {
+        matches!(
+            tokens.get(at).map(|t| &t.token),
+            None | Some(Token::Word(_) | Token::Comma | Token::RParen | Token::SemiColon)
+        )
+    };
+    let is_proctime = matches!(
+        tokens,
+        [TokenWithSpan { token: Token::Word(w), .. }, l, r, ..]
+            if w.quote_style.is_none()
+                && w.value.eq_ignore_ascii_case("proctime")
+                && l.token == Token::LParen
+                && r.token == Token::RParen
+    );
+    if is_proctime {
+        if !ends_clause(3) {
+            return Ok(None);
+        }
+        return Ok(Some((proctime_call()?, 3)));
+    }
+    // A column: its first name no keyword (unless quoted), as `ON` or
+    // `AS` would be; any word after a period.
+    let mut idents = Vec::new();
+    let mut at = 0;
+    loop {
+        match tokens.get(at).map(|t| &t.token) {
+            Some(Token::Word(w))
+                if at > 0 || w.keyword == Keyword::NoKeyword || w.quote_style.is_some() =>
+            {
+                idents.push(Ident {
+                    value: w.value.clone(),
+                    quote_style: w.quote_style,
+                    span: tokens[at].span,
+                });
+            }
+            _ => return Ok(None),
+        }
+        at += 1;
+        if tokens.get(at).map(|t| &t.token) != Some(&Token::Period) {
+            break;
+        }
+        at += 1;
+    }
+    if !ends_clause(at) {
+        return Ok(None);
+    }
+    let column = match idents.len() {
+        1 => Expr::Identifier(idents.remove(0)),
+        _ => Expr::CompoundIdentifier(idents),
+    };
+    Ok(Some((column, at)))
 }
 
 /// Where the table name or alias before a clause starts (`before`: the
@@ -144,8 +192,8 @@ fn target(before: &[&TokenWithSpan]) -> Result<Location, ParseError> {
 pub(crate) fn restore(statements: &mut [Statement], stripped: &Stripped) -> Result<(), ParseError> {
     let mut restorer = Restorer {
         targets: &stripped.targets,
+        times: &stripped.times,
         found: vec![false; stripped.targets.len()],
-        time: proctime_call()?,
     };
     for statement in statements.iter_mut() {
         let _ = statement.visit(&mut restorer);
@@ -168,8 +216,8 @@ fn proctime_call() -> Result<Expr, ParseError> {
 
 struct Restorer<'a> {
     targets: &'a [Location],
+    times: &'a [Expr],
     found: Vec<bool>,
-    time: Expr,
 }
 
 impl VisitorMut for Restorer<'_> {
@@ -190,9 +238,10 @@ impl VisitorMut for Restorer<'_> {
             _ => None,
         };
         let alias_at = alias.as_ref().map(|a| a.name.span.start);
-        for (target, found) in self.targets.iter().zip(&mut self.found) {
+        let clauses = self.targets.iter().zip(self.times).zip(&mut self.found);
+        for ((target, time), found) in clauses {
             if Some(*target) == name_at || Some(*target) == alias_at {
-                *version = Some(TableVersion::ForSystemTimeAsOf(self.time.clone()));
+                *version = Some(TableVersion::ForSystemTimeAsOf(time.clone()));
                 *found = true;
             }
         }
@@ -242,9 +291,26 @@ mod tests {
     }
 
     #[test]
+    fn flinks_column_form_is_read_too() {
+        let printed = parsed_text(
+            "SELECT * FROM (SELECT *, PROCTIME() AS p_time FROM bid) b \
+             JOIN side FOR SYSTEM_TIME AS OF b.p_time AS s ON b.a = s.k",
+        );
+        assert!(
+            printed.contains("JOIN side AS s FOR SYSTEM_TIME AS OF b.p_time ON"),
+            "{printed}"
+        );
+        assert_eq!(parsed_text(&printed), printed);
+    }
+
+    #[test]
     fn other_times_and_places_are_refused() {
         assert!(matches!(
-            parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts ON a.k = b.k"),
+            parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts + 1 ON a.k = b.k"),
+            Err(ParseError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF now() ON a.k = b.k"),
             Err(ParseError::Unsupported(_))
         ));
         assert!(matches!(
