@@ -88,6 +88,7 @@ mod text_input;
 mod time_zone;
 pub mod tls;
 mod to_char;
+mod to_char_number;
 pub mod transaction;
 mod types;
 mod unknown_literals;

@@ -745,8 +745,23 @@ SELECT TIMESTAMP '2024-03-27 10:00:00' - TIMESTAMP '2024-03-05 10:00:01' AS diff
 SELECT 'NaN'::numeric + 1;
 SELECT ARRAY[1, 2]::int[];
 SELECT gen_random_uuid() IS NOT NULL;
--- differs: the function `to_char` is not provided yet
 SELECT to_char(1234.5, '9999.99');
+SELECT to_char(-0.1, '99.99');
+SELECT to_char(12345, '999');
+SELECT to_char(-1234.5, 'FM9,999.99');
+SELECT to_char(-12, '999PR');
+SELECT to_char(12, 'S999');
+SELECT to_char(-12, '999MI');
+SELECT to_char(485, 'RN');
+SELECT to_char(21, 'FM999TH');
+SELECT to_char(123.456, '9.99EEEE');
+SELECT to_char(1234.5::float8, '9G999D9');
+SELECT to_char(-0.004::float8, '9.99');
+SELECT to_char(1234567.891::real, '9G999G999D99');
+SELECT to_char(42::int2, '000');
+SELECT to_char(12.4, '99V9');
+SELECT to_char(NULL::numeric, '999');
+SELECT to_char(1234.5, '9.9.9');
 SELECT to_char(TIMESTAMP '2024-03-05 10:00:00', 'Mon DD, YYYY');
 SELECT length(gen_random_uuid()::text);
 SELECT 10::numeric / 4;
