@@ -16,11 +16,10 @@ use std::fmt;
 use datafusion::sql::sqlparser::ast::{
     Insert, OptimizerHint, OptimizerHintStyle, SetExpr, Statement,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::Token;
 
-use crate::parse::{blanked, LineOffsets, ParseError};
+use crate::parse::{blanked, tokens_if_mentioned, LineOffsets, ParseError};
 
 /// Whose values an `INSERT` stores in identity columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,22 +62,9 @@ pub fn overriding(insert: &Insert) -> Option<Overriding> {
 /// and before the rows' query (`VALUES`, `SELECT`, `WITH`, `TABLE` or a
 /// parenthesis); anywhere else it is left for sqlparser to refuse.
 pub(crate) fn strip(text: &str) -> Result<Option<(String, Overriding)>, ParseError> {
-    // Cheap test first: almost no statement has the clause.
-    let word = b"overriding";
-    if !text
-        .as_bytes()
-        .windows(word.len())
-        .any(|w| w.eq_ignore_ascii_case(word))
-    {
+    let Some(tokens) = tokens_if_mentioned(text, "overriding")? else {
         return Ok(None);
-    }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
-        .tokenize_with_location()
-        .map_err(|e| ParseError::Syntax(e.to_string()))?;
-    let tokens: Vec<&TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
-        .collect();
+    };
     let is_keyword = |i: usize, keyword: Keyword| matches!(tokens.get(i).map(|t| &t.token), Some(Token::Word(w)) if w.keyword == keyword);
     let mut depth = 0i32;
     let mut in_insert = false;

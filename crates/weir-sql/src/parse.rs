@@ -724,6 +724,30 @@ fn reads_catalog(token: &Token) -> bool {
         || w.starts_with("has_") && w.ends_with("_privilege")
 }
 
+/// The tokens of `text` without whitespace, if `text` holds `word` (ASCII,
+/// any case) at all: most statements do not, and are not tokenized again.
+pub(crate) fn tokens_if_mentioned(
+    text: &str,
+    word: &str,
+) -> Result<Option<Vec<TokenWithSpan>>, ParseError> {
+    let mentioned = text
+        .as_bytes()
+        .windows(word.len())
+        .any(|w| w.eq_ignore_ascii_case(word.as_bytes()));
+    if !mentioned {
+        return Ok(None);
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
+        .tokenize_with_location()
+        .map_err(|e| ParseError::Syntax(e.to_string()))?;
+    Ok(Some(
+        tokens
+            .into_iter()
+            .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+            .collect(),
+    ))
+}
+
 /// `text` with the characters in `ranges` (byte ranges of `text`)
 /// replaced by spaces, newlines kept: every other token keeps its line
 /// and column, so locations in the result's parse are locations in

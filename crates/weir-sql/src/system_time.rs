@@ -23,9 +23,9 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
-use crate::parse::{blanked, LineOffsets, ParseError};
+use crate::parse::{blanked, tokens_if_mentioned, LineOffsets, ParseError};
 
 /// A statement's text with its `FOR SYSTEM_TIME AS OF` clauses blanked
 /// out.
@@ -45,22 +45,9 @@ pub(crate) struct Stripped {
 /// refused (0A000): Weir's temporal joins read the table as it is when
 /// each row is processed.
 pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
-    // Cheap test first: most statements have no such clause.
-    let word = b"system_time";
-    if !text
-        .as_bytes()
-        .windows(word.len())
-        .any(|w| w.eq_ignore_ascii_case(word))
-    {
+    let Some(tokens) = tokens_if_mentioned(text, "system_time")? else {
         return Ok(None);
-    }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, text)
-        .tokenize_with_location()
-        .map_err(|e| ParseError::Syntax(e.to_string()))?;
-    let tokens: Vec<&TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
-        .collect();
+    };
     let offsets = LineOffsets::new(text);
     let mut clauses = Vec::new();
     let mut targets = Vec::new();
@@ -105,7 +92,7 @@ pub(crate) fn strip(text: &str) -> Result<Option<Stripped>, ParseError> {
 /// takes: `PROCTIME()`, or a column (`p_time`, `b.p_time`). What follows
 /// it must end the clause (an alias, `ON`, a join, a comma, a parenthesis
 /// or the end), not continue an expression.
-fn time_of(tokens: &[&TokenWithSpan]) -> Result<Option<(Expr, usize)>, ParseError> {
+fn time_of(tokens: &[TokenWithSpan]) -> Result<Option<(Expr, usize)>, ParseError> {
     let ends_clause = |at: usize| {
         matches!(
             tokens.get(at).map(|t| &t.token),
@@ -162,7 +149,7 @@ fn time_of(tokens: &[&TokenWithSpan]) -> Result<Option<(Expr, usize)>, ParseErro
 /// Where the table name or alias before a clause starts (`before`: the
 /// tokens up to the clause): the last word, or the word before an alias's
 /// column list.
-fn target(before: &[&TokenWithSpan]) -> Result<Location, ParseError> {
+fn target(before: &[TokenWithSpan]) -> Result<Location, ParseError> {
     let misplaced =
         || ParseError::Syntax("FOR SYSTEM_TIME AS OF must follow a table name in FROM".into());
     let mut at = before.len().checked_sub(1).ok_or_else(misplaced)?;
