@@ -262,12 +262,11 @@ fn write_number(values: &ArrayRef, row: usize, format: &NumberFormat) -> Result<
             if !value.is_finite() {
                 return Ok(overflow(format));
             }
+            // C's `%e` digits, which Rust's `{:e}` also gives.
             let text = format!("{:.*e}", format.fraction_digits(), value.abs());
             let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
-            let exponent: i32 = exponent.parse().unwrap_or(0);
-            let sign = if exponent < 0 { '-' } else { '+' };
-            let text = format!("{mantissa}e{sign}{:02}", exponent.abs());
-            return Ok(format.write_scientific(value < 0.0, &text));
+            let exponent = exponent.parse().unwrap_or(0);
+            return Ok(format.write_scientific(value < 0.0, mantissa, exponent));
         }
         return Ok(match float_digits(value, max_digits, format) {
             Some((negative, digits, format)) => format.write(negative, &digits),
@@ -303,8 +302,9 @@ fn write_number(values: &ArrayRef, row: usize, format: &NumberFormat) -> Result<
         return Ok(format.write_roman(if unscaled < 0 { -whole } else { whole }));
     }
     if format.scientific() {
-        let text = scientific_digits(unscaled.unsigned_abs(), scale, format.fraction_digits());
-        return Ok(format.write_scientific(unscaled < 0, &text));
+        let (mantissa, exponent) =
+            scientific_digits(unscaled.unsigned_abs(), scale, format.fraction_digits());
+        return Ok(format.write_scientific(unscaled < 0, &mantissa, exponent));
     }
     let (negative, digits) = decimal_digits(unscaled, scale as i8, format.fraction_digits());
     Ok(format.write(negative, &digits))

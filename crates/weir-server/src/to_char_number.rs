@@ -292,10 +292,12 @@ impl NumberFormat {
     }
 
     /// Writes a number in scientific notation (`EEEE`): `mantissa` and
-    /// `exponent` as `1.23e+03`, a space where a positive number's sign
-    /// would be.
-    pub fn write_scientific(&self, negative: bool, text: &str) -> String {
-        format!("{}{text}", if negative { '-' } else { ' ' })
+    /// `exponent` as `1.23e+03` (at least two exponent digits), a space
+    /// where a positive number's sign would be.
+    pub fn write_scientific(&self, negative: bool, mantissa: &str, exponent: i32) -> String {
+        let sign = if negative { '-' } else { ' ' };
+        let exponent_sign = if exponent < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exponent_sign}{:02}", exponent.abs())
     }
 
     fn write_digits(mut self, negative: bool, digits: &str) -> String {
@@ -536,11 +538,7 @@ fn last_relevant_digit(number: &[u8]) -> Option<usize> {
 
 /// `st`, `nd`, `rd` or `th` for the whole number `digits` ends with.
 fn ordinal_suffix(digits: &[u8]) -> &'static str {
-    let tail: Vec<u8> = digits
-        .iter()
-        .copied()
-        .take_while(|b| b.is_ascii_digit())
-        .collect();
+    let tail = &digits[..digits.iter().take_while(|b| b.is_ascii_digit()).count()];
     let last = tail.last().map_or(0, |b| b - b'0');
     let tens = tail.len().checked_sub(2).map_or(0, |i| tail[i] - b'0');
     match (tens, last) {
@@ -648,16 +646,17 @@ pub fn overflow(format: &NumberFormat) -> String {
 }
 
 /// `magnitude / 10^scale` in scientific notation with `post` fraction
-/// digits, rounded half away from zero, as PostgreSQL writes `numeric`
-/// (`1.23e+03`, at least two exponent digits).
-pub fn scientific_digits(magnitude: u128, scale: i32, post: usize) -> String {
+/// digits, rounded half away from zero, as PostgreSQL writes `numeric`:
+/// the mantissa (`1.23`) and the exponent (3), for
+/// [`NumberFormat::write_scientific`].
+pub fn scientific_digits(magnitude: u128, scale: i32, post: usize) -> (String, i32) {
     if magnitude == 0 {
         let fraction = if post > 0 {
             format!(".{}", "0".repeat(post))
         } else {
             String::new()
         };
-        return format!("0{fraction}e+00");
+        return (format!("0{fraction}"), 0);
     }
     let digits = magnitude.to_string();
     let mut exponent = digits.len() as i32 - 1 - scale;
@@ -689,8 +688,7 @@ pub fn scientific_digits(magnitude: u128, scale: i32, post: usize) -> String {
     } else {
         format!("{first}.{rest}")
     };
-    let sign = if exponent < 0 { '-' } else { '+' };
-    format!("{mantissa}e{sign}{:02}", exponent.abs())
+    (mantissa, exponent)
 }
 
 #[cfg(test)]
@@ -704,8 +702,9 @@ mod tests {
         let unscaled: i128 = value.replace('.', "").parse().unwrap();
         let (negative, digits) = decimal_digits(unscaled, scale as i8, format.fraction_digits());
         if format.scientific() {
-            let text = scientific_digits(unscaled.unsigned_abs(), scale as i32, format.post);
-            return format.write_scientific(unscaled < 0, &text);
+            let (mantissa, exponent) =
+                scientific_digits(unscaled.unsigned_abs(), scale as i32, format.post);
+            return format.write_scientific(unscaled < 0, &mantissa, exponent);
         }
         if format.roman() {
             return format.write_roman(digits.parse().unwrap());
