@@ -134,9 +134,15 @@ impl ViewBuilder for Planner {
 }
 
 /// Runs process `cluster.process` (not 0) of a cluster with `workers`
-/// timely workers until process 0 shuts the cluster down.
-pub fn serve_process(workers: usize, cluster: &ClusterConfig) -> WeirResult<()> {
+/// timely workers, whose source readers read at most `epoch_read_limit`
+/// bytes into an epoch, until process 0 shuts the cluster down.
+pub fn serve_process(
+    workers: usize,
+    epoch_read_limit: usize,
+    cluster: &ClusterConfig,
+) -> WeirResult<()> {
     let tokio = tokio::runtime::Handle::current();
-    weir_stream::runtime::serve_process(workers, cluster, Arc::new(Planner::new()), tokio)
+    let planner = Arc::new(Planner::new());
+    weir_stream::runtime::serve_process(workers, epoch_read_limit, cluster, planner, tokio)
         .map_err(WeirError::from_datafusion)
 }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
-    DataType as SqlType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, Query,
-    SelectItem, SetExpr, Statement, TimezoneInfo,
+    DataType as SqlType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, OrderByKind,
+    Query, SelectItem, SetExpr, Statement, TimezoneInfo, Value,
 };
 
 /// `schema` with PostgreSQL's column names for `statement`'s output, where
@@ -120,6 +120,72 @@ fn disambiguate_query(query: &mut Query) {
                 expr: expr.clone(),
                 alias: Ident::with_quote('"', unique),
             };
+        }
+    }
+    if query.order_by.is_some() {
+        name_column_casts(query);
+    }
+}
+
+/// In a select with `ORDER BY`, each unnamed cast of a column in the
+/// select list (`id::text`) gets a planner-only alias, and an `ORDER BY`
+/// of the bare name PostgreSQL gives that cast (`id`) becomes its
+/// position.
+///
+/// DataFusion names a cast after what it casts, so when the `ORDER BY`
+/// names the column itself and DataFusion adds it to the projection to
+/// sort by, the two share a name and planning fails (apache/datafusion
+/// #13558); the alias tells them apart (the clients still see `id`, from
+/// the statement as written). PostgreSQL resolves a bare name in `ORDER
+/// BY` to an output column first, so `ORDER BY id` sorts by the cast (the
+/// text) and `ORDER BY t.id` by the table's column; the position keeps
+/// that. A set operation's `ORDER BY` names its output, which keeps
+/// DataFusion's names: it is left as it is.
+fn name_column_casts(query: &mut Query) {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let mut casts = Vec::new();
+    for (i, item) in select.projection.iter_mut().enumerate() {
+        let SelectItem::UnnamedExpr(expr) = &*item else {
+            continue;
+        };
+        let Some(name) = figure(expr).filter(|_| casts_a_column(expr)) else {
+            continue;
+        };
+        *item = SelectItem::ExprWithAlias {
+            expr: expr.clone(),
+            alias: Ident::with_quote('"', format!("{name}_{}", i + 1)),
+        };
+        casts.push((name, i + 1));
+    }
+    let Some(OrderByKind::Expressions(order)) = query.order_by.as_mut().map(|o| &mut o.kind) else {
+        return;
+    };
+    for key in order {
+        let Expr::Identifier(ident) = &key.expr else {
+            continue;
+        };
+        let name = crate::catalog::normalize_ident(ident);
+        if let [(_, position)] = casts.iter().filter(|(n, _)| *n == name).collect::<Vec<_>>()[..] {
+            key.expr = Expr::value(Value::Number(position.to_string(), false));
+        }
+    }
+}
+
+/// Whether `expr` is a cast (or casts) of a column, in any parentheses.
+fn casts_a_column(expr: &Expr) -> bool {
+    let mut inner = expr;
+    let mut casts = 0;
+    loop {
+        match inner {
+            Expr::Cast { expr, .. } => {
+                casts += 1;
+                inner = expr;
+            }
+            Expr::Nested(nested) => inner = nested,
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) => return casts > 0,
+            _ => return false,
         }
     }
 }
@@ -260,5 +326,32 @@ mod tests {
             output_names(statement).unwrap(),
             vec!["?column?", "?column?", "a", "a", "count", "f", "f", "b", "b"]
         );
+    }
+
+    fn disambiguated(sql: &str) -> String {
+        let statements = weir_sql::parse(sql).unwrap();
+        let weir_sql::WeirStatement::Sql(statement) = &statements[0] else {
+            panic!()
+        };
+        disambiguate(statement).to_string()
+    }
+
+    #[test]
+    fn casts_of_columns_are_named_for_the_planner_in_ordered_queries() {
+        assert_eq!(
+            disambiguated(
+                "SELECT id::text, CAST((t.v) AS int), id + 1, w FROM t GROUP BY 1 ORDER BY id, t.v"
+            ),
+            "SELECT id::TEXT AS \"id_1\", CAST((t.v) AS INT) AS \"v_2\", id + 1, w FROM t \
+             GROUP BY 1 ORDER BY 1, t.v"
+        );
+        // Without ORDER BY nothing can clash; a set operation's ORDER BY
+        // names its output columns.
+        for sql in [
+            "SELECT id::TEXT FROM t",
+            "SELECT id::TEXT FROM t UNION SELECT w FROM u ORDER BY id",
+        ] {
+            assert_eq!(disambiguated(sql), sql);
+        }
     }
 }

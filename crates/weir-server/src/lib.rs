@@ -97,5 +97,7 @@ mod varchar;
 mod views;
 
 pub use auth::Auth;
-pub use database::{default_workers, Database, DatabaseConfig, DEFAULT_VIEW_MEMORY_MB};
+pub use database::{
+    default_workers, Database, DatabaseConfig, DEFAULT_EPOCH_READ_LIMIT_MB, DEFAULT_VIEW_MEMORY_MB,
+};
 pub use server::{serve, ServeOptions};

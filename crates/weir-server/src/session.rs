@@ -308,6 +308,13 @@ pub fn session_context(
     ctx.register_udf(version_udf());
     ctx.register_udaf(crate::average::udaf());
     ctx.register_udaf(crate::numeric_sum::udaf());
+    // PostgreSQL's `variance` is the sample variance.
+    ctx.register_udaf(
+        datafusion::functions_aggregate::variance::var_samp_udaf()
+            .as_ref()
+            .clone()
+            .with_aliases(["variance"]),
+    );
     ctx.register_udf(crate::regtype::to_regtype());
     ctx.register_udf(crate::regtype::oid_regtype());
     ctx.register_udf(crate::to_char::PgToChar::udf());

@@ -75,6 +75,12 @@ pub struct ServeArgs {
     /// reads fail with 53200, while the server and other views go on.
     #[arg(long, default_value_t = weir_server::DEFAULT_VIEW_MEMORY_MB)]
     pub view_memory_mb: usize,
+    /// How much each source reader reads into one epoch, in MiB of Arrow
+    /// data: a reader that reaches it asks for the epoch to be cut early
+    /// and waits for the barrier, so that an epoch's rows (held until its
+    /// cut) stay bounded when a source outruns the checkpoints.
+    #[arg(long, default_value_t = weir_server::DEFAULT_EPOCH_READ_LIMIT_MB)]
+    pub epoch_read_limit_mb: usize,
     /// How many timely workers run the views (default: the number of
     /// cores): a view over sources and tables runs as one instance per
     /// worker, partitioned by key; views over other views read each source
@@ -199,6 +205,7 @@ impl Config {
             },
             commit_timeout: parse_duration(&args.commit_timeout).context("--commit-timeout")?,
             view_memory_bytes: args.view_memory_mb << 20,
+            epoch_read_limit: args.epoch_read_limit_mb << 20,
             watermark_idle_timeout: parse_duration(&args.watermark_idle_timeout)
                 .context("--watermark-idle-timeout")?,
             workers,
@@ -236,6 +243,9 @@ impl Config {
         }
         if args.view_memory_mb == 0 {
             bail!("--view-memory-mb must be positive");
+        }
+        if args.epoch_read_limit_mb == 0 {
+            bail!("--epoch-read-limit-mb must be positive");
         }
         if workers == 0 {
             bail!("--workers must be at least 1");

@@ -43,9 +43,11 @@ fn main() -> anyhow::Result<()> {
         None => {
             let config = Config::from_args(args.serve)?;
             match &config.database.cluster {
-                Some(cluster) if cluster.process > 0 => {
-                    runtime.block_on(compute(config.database.workers, cluster.clone()))
-                }
+                Some(cluster) if cluster.process > 0 => runtime.block_on(compute(
+                    config.database.workers,
+                    config.database.epoch_read_limit,
+                    cluster.clone(),
+                )),
                 _ => runtime.block_on(run(config)),
             }
         }
@@ -78,12 +80,15 @@ fn exit_when_timely_fails() {
 /// until process 0 shuts the cluster down.
 async fn compute(
     workers: usize,
+    epoch_read_limit: usize,
     cluster: weir_stream::runtime::ClusterConfig,
 ) -> anyhow::Result<()> {
     info!(process = cluster.process, workers, "joining the cluster");
-    tokio::task::spawn_blocking(move || weir_server::cluster::serve_process(workers, &cluster))
-        .await?
-        .context("running the cluster's workers")?;
+    tokio::task::spawn_blocking(move || {
+        weir_server::cluster::serve_process(workers, epoch_read_limit, &cluster)
+    })
+    .await?
+    .context("running the cluster's workers")?;
     info!("the cluster shut down");
     Ok(())
 }

@@ -46,6 +46,8 @@ impl Database {
             tokio::select! {
                 _ = ticker.tick(), if periodic => {}
                 _ = self.commit_requested.notified() => {}
+                // A source reader read its limit into the open epoch.
+                _ = self.runtime.status().cut_wanted() => {}
                 _ = shutdown.changed() => break,
             }
             let started = Instant::now();

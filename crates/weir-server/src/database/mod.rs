@@ -57,6 +57,10 @@ pub const MAX_EPOCHS_IN_FLIGHT: usize = 2;
 /// together may use by default.
 pub const DEFAULT_VIEW_MEMORY_MB: usize = 4096;
 
+/// The default of `--epoch-read-limit-mb`.
+pub const DEFAULT_EPOCH_READ_LIMIT_MB: usize =
+    weir_stream::runtime::EpochReads::DEFAULT_LIMIT >> 20;
+
 /// Settings of the database: epoch timing and the views' memory budget.
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
@@ -72,6 +76,9 @@ pub struct DatabaseConfig {
     /// The most bytes one materialized view's state (its operators' and
     /// its output's) may hold; a view that needs more fails alone.
     pub view_memory_bytes: usize,
+    /// Bytes a source reader reads into one epoch before it asks for a
+    /// cut and waits for the barrier (`--epoch-read-limit-mb`).
+    pub epoch_read_limit: usize,
     /// How many timely workers run the views that read only sources
     /// (partitioned by key); other views read each source with this many
     /// readers.
@@ -100,6 +107,7 @@ impl Default for DatabaseConfig {
             min_commit_gap: Duration::from_millis(2),
             commit_timeout: Duration::from_secs(30),
             view_memory_bytes: DEFAULT_VIEW_MEMORY_MB << 20,
+            epoch_read_limit: DEFAULT_EPOCH_READ_LIMIT_MB << 20,
             workers: default_workers(),
             cluster: None,
             watermark_idle_timeout: Duration::from_secs(5),

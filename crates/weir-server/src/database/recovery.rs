@@ -108,6 +108,7 @@ impl Database {
             workers: config.workers,
             first_epoch: working.epoch,
             cluster: config.cluster.clone(),
+            epoch_read_limit: config.epoch_read_limit,
         });
         Ok(Arc::new(Database {
             store_config,

@@ -80,7 +80,13 @@ impl AggregateUDFImpl for JsonAggregate {
             fields.push(Arc::new(Field::new_list(
                 format!("{}[orderings]", args.name),
                 Field::new_list_field(
-                    DataType::Struct(Fields::from(args.ordering_fields.to_vec())),
+                    DataType::Struct(
+                        args.ordering_fields
+                            .iter()
+                            .enumerate()
+                            .map(|(i, field)| ordering_field(i, field))
+                            .collect(),
+                    ),
                     true,
                 ),
                 true,
@@ -96,10 +102,7 @@ impl AggregateUDFImpl for JsonAggregate {
             .enumerate()
             .map(|(i, sort)| {
                 let field = sort.expr.return_field(args.schema)?;
-                Ok((
-                    Arc::new(field.as_ref().clone().with_name(format!("o{i}"))),
-                    sort.options,
-                ))
+                Ok((ordering_field(i, &field), sort.options))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Box::new(Collect {
@@ -111,6 +114,13 @@ impl AggregateUDFImpl for JsonAggregate {
             bytes: 0,
         }))
     }
+}
+
+/// The field of the `i`th `ORDER BY` key in the state's list of keys: the
+/// same in the declared state and in the accumulator's (a key DataFusion
+/// knows to be non-null is still a nullable field there).
+fn ordering_field(i: usize, key: &Field) -> FieldRef {
+    Arc::new(Field::new(format!("o{i}"), key.data_type().clone(), true))
 }
 
 /// The values (or members) of one group, in input order, each with its

@@ -44,6 +44,7 @@ mod tests;
 
 pub use batch::{ChangeBatch, KeyRouter};
 pub use cluster::serve_process;
+pub use reader::EpochReads;
 pub use shared::{SharedReaderFigures, SharedReaders};
 pub use sink::{from_log_batch, log_batch, log_schema, Blackhole, EpochLog, Sink, WEIGHT_COLUMN};
 pub use source::{deal_splits, position_key, ReadFrom, Source, SourceReader};
@@ -187,6 +188,9 @@ pub struct RuntimeConfig {
     /// The processes of a timely cluster this one is process 0 of
     /// (`--cluster`); `None`: one process.
     pub cluster: Option<ClusterConfig>,
+    /// Bytes a source reader reads into one epoch before it asks for a
+    /// cut and waits for the barrier (`--epoch-read-limit-mb`).
+    pub epoch_read_limit: usize,
 }
 
 /// The processes of a timely cluster: every process runs `--workers`
@@ -251,6 +255,8 @@ pub struct RuntimeStatus {
     watermark_moved: std::sync::atomic::AtomicBool,
     /// The shared source readers of this process.
     shared_readers: Arc<SharedReaders>,
+    /// How much each source reader reads into one epoch.
+    epoch_reads: Arc<EpochReads>,
 }
 
 impl RuntimeStatus {
@@ -278,6 +284,12 @@ impl RuntimeStatus {
     /// checkpoint.
     pub fn view_workers(&self) -> BTreeMap<String, Vec<WorkerFigures>> {
         self.workers.lock().expect("workers lock").clone()
+    }
+
+    /// Resolves once a source reader has read its limit into the open
+    /// epoch and waits for the next barrier: the epoch should be cut.
+    pub async fn cut_wanted(&self) {
+        self.epoch_reads.cut_wanted().await
     }
 
     /// The shared source readers running in this process.
@@ -352,9 +364,11 @@ impl Runtime {
     /// A runtime that queues commands until it starts.
     pub fn new(config: RuntimeConfig) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
+        let status = RuntimeStatus::default();
+        status.epoch_reads.set_limit(config.epoch_read_limit);
         Runtime {
             commands,
-            status: Arc::default(),
+            status: Arc::new(status),
             unstarted: Mutex::new(Some((receiver, config))),
         }
     }

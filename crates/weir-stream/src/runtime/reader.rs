@@ -14,15 +14,25 @@
 //! which is the back-pressure that keeps memory bounded. The split
 //! positions a barrier carries are checkpointed with the epoch, and after
 //! a restart the splits are opened again at exactly those positions.
+//!
+//! An epoch's rows are held (in views' outputs, sinks' logs, operators'
+//! deltas) until its cut, and the next barrier may be late: the
+//! coordinator holds it back while earlier epochs are still committing.
+//! So a reader also bounds what it reads into one epoch ([`EpochReads`]):
+//! once it has read its limit since its last barrier it asks for an early
+//! cut and reads nothing more until the barrier comes. A fast source then
+//! makes shorter epochs, and a slow store slows the source down rather
+//! than letting the open epoch grow.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use weir_state::TableId;
 
@@ -42,6 +52,53 @@ const CHANNEL_BATCHES: usize = 4;
 
 /// The most rows a reader puts in one batch.
 const MAX_BATCH_ROWS: usize = 8192;
+
+/// How much a reader reads into one epoch, and the coordinator's signal
+/// that a reader reached it (shared by every reader of a process).
+#[derive(Debug)]
+pub struct EpochReads {
+    /// Bytes of Arrow data a reader reads between two barriers before it
+    /// waits for the next one.
+    limit: AtomicUsize,
+    /// Notified when a reader reached the limit: the open epoch should be
+    /// cut now rather than at the next interval.
+    cut_wanted: Notify,
+}
+
+impl EpochReads {
+    /// The default limit: 64 MiB per reader.
+    pub const DEFAULT_LIMIT: usize = 64 << 20;
+
+    /// Readers that each read at most `limit` bytes into one epoch.
+    pub fn new(limit: usize) -> Self {
+        EpochReads {
+            limit: AtomicUsize::new(limit.max(1)),
+            cut_wanted: Notify::new(),
+        }
+    }
+
+    /// Sets the limit (readers started before read to the old one until
+    /// their next barrier).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit.max(1), Ordering::Relaxed);
+    }
+
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once a reader has asked for a cut since the last call
+    /// returned (a request made while nobody waits is kept).
+    pub async fn cut_wanted(&self) {
+        self.cut_wanted.notified().await
+    }
+}
+
+impl Default for EpochReads {
+    fn default() -> Self {
+        EpochReads::new(EpochReads::DEFAULT_LIMIT)
+    }
+}
 
 /// What a reader sends.
 #[derive(Debug)]
@@ -89,8 +146,13 @@ pub(super) struct Reader {
 
 impl Reader {
     /// Starts reading `spec` on the current runtime, through the shared
-    /// reader of its share in `shared` (see `shared.rs`).
-    pub fn spawn(shared: &Arc<SharedReaders>, spec: ReaderSpec) -> Result<Reader> {
+    /// reader of its share in `shared` (see `shared.rs`), at most
+    /// `epoch_reads`' limit into each epoch.
+    pub fn spawn(
+        shared: &Arc<SharedReaders>,
+        spec: ReaderSpec,
+        epoch_reads: Arc<EpochReads>,
+    ) -> Result<Reader> {
         let all = spec.source.splits();
         if spec.positions.len() != all as usize {
             return Err(DataFusionError::Internal(format!(
@@ -118,7 +180,7 @@ impl Reader {
         feed.join()?;
         let (sender, messages) = mpsc::channel(CHANNEL_BATCHES);
         let (barriers, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(read(feed, sender, requests));
+        let task = tokio::spawn(read(feed, sender, requests, epoch_reads));
         Ok(Reader {
             messages,
             barriers,
@@ -312,23 +374,35 @@ impl Feed {
 
 /// The reader's loop: batches as the feed yields them, barriers when
 /// asked (first: a barrier never waits behind a source with no rows due).
-/// A finished source goes on answering barriers.
+/// Once it has read `epoch_reads`' limit since its last barrier, it asks
+/// for a cut and only waits for the barrier. A finished source goes on
+/// answering barriers.
 async fn read(
     mut feed: Feed,
     sender: mpsc::Sender<SourceMessage>,
     mut requests: mpsc::UnboundedReceiver<u64>,
+    epoch_reads: Arc<EpochReads>,
 ) {
     let mut finished = false;
+    let mut read_this_epoch = 0;
     loop {
+        let full = read_this_epoch >= epoch_reads.limit();
         let message = tokio::select! {
             biased;
             request = requests.recv() => {
                 let Some(epoch) = request else { return };
+                read_this_epoch = 0;
                 SourceMessage::Barrier { epoch, positions: feed.positions.clone() }
             }
-            batch = feed.next(), if !finished => match batch {
+            batch = feed.next(), if !finished && !full => match batch {
                 Some(Ok(rows)) if rows.num_rows() == 0 => SourceMessage::Moved,
-                Some(Ok(rows)) => SourceMessage::Rows(rows),
+                Some(Ok(rows)) => {
+                    read_this_epoch += rows.get_array_memory_size();
+                    if read_this_epoch >= epoch_reads.limit() {
+                        epoch_reads.cut_wanted.notify_one();
+                    }
+                    SourceMessage::Rows(rows)
+                }
                 Some(Err(e)) => SourceMessage::Failed(e),
                 None => {
                     finished = true;

@@ -243,12 +243,23 @@ async fn barriers_until(
 }
 
 fn runtime(view_memory_bytes: usize, workers: usize) -> (Runtime, Parts) {
+    runtime_reading(view_memory_bytes, workers, EpochReads::DEFAULT_LIMIT)
+}
+
+/// [`runtime`] whose readers read at most `epoch_read_limit` bytes into
+/// an epoch.
+fn runtime_reading(
+    view_memory_bytes: usize,
+    workers: usize,
+    epoch_read_limit: usize,
+) -> (Runtime, Parts) {
     let runtime = Runtime::new(RuntimeConfig {
         watermark_idle_timeout: std::time::Duration::from_secs(10),
         view_memory_bytes,
         workers,
         first_epoch: 1,
         cluster: None,
+        epoch_read_limit,
     });
     let parts = Parts {
         receiver: runtime.start(2),
@@ -337,6 +348,47 @@ async fn a_failing_source_stops_its_view_and_the_part_says_why() {
         // The failure is reported once; the worker goes on.
         let next = barriers_until(&runtime, &mut parts, |_| true).await;
         assert!(next.failures.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_at_its_epoch_limit_asks_for_a_cut_and_waits_for_the_barrier() {
+    // A limit of one byte: each reader reads one batch (at most 8,192
+    // rows) into an epoch.
+    const BATCH: u64 = 8192;
+    for workers in [1, 2] {
+        let (runtime, mut parts) = runtime_reading(usize::MAX, workers, 1);
+        let source = Counter::new(10_000_000, 2);
+        assert!(runtime.send(Command::Start(Box::new(view("v", source)), None)));
+        tokio::time::timeout(Duration::from_secs(10), runtime.status().cut_wanted())
+            .await
+            .expect("a reader asks for a cut");
+        let read = || {
+            let counters = runtime.status().view_counters();
+            counters.get("v").map_or(0, |c| c.source_rows)
+        };
+        let readers = workers as u64;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut before = read();
+        assert!(
+            before > 0 && before <= readers * BATCH,
+            "{workers} workers: {before} rows read before the first barrier"
+        );
+        // Each barrier lets every reader read one batch more.
+        for epoch in 1..=3u64 {
+            barriers_until(&runtime, &mut parts, |_| true).await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while read() == before && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = read();
+            assert!(
+                now > before && now <= (epoch + 1) * readers * BATCH,
+                "{workers} workers, after barrier {epoch}: {now} rows read (before it: {before})"
+            );
+            before = now;
+        }
     }
 }
 
@@ -507,7 +559,13 @@ async fn a_view_runs_across_two_processes_of_a_cluster() {
     };
     let tokio = tokio::runtime::Handle::current();
     let process_1 = std::thread::spawn(move || {
-        serve_process(1, &remote, Arc::new(GroupedBuilder { total }), tokio)
+        serve_process(
+            1,
+            EpochReads::DEFAULT_LIMIT,
+            &remote,
+            Arc::new(GroupedBuilder { total }),
+            tokio,
+        )
     });
     let runtime = Runtime::new(RuntimeConfig {
         watermark_idle_timeout: std::time::Duration::from_secs(10),
@@ -518,6 +576,7 @@ async fn a_view_runs_across_two_processes_of_a_cluster() {
             process: 0,
             addresses,
         }),
+        epoch_read_limit: EpochReads::DEFAULT_LIMIT,
     });
     let mut parts = Parts {
         receiver: runtime.start(2),

@@ -41,7 +41,7 @@ use weir_state::{DeltaBatches, TableChange, TableId};
 
 use super::cluster::{partitionable, Cluster, ClusterCommand, ShardCut, ShardMessage, ViewStart};
 use super::event_clock::EventClock;
-use super::reader::{Reader, ReaderSpec, SourceMessage};
+use super::reader::{EpochReads, Reader, ReaderSpec, SourceMessage};
 use super::shared::SharedReaders;
 use super::source::{deal_splits, position_key};
 use super::view::{
@@ -489,8 +489,15 @@ impl Worker {
         }
         let mut readers = Vec::new();
         for input in &view.sources {
-            let shared = &self.status.shared_readers;
-            match spawn_readers(shared, &view.name, view.id, input, self.config.workers) {
+            let (shared, epoch_reads) = (&self.status.shared_readers, &self.status.epoch_reads);
+            match spawn_readers(
+                shared,
+                epoch_reads,
+                &view.name,
+                view.id,
+                input,
+                self.config.workers,
+            ) {
                 Ok(spawned) => readers.extend(spawned),
                 Err(e) => {
                     let source = input.name.clone();
@@ -902,6 +909,7 @@ impl Worker {
 /// reading a share of the source's splits from its checkpointed position.
 fn spawn_readers(
     shared: &Arc<SharedReaders>,
+    epoch_reads: &Arc<EpochReads>,
     view: &str,
     view_id: TableId,
     input: &SourceInput,
@@ -923,6 +931,7 @@ fn spawn_readers(
                 splits: share.clone(),
                 columns: input.columns.clone(),
             },
+            epoch_reads.clone(),
         )?;
         readers.push(ReaderInput {
             view: view.to_owned(),

@@ -294,10 +294,12 @@ impl Cluster {
 
 /// Runs process `cluster.process` (not 0) of a cluster: `workers` timely
 /// workers that run their share of every partitioned view, planned by
-/// `builder`. Returns when process 0 shuts the cluster down; a lost
-/// connection panics in timely's threads.
+/// `builder`, their source readers reading at most `epoch_read_limit`
+/// bytes into an epoch. Returns when process 0 shuts the cluster down; a
+/// lost connection panics in timely's threads.
 pub fn serve_process(
     workers: usize,
+    epoch_read_limit: usize,
     cluster: &ClusterConfig,
     builder: Arc<dyn ViewBuilder>,
     tokio: tokio::runtime::Handle,
@@ -308,7 +310,11 @@ pub fn serve_process(
         ));
     }
     let process = cluster.process;
-    let status = Arc::new(RuntimeStatus::default());
+    let status = RuntimeStatus::default();
+    // No cut can be asked of another process's coordinator: a reader at
+    // its limit here waits for the next periodic barrier.
+    status.epoch_reads.set_limit(epoch_read_limit);
+    let status = Arc::new(status);
     let guards = timely::execute(timely_config(workers, Some(cluster)), move |worker| {
         let _tokio = tokio.enter();
         WorkerLoop::new(worker, None, status.clone(), Some(builder.clone()), process).run(worker);
@@ -898,6 +904,7 @@ fn start_view(
                 splits: feed.splits.clone(),
                 columns: input.columns.clone(),
             },
+            status.epoch_reads.clone(),
         );
         match read {
             Ok(reader) => feed.reader = Some(reader),
