@@ -59,6 +59,7 @@ mod mview;
 mod numeric_display;
 mod numeric_div;
 mod numeric_sum;
+mod numeric_text;
 #[cfg(test)]
 mod numeric_wire;
 mod order_builder;

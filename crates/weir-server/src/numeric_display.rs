@@ -39,7 +39,7 @@ use crate::catalog::DeclaredType;
 use crate::provider::SnapshotTable;
 
 /// How a `numeric` column's values are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DisplayScale {
     /// The fewest fraction digits a value is written with.
     pub min: u8,
@@ -209,7 +209,7 @@ fn column_scale(plan: &LogicalPlan, index: usize, depth: usize) -> Option<Displa
 
 /// The fewest fraction digits `expr`, evaluated over `input`'s rows, is
 /// written with, if it can be told.
-fn expr_scale(expr: &Expr, input: &LogicalPlan, depth: usize) -> Option<DisplayScale> {
+pub(crate) fn expr_scale(expr: &Expr, input: &LogicalPlan, depth: usize) -> Option<DisplayScale> {
     let depth = deeper(depth)?;
     match expr {
         Expr::Alias(Alias { expr, .. }) | Expr::Negative(expr) => expr_scale(expr, input, depth),

@@ -225,6 +225,7 @@ fn planner_rules(builder: SessionStateBuilder) -> SessionStateBuilder {
     let check = Arc::new(Check);
     let mut analyzer = Analyzer::new().rules;
     analyzer.extend([
+        crate::numeric_text::rule(),
         crate::checked::rule(),
         crate::casts::rule(),
         Arc::new(crate::uuid_type::UuidLists),

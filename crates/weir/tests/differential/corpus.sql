@@ -768,6 +768,8 @@ SELECT to_char(TIMESTAMP '2024-03-05 10:00:00', 'Mon DD, YYYY');
 SELECT length(gen_random_uuid()::text);
 SELECT 10::numeric / 4;
 SELECT 1::numeric / 3 * 3;
+SELECT 100::numeric::text, 1.50::numeric::text, (10::numeric / 4)::text, 'n = ' || 123.4500::numeric;
+SELECT (2::numeric * 3.25)::text, (1.5 + 1)::text, round(2.567, 1)::text;
 -- differs: `numeric ^ numeric` is computed in `double precision`
 SELECT 2::numeric ^ 0.5;
 SELECT sum(x) FROM (VALUES (1.5), (2.25)) AS v(x);
