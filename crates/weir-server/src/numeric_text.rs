@@ -17,10 +17,9 @@ use arrow_pg::numeric::PgNumeric;
 use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::functions::utils::make_scalar_function;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
@@ -107,22 +106,9 @@ pub struct NumericTextCasts;
 
 impl AnalyzerRule for NumericTextCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            // The expressions of a node with one input read that input's
-            // rows; a join's read both, which the scale rules do not follow.
-            let input = match node.inputs().as_slice() {
-                [input] => (*input).clone(),
-                _ => return Ok(Transformed::no(node)),
-            };
-            let preserver = NamePreserver::new(&node);
-            node.map_expressions(|expr| {
-                let name = preserver.save(&expr);
-                let rewritten = expr.transform_up(|e| text_cast(e, &input))?;
-                Ok(rewritten.update_data(|e| name.restore(e)))
-            })?
-            .map_data(|node| node.recompute_schema())
-        })
-        .map(|t| t.data)
+        // Nodes with one input only: a join's expressions read both
+        // inputs, which the scale rules do not follow.
+        crate::plan_rewrite::rewrite_expressions_over_input(plan, &text_cast)
     }
 
     fn name(&self) -> &str {

@@ -30,15 +30,42 @@ pub(crate) fn rewrite_expressions_except(
             return Ok(Transformed::no(plan));
         }
         let schema = merge_schema(&plan.inputs());
-        let preserver = NamePreserver::new(&plan);
-        plan.map_expressions(|expr| {
-            let name = preserver.save(&expr);
-            let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
-            Ok(rewritten.update_data(|e| name.restore(e)))
-        })?
-        .map_data(|plan| plan.recompute_schema())
+        rewrite_node(plan, &|e| rewrite(e, &schema))
     })?;
     Ok(rewritten.data)
+}
+
+/// Rewrites every expression of every plan node that has one input,
+/// subqueries included, bottom up with `rewrite`, which is given the
+/// node's input plan (for rules that look into it, as the display scale
+/// rules do); output names are kept and schemas recomputed.
+pub(crate) fn rewrite_expressions_over_input(
+    plan: LogicalPlan,
+    rewrite: &dyn Fn(Expr, &LogicalPlan) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
+    let rewritten = plan.transform_up_with_subqueries(|plan| {
+        let input = match plan.inputs().as_slice() {
+            [input] => (*input).clone(),
+            _ => return Ok(Transformed::no(plan)),
+        };
+        rewrite_node(plan, &|e| rewrite(e, &input))
+    })?;
+    Ok(rewritten.data)
+}
+
+/// `plan`'s expressions rewritten bottom up with `rewrite`, their output
+/// names kept, and its schema recomputed.
+fn rewrite_node(
+    plan: LogicalPlan,
+    rewrite: &dyn Fn(Expr) -> Result<Transformed<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
+    let preserver = NamePreserver::new(&plan);
+    plan.map_expressions(|expr| {
+        let name = preserver.save(&expr);
+        let rewritten = expr.transform_up(rewrite)?;
+        Ok(rewritten.update_data(|e| name.restore(e)))
+    })?
+    .map_data(|plan| plan.recompute_schema())
 }
 
 /// `expr` without the casts around it (those type coercion adds, or the
