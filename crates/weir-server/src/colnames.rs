@@ -101,24 +101,23 @@ fn disambiguate_query(query: &mut Query) {
             let shared_by = |all: &[Option<String>], name: &String| {
                 all.iter().filter(|n| n.as_ref() == Some(name)).count() > 1
             };
-            let unique = match (&*item, &names[i], &aliases[i]) {
-                (SelectItem::UnnamedExpr(_), Some(name), _) if shared_by(&names, name) => {
-                    format!("{name}_{}", i + 1)
-                }
+            let shared = match (&*item, &names[i], &aliases[i]) {
+                (SelectItem::UnnamedExpr(_), Some(name), _) if shared_by(&names, name) => name,
                 (SelectItem::ExprWithAlias { .. }, _, Some(alias))
                     if shared_by(&aliases, alias) =>
                 {
-                    format!("{alias}_{}", i + 1)
+                    alias
                 }
                 _ => continue,
             };
+            let alias = planner_alias(shared, i);
             let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = &*item
             else {
                 continue;
             };
             *item = SelectItem::ExprWithAlias {
                 expr: expr.clone(),
-                alias: Ident::with_quote('"', unique),
+                alias,
             };
         }
     }
@@ -155,7 +154,7 @@ fn name_column_casts(query: &mut Query) {
         };
         *item = SelectItem::ExprWithAlias {
             expr: expr.clone(),
-            alias: Ident::with_quote('"', format!("{name}_{}", i + 1)),
+            alias: planner_alias(&name, i),
         };
         casts.push((name, i + 1));
     }
@@ -167,10 +166,17 @@ fn name_column_casts(query: &mut Query) {
             continue;
         };
         let name = crate::catalog::normalize_ident(ident);
-        if let [(_, position)] = casts.iter().filter(|(n, _)| *n == name).collect::<Vec<_>>()[..] {
+        let mut named = casts.iter().filter(|(n, _)| *n == name);
+        if let (Some((_, position)), None) = (named.next(), named.next()) {
             key.expr = Expr::value(Value::Number(position.to_string(), false));
         }
     }
+}
+
+/// The alias select-list item `item` (from 0) named `name` gets for the
+/// planner only: unique in its list, never seen by clients.
+fn planner_alias(name: &str, item: usize) -> Ident {
+    Ident::with_quote('"', format!("{name}_{}", item + 1))
 }
 
 /// Whether `expr` is a cast (or casts) of a column, in any parentheses.

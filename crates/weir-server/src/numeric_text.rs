@@ -86,13 +86,9 @@ fn write(values: &ArrayRef, scale: DisplayScale) -> Result<StringArray> {
         .iter()
         .map(|value| {
             value.map(|v| {
-                let number = PgNumeric::from_i128(v, type_scale);
-                let written = if scale.quotient {
-                    number.with_quotient_scale(min, max)
-                } else {
-                    number.with_min_scale(min)
-                };
-                written.to_text()
+                PgNumeric::from_i128(v, type_scale)
+                    .with_display_scale(min, scale.quotient, max)
+                    .to_text()
             })
         })
         .collect())

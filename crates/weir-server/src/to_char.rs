@@ -127,15 +127,7 @@ impl PgToChar {
 /// themselves (`real` keeps fewer digits), decimals as they are.
 fn number_type(data_type: &DataType) -> Option<DataType> {
     match data_type {
-        DataType::Null
-        | DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64 => Some(DataType::Int64),
+        t if t.is_null() || t.is_integer() => Some(DataType::Int64),
         DataType::Float16 | DataType::Float32 => Some(DataType::Float32),
         DataType::Float64 => Some(DataType::Float64),
         DataType::Decimal128(..) => Some(data_type.clone()),

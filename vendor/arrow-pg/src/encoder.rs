@@ -528,10 +528,9 @@ fn get_numeric_128_value(
     let value = crate::numeric::PgNumeric::from_i128(array.value(idx), scale);
     let max = usize::try_from(scale).unwrap_or(0);
     Some(match crate::datatypes::numeric_min_scale(field) {
-        Some(min) if crate::datatypes::numeric_quotient(field) => {
-            value.with_quotient_scale(min, max)
+        Some(min) => {
+            value.with_display_scale(min, crate::datatypes::numeric_quotient(field), max)
         }
-        Some(min) => value.with_min_scale(min),
         None => value,
     })
 }

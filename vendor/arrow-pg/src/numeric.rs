@@ -93,6 +93,18 @@ impl PgNumeric {
         self
     }
 
+    /// Weir: the same value written with a display scale of at least
+    /// `min` fraction digits: a quotient's ([`Self::with_quotient_scale`],
+    /// at most `max`, the digits computed) or any other value's
+    /// ([`Self::with_min_scale`]).
+    pub fn with_display_scale(self, min: usize, quotient: bool, max: usize) -> Self {
+        if quotient {
+            self.with_quotient_scale(min, max)
+        } else {
+            self.with_min_scale(min)
+        }
+    }
+
     fn new(negative: bool, int: String, frac: String) -> Self {
         let int = int.trim_start_matches('0').to_owned();
         let zero = int.is_empty() && frac.bytes().all(|b| b == b'0');

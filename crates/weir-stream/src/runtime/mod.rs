@@ -260,6 +260,15 @@ pub struct RuntimeStatus {
 }
 
 impl RuntimeStatus {
+    /// The status of a runtime whose source readers read at most
+    /// `epoch_read_limit` bytes into one epoch.
+    pub(crate) fn new(epoch_read_limit: usize) -> Self {
+        RuntimeStatus {
+            epoch_reads: Arc::new(EpochReads::new(epoch_read_limit)),
+            ..RuntimeStatus::default()
+        }
+    }
+
     /// Whether source rows arrived since the last barrier: the open epoch
     /// has changes even if no table does.
     pub fn has_rows_since_barrier(&self) -> bool {
@@ -364,11 +373,9 @@ impl Runtime {
     /// A runtime that queues commands until it starts.
     pub fn new(config: RuntimeConfig) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
-        let status = RuntimeStatus::default();
-        status.epoch_reads.set_limit(config.epoch_read_limit);
         Runtime {
             commands,
-            status: Arc::new(status),
+            status: Arc::new(RuntimeStatus::new(config.epoch_read_limit)),
             unstarted: Mutex::new(Some((receiver, config))),
         }
     }

@@ -25,7 +25,6 @@
 //! than letting the open epoch grow.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +58,7 @@ const MAX_BATCH_ROWS: usize = 8192;
 pub struct EpochReads {
     /// Bytes of Arrow data a reader reads between two barriers before it
     /// waits for the next one.
-    limit: AtomicUsize,
+    limit: usize,
     /// Notified when a reader reached the limit: the open epoch should be
     /// cut now rather than at the next interval.
     cut_wanted: Notify,
@@ -72,19 +71,9 @@ impl EpochReads {
     /// Readers that each read at most `limit` bytes into one epoch.
     pub fn new(limit: usize) -> Self {
         EpochReads {
-            limit: AtomicUsize::new(limit.max(1)),
+            limit: limit.max(1),
             cut_wanted: Notify::new(),
         }
-    }
-
-    /// Sets the limit (readers started before read to the old one until
-    /// their next barrier).
-    pub fn set_limit(&self, limit: usize) {
-        self.limit.store(limit.max(1), Ordering::Relaxed);
-    }
-
-    fn limit(&self) -> usize {
-        self.limit.load(Ordering::Relaxed)
     }
 
     /// Resolves once a reader has asked for a cut since the last call
@@ -386,7 +375,7 @@ async fn read(
     let mut finished = false;
     let mut read_this_epoch = 0;
     loop {
-        let full = read_this_epoch >= epoch_reads.limit();
+        let full = read_this_epoch >= epoch_reads.limit;
         let message = tokio::select! {
             biased;
             request = requests.recv() => {
@@ -398,7 +387,7 @@ async fn read(
                 Some(Ok(rows)) if rows.num_rows() == 0 => SourceMessage::Moved,
                 Some(Ok(rows)) => {
                     read_this_epoch += rows.get_array_memory_size();
-                    if read_this_epoch >= epoch_reads.limit() {
+                    if read_this_epoch >= epoch_reads.limit {
                         epoch_reads.cut_wanted.notify_one();
                     }
                     SourceMessage::Rows(rows)

@@ -310,11 +310,9 @@ pub fn serve_process(
         ));
     }
     let process = cluster.process;
-    let status = RuntimeStatus::default();
     // No cut can be asked of another process's coordinator: a reader at
     // its limit here waits for the next periodic barrier.
-    status.epoch_reads.set_limit(epoch_read_limit);
-    let status = Arc::new(status);
+    let status = Arc::new(RuntimeStatus::new(epoch_read_limit));
     let guards = timely::execute(timely_config(workers, Some(cluster)), move |worker| {
         let _tokio = tokio.enter();
         WorkerLoop::new(worker, None, status.clone(), Some(builder.clone()), process).run(worker);
