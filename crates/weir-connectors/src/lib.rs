@@ -151,20 +151,25 @@ impl Connector {
         setup: SourceSetup,
     ) -> Result<Arc<dyn Source>, ConnectorError> {
         let SourceSetup {
+            id,
             created_micros,
             version,
             ..
         } = setup;
         Ok(match self {
-            Connector::Datagen => Arc::new(datagen::DatagenSource::new(
+            Connector::Datagen => Arc::new(datagen::DatagenSource::of_source(
                 datagen::DatagenSpec::new(schema, options, created_micros)
                     .and_then(|spec| spec.with_version(version))
                     .map_err(invalid)?,
+                id,
+                created_micros,
             )),
-            Connector::Nexmark => Arc::new(nexmark::NexmarkSource::new(
+            Connector::Nexmark => Arc::new(nexmark::NexmarkSource::of_source(
                 nexmark::NexmarkSpec::new(schema, options, created_micros)
                     .and_then(|spec| spec.with_version(version))
                     .map_err(invalid)?,
+                id,
+                created_micros,
             )),
             Connector::Kafka => {
                 let options = kafka::KafkaOptions::parse(options).map_err(ConnectorError)?;

@@ -9,12 +9,22 @@
 //! reader of every split emits exactly the rows, and batches, of a source
 //! read as one sequence, and several readers share the rate, each emitting
 //! its blocks' rows when they fall due.
+//!
+//! Readers agree on which rows are due through one [`Pace`] per source
+//! while any of them reads it: a row of the source and when it fell due,
+//! set when the first of them opened and moved up by any that opens
+//! further on. A reader opened later (another worker's shared reader,
+//! after its views' catch-up at a restart) so emits the rows due by the
+//! source's clock at once, not from its own opening on; with a pace of its
+//! own it would trail the others by the time it opened late, and the
+//! watermark, which follows the others, would pass its rows.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -63,18 +73,104 @@ pub fn split_rows(split: u32, position: u64) -> impl Iterator<Item = std::ops::R
     })
 }
 
+/// The clock of a source's readers: row `anchor.1` fell due at
+/// `anchor.0`, and the rows after it fall due at the source's rate.
+#[derive(Debug)]
+struct Pace {
+    anchor: Mutex<(Instant, u64)>,
+}
+
+impl Pace {
+    /// The row before which every row is due now, at `per_second`.
+    fn due(&self, per_second: u64) -> u64 {
+        let (since, row) = *self.anchor.lock().expect("pace lock");
+        (row as f64 + since.elapsed().as_secs_f64() * per_second as f64) as u64
+    }
+
+    /// When `row` falls due, at `per_second`.
+    fn due_at(&self, row: u64, per_second: u64) -> Instant {
+        let (since, anchor) = *self.anchor.lock().expect("pace lock");
+        let wait = row.saturating_sub(anchor) as f64 / per_second as f64;
+        since + Duration::from_secs_f64(wait.min(1e9))
+    }
+
+    /// A reader opens with the source at row `first`: rows up to it were
+    /// emitted before, so if they are not all due yet, they are now.
+    fn open_at(&self, first: u64, per_second: u64) {
+        if self.due(per_second) < first {
+            *self.anchor.lock().expect("pace lock") = (Instant::now(), first);
+        }
+    }
+}
+
+/// Which readers share a [`Pace`].
+#[derive(Debug)]
+enum PaceScope {
+    /// Those of one catalog source (its id and creation time) in this
+    /// process, whichever [`PacedSource`] value opened them: the server
+    /// builds one per view.
+    Source(u64, i64),
+    /// Those opened from this value.
+    Value(Mutex<Weak<Pace>>),
+}
+
+/// A catalog source: its id and creation time.
+type SourceKey = (u64, i64);
+
+/// The paces of catalog sources being read in this process.
+static SOURCE_PACES: LazyLock<Mutex<HashMap<SourceKey, Weak<Pace>>>> =
+    LazyLock::new(Mutex::default);
+
+/// The pace in `slot` while a reader holds it, or a new one.
+fn pace_in(slot: &mut Weak<Pace>, first: u64) -> Arc<Pace> {
+    slot.upgrade().unwrap_or_else(|| {
+        let pace = Arc::new(Pace {
+            anchor: Mutex::new((Instant::now(), first)),
+        });
+        *slot = Arc::downgrade(&pace);
+        pace
+    })
+}
+
 /// A generator's rows, readable by the runtime.
 #[derive(Debug)]
 pub struct PacedSource<G> {
     generator: Arc<G>,
+    pace: PaceScope,
 }
 
 impl<G: RowGenerator> PacedSource<G> {
-    /// The source that emits `generator`'s rows.
+    /// The source that emits `generator`'s rows, its readers paced
+    /// together.
     pub fn new(generator: G) -> Self {
         PacedSource {
             generator: Arc::new(generator),
+            pace: PaceScope::Value(Mutex::default()),
         }
+    }
+
+    /// The same, paced with every reader in this process of catalog
+    /// source `id` created at `created_micros`.
+    pub fn of_source(generator: G, id: u64, created_micros: i64) -> Self {
+        PacedSource {
+            generator: Arc::new(generator),
+            pace: PaceScope::Source(id, created_micros),
+        }
+    }
+
+    /// The pace its readers share, for a reader opening with the source
+    /// at row `first`.
+    fn pace(&self, first: u64) -> Arc<Pace> {
+        let pace = match &self.pace {
+            PaceScope::Value(slot) => pace_in(&mut slot.lock().expect("pace lock"), first),
+            PaceScope::Source(id, created) => {
+                let mut paces = SOURCE_PACES.lock().expect("paces lock");
+                paces.retain(|_, pace| pace.strong_count() > 0);
+                pace_in(paces.entry((*id, *created)).or_default(), first)
+            }
+        };
+        pace.open_at(first, self.generator.per_second());
+        pace
     }
 }
 
@@ -127,8 +223,7 @@ impl<G: RowGenerator> Source for PacedSource<G> {
                 })
                 .collect(),
             bounded: from.until.is_some(),
-            started: Instant::now(),
-            first,
+            pace: self.pace(first),
             tick: Box::pin(tokio::time::sleep(Duration::ZERO)),
             waiting: false,
         }))
@@ -163,10 +258,8 @@ struct PacedReader<G> {
     splits: Vec<Split>,
     /// Whether it reads to bounds: rows before them are due at once.
     bounded: bool,
-    /// When the reader opened, with the source at row `first`: rows fall
-    /// due from then on.
-    started: Instant,
-    first: u64,
+    /// When rows fall due, shared with the source's other readers.
+    pace: Arc<Pace>,
     /// The wait of a reader ahead of its rate.
     tick: Pin<Box<Sleep>>,
     waiting: bool,
@@ -178,9 +271,7 @@ impl<G: RowGenerator> PacedReader<G> {
         if self.bounded {
             return self.end;
         }
-        let elapsed = self.started.elapsed().as_secs_f64();
-        let due = self.first as f64 + elapsed * self.generator.per_second() as f64;
-        (due as u64).min(self.end)
+        self.pace.due(self.generator.per_second()).min(self.end)
     }
 
     /// Its split whose next row comes first (of those not at their
@@ -223,8 +314,7 @@ impl<G: RowGenerator> Stream for PacedReader<G> {
             if !this.waiting {
                 // Wake when the row falls due, but not sooner than a tick:
                 // a reader whose next block is far off sleeps until then.
-                let wait = (row + 1 - this.first) as f64 / this.generator.per_second() as f64;
-                let due_at = this.started + Duration::from_secs_f64(wait.min(1e9));
+                let due_at = this.pace.due_at(row + 1, this.generator.per_second());
                 this.tick
                     .as_mut()
                     .reset(due_at.max(Instant::now() + PACING_TICK));
@@ -239,6 +329,11 @@ impl<G: RowGenerator> Stream for PacedReader<G> {
 impl<G: RowGenerator> SourceReader for PacedReader<G> {
     fn positions(&self) -> Vec<u64> {
         self.splits.iter().map(|s| s.position).collect()
+    }
+
+    fn has_rows_waiting(&self) -> bool {
+        self.next_row()
+            .is_some_and(|(_, row)| row < self.end && row < self.due())
     }
 }
 
@@ -425,6 +520,55 @@ mod tests {
             started.elapsed()
         );
         assert_eq!(reader.positions().iter().sum::<u64>(), rows as u64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn has_rows_waiting_while_it_is_behind_its_rate() {
+        let source = source(&[("rows_per_second", "1000")]);
+        let mut reader = source.open(from(&source, 0, 100)).expect("opens");
+        assert!(!reader.has_rows_waiting(), "nothing is due yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // 1,000 rows are due, read 100 a batch.
+        assert!(reader.has_rows_waiting());
+        let mut rows = 0;
+        while rows < 900 {
+            rows += reader.next().await.expect("rows").expect("rows").num_rows();
+            assert!(reader.has_rows_waiting(), "{rows} of 1,000 read");
+        }
+        rows += reader.next().await.expect("rows").expect("rows").num_rows();
+        assert!(rows >= 1000);
+        assert!(!reader.has_rows_waiting(), "caught up after {rows} rows");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_opened_later_keeps_the_pace_of_those_reading() {
+        let source = source(&[("rows_per_second", "1000")]);
+        let shares = weir_stream::runtime::deal_splits(SPLITS, 2);
+        let open = |share: &Vec<u32>| {
+            source
+                .open(ReadFrom {
+                    positions: vec![0; SPLITS as usize],
+                    splits: share.clone(),
+                    columns: None,
+                    max_batch_rows: 8192,
+                    until: None,
+                })
+                .expect("opens")
+        };
+        let first = open(&shares[0]);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // 10,000 rows are due by the first reader's clock: block 0
+        // (split 0, the first reader's) and part of block 1 (split 1).
+        let mut second = open(&shares[1]);
+        assert!(second.has_rows_waiting());
+        let batch = second.next().await.expect("rows").expect("rows");
+        assert_eq!(batch.num_rows() as u64, 10_000 - BLOCK_ROWS);
+        // Once every reader is gone, the next one starts a pace of its own
+        // at its positions.
+        drop((first, second));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let third = open(&shares[1]);
+        assert!(!third.has_rows_waiting());
     }
 
     #[tokio::test(start_paused = true)]

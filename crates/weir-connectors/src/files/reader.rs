@@ -78,6 +78,11 @@ impl SourceReader for FileReader {
     fn positions(&self) -> Vec<u64> {
         self.positions.clone()
     }
+
+    /// Rows the read task has parsed wait in the channel.
+    fn has_rows_waiting(&self) -> bool {
+        !self.batches.is_empty()
+    }
 }
 
 /// Reads one reader's splits.

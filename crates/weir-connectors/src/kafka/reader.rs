@@ -154,6 +154,11 @@ impl SourceReader for KafkaReader {
         }
         self.positions.clone()
     }
+
+    /// Records the consumer thread has fetched wait in the channel.
+    fn has_rows_waiting(&self) -> bool {
+        !self.batches.is_empty()
+    }
 }
 
 /// What the consumer thread owns.

@@ -8,7 +8,12 @@
 //! An instance that has read nothing for the idle timeout (and one that
 //! has read nothing since the view started, once the timeout passed) is
 //! idle: it holds back no watermark until it reads again. Without that,
-//! one quiet split would stop every window from closing.
+//! one quiet split would stop every window from closing. But an instance
+//! whose readers had rows waiting at a barrier (starting, catching up,
+//! held back by a slow worker or a shared reader, see
+//! `SourceReader::has_rows_waiting`) is behind, not idle, however long
+//! it reads nothing: the rows it has yet to read may be older than the
+//! others', and windows closed without them would miss them.
 //!
 //! A view's temporal filters get the epoch's `now()` the same way, under
 //! their node indexes: the time the coordinator sent the epoch's barrier
@@ -25,8 +30,8 @@ use crate::StreamPlan;
 struct Instance {
     /// The greatest event time it read.
     greatest: Option<i64>,
-    /// When it last read a row (or when the view started).
-    last_read: Instant,
+    /// When it last read a row or was behind (or when the view started).
+    last_active: Instant,
 }
 
 /// One watermark node's instances and watermark.
@@ -65,7 +70,7 @@ impl EventClock {
                 let instances = (0..instances_of(&relation).max(1))
                     .map(|_| Instance {
                         greatest: None,
-                        last_read: now,
+                        last_active: now,
                     })
                     .collect();
                 let clock = NodeClock {
@@ -103,7 +108,17 @@ impl EventClock {
         };
         if let Some(slot) = clock.instances.get_mut(instance) {
             slot.greatest = Some(slot.greatest.map_or(time, |g| g.max(time)));
-            slot.last_read = Instant::now();
+            slot.last_active = Instant::now();
+        }
+    }
+
+    /// Instance `instance` had rows waiting at the barrier of the epoch
+    /// just cut: it is not idle.
+    pub fn behind(&mut self, instance: usize) {
+        for clock in self.nodes.values_mut() {
+            if let Some(slot) = clock.instances.get_mut(instance) {
+                slot.last_active = Instant::now();
+            }
         }
     }
 
@@ -115,7 +130,7 @@ impl EventClock {
             let active: Vec<Option<i64>> = clock
                 .instances
                 .iter()
-                .filter(|i| now.duration_since(i.last_read) < self.idle_timeout)
+                .filter(|i| now.duration_since(i.last_active) < self.idle_timeout)
                 .map(|i| i.greatest)
                 .collect();
             // No active instance: nothing moves it. An active one that
@@ -159,7 +174,7 @@ mod tests {
             instances: (0..instances)
                 .map(|_| Instance {
                     greatest: None,
-                    last_read: Instant::now(),
+                    last_active: Instant::now(),
                 })
                 .collect(),
             watermark: None,
@@ -198,9 +213,31 @@ mod tests {
         // take the least of, and the watermark stays.
         assert!(!clock.tick());
         clock.idle_timeout = Duration::from_secs(3600);
-        clock.nodes.get_mut(&1).unwrap().instances[1].last_read =
+        clock.nodes.get_mut(&1).unwrap().instances[1].last_active =
             Instant::now() - Duration::from_secs(7200);
         assert!(clock.tick());
         assert_eq!(clock.watermarks(), Watermarks::from([(1, 90)]));
+    }
+
+    #[test]
+    fn an_instance_that_is_behind_holds_the_watermark_back_while_it_reads_nothing() {
+        let mut clock = clock(2, Duration::from_secs(3600));
+        clock.report(0, 1, 100);
+        clock.report(1, 1, 50);
+        assert!(clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 40)]));
+        // Instance 1 reads nothing for longer than the timeout ...
+        let long_ago = Instant::now() - Duration::from_secs(7200);
+        clock.nodes.get_mut(&1).unwrap().instances[1].last_active = long_ago;
+        // ... but its reader had rows waiting at the barrier: instance 0's
+        // newer rows do not move the watermark past instance 1's.
+        clock.behind(1);
+        clock.report(0, 1, 200);
+        assert!(!clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 40)]));
+        // Idle once more (nothing waiting), it holds nothing back.
+        clock.nodes.get_mut(&1).unwrap().instances[1].last_active = long_ago;
+        assert!(clock.tick());
+        assert_eq!(clock.watermarks(), Watermarks::from([(1, 190)]));
     }
 }

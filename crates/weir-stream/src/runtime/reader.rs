@@ -25,6 +25,7 @@
 //! than letting the open epoch grow.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,6 +105,9 @@ pub(super) enum SourceMessage {
         epoch: u64,
         /// The position of each split it reads at the barrier.
         positions: Vec<u64>,
+        /// Whether rows of its source were waiting for it at the barrier
+        /// (see [`SourceReader::has_rows_waiting`]).
+        behind: bool,
     },
     /// The source failed; nothing follows.
     Failed(DataFusionError),
@@ -210,8 +214,9 @@ enum FeedState {
     /// Ahead of the hub on some split and behind on none: waiting for it
     /// to pass before asking again.
     Waiting(Pin<Box<tokio::time::Sleep>>),
-    /// Reading the hub's batches.
-    Subscribed(mpsc::Receiver<SharedBatch>),
+    /// Reading the hub's batches; the flag is set while the hub is
+    /// behind.
+    Subscribed(mpsc::Receiver<SharedBatch>, Arc<AtomicBool>),
     /// Reading on its own: to the hub's positions (`bounded`), then it
     /// asks again; or for good.
     Own {
@@ -223,6 +228,24 @@ enum FeedState {
 }
 
 impl Feed {
+    /// Whether rows of its source wait for it: it is on its way to the
+    /// hub (joining, catching up, or ahead and waiting for the hub to
+    /// pass), its hub or its own reader is behind, or batches wait in its
+    /// queue. A feed at the end of its source is not.
+    fn behind(&self) -> bool {
+        match &self.state {
+            FeedState::Idle
+            | FeedState::Joining(_)
+            | FeedState::Waiting(_)
+            | FeedState::Own { bounded: true, .. } => true,
+            FeedState::Own { reader, .. } => reader.has_rows_waiting(),
+            FeedState::Subscribed(queue, hub_behind) => {
+                !queue.is_empty() || hub_behind.load(Ordering::SeqCst)
+            }
+            FeedState::Finished => false,
+        }
+    }
+
     /// Asks the hub of its share to take it.
     fn join(&mut self) -> Result<()> {
         let (reply, answer) = oneshot::channel();
@@ -309,9 +332,13 @@ impl Feed {
                     let outcome = match answer.await {
                         // The hub ended as it was asked: ask again.
                         Err(_) => self.join(),
-                        Ok(Joined::Subscribed { queue, positions }) => {
+                        Ok(Joined::Subscribed {
+                            queue,
+                            positions,
+                            hub_behind,
+                        }) => {
                             self.positions = positions;
-                            self.state = FeedState::Subscribed(queue);
+                            self.state = FeedState::Subscribed(queue, hub_behind);
                             Ok(())
                         }
                         Ok(Joined::Elsewhere(hub)) => self.toward(&hub),
@@ -325,7 +352,7 @@ impl Feed {
                     wait.as_mut().await;
                     self.state = FeedState::Idle;
                 }
-                FeedState::Subscribed(queue) => match queue.recv().await {
+                FeedState::Subscribed(queue, _) => match queue.recv().await {
                     Some(Ok((rows, positions))) => {
                         let moved = *positions != self.positions;
                         self.positions = positions.to_vec();
@@ -381,7 +408,9 @@ async fn read(
             request = requests.recv() => {
                 let Some(epoch) = request else { return };
                 read_this_epoch = 0;
-                SourceMessage::Barrier { epoch, positions: feed.positions.clone() }
+                // A reader at its epoch's limit has rows waiting too.
+                let behind = full || feed.behind();
+                SourceMessage::Barrier { epoch, positions: feed.positions.clone(), behind }
             }
             batch = feed.next(), if !finished && !full => match batch {
                 Some(Ok(rows)) if rows.num_rows() == 0 => SourceMessage::Moved,

@@ -22,7 +22,7 @@
 //! last gap closes. A hub ends when its last subscriber leaves.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,6 +75,8 @@ pub(super) enum Joined {
     Subscribed {
         queue: mpsc::Receiver<SharedBatch>,
         positions: Vec<u64>,
+        /// Set while the hub is behind its source (see [`Hub::behind`]).
+        hub_behind: Arc<AtomicBool>,
     },
     /// The hub stands at these other positions: the feed reads on its
     /// own to where it is behind, or waits where it is ahead, and asks
@@ -179,6 +181,7 @@ impl SharedReaders {
             pause_until: None,
             subscribers: Vec::new(),
             figures: figures.clone(),
+            behind: Arc::default(),
         };
         hubs.insert(
             key.clone(),
@@ -219,6 +222,11 @@ struct Hub {
     pause_until: Option<tokio::time::Instant>,
     subscribers: Vec<mpsc::Sender<SharedBatch>>,
     figures: Arc<HubFigures>,
+    /// Whether rows of its source wait that it has not handed on: its
+    /// reader has rows waiting, or it is held (delivering to a full queue,
+    /// paused for a feed). Its feeds' views then wait for its rows rather
+    /// than count their readers idle.
+    behind: Arc<AtomicBool>,
 }
 
 impl Hub {
@@ -239,15 +247,21 @@ impl Hub {
                     if self.answer(join) {
                         self.pause_until = None;
                     }
+                    self.note_behind();
                 }
-                () = &mut pause, if paused => self.pause_until = None,
+                () = &mut pause, if paused => {
+                    self.pause_until = None;
+                    self.note_behind();
+                }
                 batch = self.reader.next(), if !finished && !paused => match batch {
                     Some(Ok(rows)) => {
                         self.positions = Arc::new(self.reader.positions());
                         self.figures
                             .rows_read
                             .fetch_add(rows.num_rows() as u64, Ordering::SeqCst);
+                        self.behind.store(true, Ordering::SeqCst);
                         self.deliver(Ok((rows, self.positions.clone()))).await;
+                        self.note_behind();
                     }
                     Some(Err(e)) => {
                         self.deliver(Err(Arc::from(e.to_string()))).await;
@@ -292,6 +306,7 @@ impl Hub {
             Joined::Subscribed {
                 queue,
                 positions: here.to_vec(),
+                hub_behind: self.behind.clone(),
             }
         } else {
             Joined::Elsewhere(here.to_vec())
@@ -330,6 +345,13 @@ impl Hub {
             self.subscribers.remove(i);
         }
         self.note_subscribers();
+    }
+
+    /// Notes whether it is behind now: paused, or its reader has rows
+    /// waiting.
+    fn note_behind(&self) {
+        let behind = self.pause_until.is_some() || self.reader.has_rows_waiting();
+        self.behind.store(behind, Ordering::SeqCst);
     }
 
     fn note_subscribers(&self) {

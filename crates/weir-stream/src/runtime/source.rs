@@ -101,6 +101,14 @@ pub trait SourceReader: Stream<Item = Result<RecordBatch>> + Send + Unpin {
     /// The position of each split it reads after the last batch the stream
     /// returned, in the order of [`ReadFrom::splits`].
     fn positions(&self) -> Vec<u64>;
+
+    /// Whether rows its source already holds for it are still unread: the
+    /// reader is behind, not idle, so its view's watermark waits for it
+    /// however long it reads nothing (see `event_clock.rs`). `false`, the
+    /// default, leaves idleness to the time since it last read a row.
+    fn has_rows_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// Deals `splits` out to `readers` readers (split `s` to reader

@@ -258,7 +258,14 @@ impl Worker {
                     self.status.note_batch();
                     Ok(())
                 }
-                Next::Source(i, Some(SourceMessage::Barrier { epoch, positions })) => {
+                // One instance: a reader that is behind holds nothing back
+                // that its rows would not.
+                Next::Source(
+                    i,
+                    Some(SourceMessage::Barrier {
+                        epoch, positions, ..
+                    }),
+                ) => {
                     let reader = &self.readers[i];
                     if let Some(all) = self.positions.get_mut(&reader.position_key) {
                         for (&split, position) in reader.splits.iter().zip(positions) {
@@ -612,6 +619,9 @@ impl Worker {
         if let Some(clock) = self.clocks.get_mut(name) {
             for (node, time) in cut.event_times {
                 clock.report(worker, node, time);
+            }
+            if cut.behind {
+                clock.behind(worker);
             }
         }
         if let Some(partitioned) = self.partitioned.get_mut(name) {

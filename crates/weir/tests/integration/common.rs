@@ -258,8 +258,19 @@ impl TestServer {
 }
 
 impl Drop for TestServer {
+    /// Stops the server. Its log goes with a fresh data folder, unless the
+    /// test is failing: then it stays, and its path is printed.
     fn drop(&mut self) {
         self.kill();
+        if self._temp.is_none() {
+            return;
+        }
+        let log = self.data_dir.with_extension("log");
+        if std::thread::panicking() {
+            eprintln!("server log: {}", log.display());
+        } else {
+            let _ = std::fs::remove_file(log);
+        }
     }
 }
 

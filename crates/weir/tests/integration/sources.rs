@@ -354,10 +354,29 @@ async fn check_views(
             };
             expected(query, tables).await
         };
-        assert_eq!(
-            contents[name], want,
-            "{context}: view {name} differs from its query over its inputs (rows read {totals:?})"
-        );
+        let got = &contents[name];
+        if *got != want {
+            let only_in = |a: &[Vec<Option<String>>], b: &[Vec<Option<String>>]| {
+                a.iter()
+                    .filter(|row| !b.contains(row))
+                    .take(10)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            panic!(
+                "{context}: view {name} differs from its query over its inputs \
+                 ({} rows against {}; rows read {totals:?}; positions {:?})\n\
+                 only in the view: {:?}\nonly in the query: {:?}",
+                got.len(),
+                want.len(),
+                positions
+                    .iter()
+                    .filter(|((view, _), _)| view == name)
+                    .collect::<Vec<_>>(),
+                only_in(got, &want),
+                only_in(&want, got),
+            );
+        }
     }
     positions
 }

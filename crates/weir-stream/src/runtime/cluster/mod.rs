@@ -215,6 +215,9 @@ pub(super) struct ShardCut {
     /// Its watermark nodes' greatest event times read in the epoch:
     /// (node, time).
     pub event_times: Vec<(usize, i64)>,
+    /// Whether one of its readers had rows of its source waiting at the
+    /// epoch's barrier: it is behind, not idle, even if it read nothing.
+    pub behind: bool,
 }
 
 /// The coordinator's handle on the workers.
@@ -599,16 +602,23 @@ impl WorkerView {
                         batches += 1;
                     }
                     Poll::Ready(Some(SourceMessage::Moved)) => status.note_batch(),
-                    Poll::Ready(Some(SourceMessage::Barrier { epoch, positions })) => {
+                    Poll::Ready(Some(SourceMessage::Barrier {
+                        epoch,
+                        positions,
+                        behind,
+                    })) => {
                         debug!(view = %self.name, epoch, time = *feed.input.time(), "reader barrier");
                         let splits = feed.splits.iter().copied().zip(positions);
                         let key = feed.position_key.clone();
-                        self.shared
-                            .borrow_mut()
-                            .positions
-                            .entry(epoch)
-                            .or_default()
-                            .extend(splits.map(|(split, position)| (key.clone(), split, position)));
+                        {
+                            let mut shared = self.shared.borrow_mut();
+                            if behind {
+                                shared.behind.insert(epoch);
+                            }
+                            shared.positions.entry(epoch).or_default().extend(
+                                splits.map(|(split, position)| (key.clone(), split, position)),
+                            );
+                        }
                         if epoch >= *feed.input.time() {
                             feed.input.advance_to(epoch + 1);
                         }

@@ -43,6 +43,8 @@ pub(super) struct Shared {
     pub deltas: Vec<(u64, usize, DeltaBatches)>,
     /// Reader positions at each epoch's barrier.
     pub positions: BTreeMap<u64, Vec<(String, u32, u64)>>,
+    /// The epochs at whose barrier one of its readers was behind.
+    pub behind: BTreeSet<u64>,
     /// The watermarks each barrier carried, in force from its cut on.
     watermarks: BTreeMap<u64, Watermarks>,
     /// Watermark nodes' greatest event times, by the epoch they were
@@ -73,6 +75,7 @@ impl Shared {
             barriers: BTreeSet::new(),
             deltas: Vec::new(),
             positions: BTreeMap::new(),
+            behind: BTreeSet::new(),
             watermarks: BTreeMap::new(),
             event_times: Vec::new(),
             operators,
@@ -481,6 +484,8 @@ pub(super) fn shard<'scope>(
                         .drain(..)
                         .partition(|(e, _, _)| *e <= barrier);
                     shared.event_times = later;
+                    let later = shared.behind.split_off(&(barrier + 1));
+                    let behind = !std::mem::replace(&mut shared.behind, later).is_empty();
                     let later = shared.positions.split_off(&(barrier + 1));
                     let positions = std::mem::replace(&mut shared.positions, later)
                         .into_values()
@@ -499,6 +504,7 @@ pub(super) fn shard<'scope>(
                         operators: shared.operators.clone(),
                         rows_read: std::mem::take(&mut shared.rows_read),
                         event_times: cut_times.into_iter().map(|(_, n, t)| (n, t)).collect(),
+                        behind,
                     };
                     debug!(%view, epoch = barrier, worker = worker.index, "shard cut");
                     output
