@@ -368,6 +368,19 @@ mod tests {
         }
     }
 
+    /// A reader of `share`'s splits from the source's start.
+    fn open_share(source: &DatagenSource, share: &[u32]) -> Box<dyn SourceReader> {
+        source
+            .open(ReadFrom {
+                positions: vec![0; SPLITS as usize],
+                splits: share.to_vec(),
+                columns: None,
+                max_batch_rows: 8192,
+                until: None,
+            })
+            .expect("opens")
+    }
+
     /// Reads to the end; returns the sequence values in order.
     async fn read_all(reader: &mut Box<dyn SourceReader>) -> Vec<i64> {
         let mut values = Vec::new();
@@ -544,22 +557,11 @@ mod tests {
     async fn a_reader_opened_later_keeps_the_pace_of_those_reading() {
         let source = source(&[("rows_per_second", "1000")]);
         let shares = weir_stream::runtime::deal_splits(SPLITS, 2);
-        let open = |share: &Vec<u32>| {
-            source
-                .open(ReadFrom {
-                    positions: vec![0; SPLITS as usize],
-                    splits: share.clone(),
-                    columns: None,
-                    max_batch_rows: 8192,
-                    until: None,
-                })
-                .expect("opens")
-        };
-        let first = open(&shares[0]);
+        let first = open_share(&source, &shares[0]);
         tokio::time::advance(Duration::from_secs(10)).await;
         // 10,000 rows are due by the first reader's clock: block 0
         // (split 0, the first reader's) and part of block 1 (split 1).
-        let mut second = open(&shares[1]);
+        let mut second = open_share(&source, &shares[1]);
         assert!(second.has_rows_waiting());
         let batch = second.next().await.expect("rows").expect("rows");
         assert_eq!(batch.num_rows() as u64, 10_000 - BLOCK_ROWS);
@@ -567,7 +569,7 @@ mod tests {
         // at its positions.
         drop((first, second));
         tokio::time::advance(Duration::from_secs(10)).await;
-        let third = open(&shares[1]);
+        let third = open_share(&source, &shares[1]);
         assert!(!third.has_rows_waiting());
     }
 
@@ -577,18 +579,10 @@ mod tests {
         // 0.41 s, block 1 (split 1) in the next.
         let source = source(&[("rows_per_second", "20000")]);
         let shares = weir_stream::runtime::deal_splits(SPLITS, 2);
-        let open = |share: &Vec<u32>| {
-            source
-                .open(ReadFrom {
-                    positions: vec![0; SPLITS as usize],
-                    splits: share.clone(),
-                    columns: None,
-                    max_batch_rows: 8192,
-                    until: None,
-                })
-                .expect("opens")
-        };
-        let (mut even, mut odd) = (open(&shares[0]), open(&shares[1]));
+        let (mut even, mut odd) = (
+            open_share(&source, &shares[0]),
+            open_share(&source, &shares[1]),
+        );
         let started = Instant::now();
         let mut rows = 0;
         while rows < BLOCK_ROWS {
