@@ -80,11 +80,16 @@ struct Pace {
     anchor: Mutex<(Instant, u64)>,
 }
 
+/// The row before which every row is due now, at `per_second` from
+/// `anchor`.
+fn due_from((since, row): (Instant, u64), per_second: u64) -> u64 {
+    (row as f64 + since.elapsed().as_secs_f64() * per_second as f64) as u64
+}
+
 impl Pace {
     /// The row before which every row is due now, at `per_second`.
     fn due(&self, per_second: u64) -> u64 {
-        let (since, row) = *self.anchor.lock().expect("pace lock");
-        (row as f64 + since.elapsed().as_secs_f64() * per_second as f64) as u64
+        due_from(*self.anchor.lock().expect("pace lock"), per_second)
     }
 
     /// When `row` falls due, at `per_second`.
@@ -97,8 +102,9 @@ impl Pace {
     /// A reader opens with the source at row `first`: rows up to it were
     /// emitted before, so if they are not all due yet, they are now.
     fn open_at(&self, first: u64, per_second: u64) {
-        if self.due(per_second) < first {
-            *self.anchor.lock().expect("pace lock") = (Instant::now(), first);
+        let mut anchor = self.anchor.lock().expect("pace lock");
+        if due_from(*anchor, per_second) < first {
+            *anchor = (Instant::now(), first);
         }
     }
 }
@@ -332,8 +338,8 @@ impl<G: RowGenerator> SourceReader for PacedReader<G> {
     }
 
     fn has_rows_waiting(&self) -> bool {
-        self.next_row()
-            .is_some_and(|(_, row)| row < self.end && row < self.due())
+        // `due` is within the source's end.
+        self.next_row().is_some_and(|(_, row)| row < self.due())
     }
 }
 
